@@ -1,0 +1,1 @@
+"""Learning algorithms: advantage estimators and the PPO learner."""

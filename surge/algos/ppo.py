@@ -1,0 +1,224 @@
+"""PPO (Schulman et al. 2017): the loss terms as pure functions, and the learner that runs
+the epochs of minibatch updates on one rollout batch.
+
+Behaviour follows CleanRL's ppo.py / ppo_continuous_action.py (clipped surrogate, optionally
+clipped value loss, per-minibatch advantage normalisation, global grad-norm clip, KL early
+stop after an epoch), with one difference: episodes truncated by a time limit bootstrap from
+the value of their final observation instead of being treated as terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from surge.algos.advantages import gae, normalize
+from surge.config.schema import PPOConfig
+from surge.errors import ConfigError
+from surge.models.actor_critic import ActorCritic
+
+# --- pure loss functions --------------------------------------------------------------------
+
+
+def clipped_surrogate_loss(
+    new_logp: Tensor, old_logp: Tensor, advantages: Tensor, clip_coef: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The clipped policy loss: mean(max(-A * r, -A * clip(r, 1 - c, 1 + c))), r = p_new / p_old.
+
+    Returns (loss, clipfrac, approx_kl). clipfrac is the fraction of samples with
+    |r - 1| > c; approx_kl is mean((r - 1) - log r), the low-variance, always non-negative
+    k3 estimator of KL(old || new) that CleanRL logs. Both diagnostics are detached.
+    """
+    log_ratio = new_logp - old_logp
+    ratio = log_ratio.exp()
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)
+    loss = torch.max(unclipped, clipped).mean()
+    with torch.no_grad():
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+    return loss, clipfrac, approx_kl
+
+
+def value_loss(
+    new_values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float, clip: bool
+) -> Tensor:
+    """0.5 * mean squared error to the returns. With `clip`, as in CleanRL: the new value is
+    also clipped to old +- clip_coef and the larger (pessimistic) of the two errors is taken
+    per sample, which keeps the critic from moving far from the behaviour values in one
+    update."""
+    unclipped = (new_values - returns) ** 2
+    if not clip:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + (new_values - old_values).clamp(-clip_coef, clip_coef)
+    clipped = (clipped_values - returns) ** 2
+    return 0.5 * torch.max(unclipped, clipped).mean()
+
+
+def explained_variance(pred: Tensor, target: Tensor) -> Tensor:
+    """1 - Var(target - pred) / Var(target): 1 is a perfect critic, 0 no better than the mean,
+    negative worse. NaN when the target has no variance (then the ratio is undefined)."""
+    var_target = target.var(unbiased=False)
+    if var_target == 0:
+        return torch.tensor(float("nan"))
+    return 1.0 - (target - pred).var(unbiased=False) / var_target
+
+
+# --- the batch and the learner --------------------------------------------------------------
+
+
+@dataclass
+class RolloutBatch:
+    """One segment of every env, time-major. Built by the trainer from shared-memory arrays."""
+
+    obs: dict[str, Tensor]
+    """[T, N, *field] observation at each step, in its stored dtype."""
+    last_obs: dict[str, Tensor]
+    """[N, *field] observation after the last step (to bootstrap the last value)."""
+    final_obs: dict[str, Tensor]
+    """[T, N, *field] final observation of an episode truncated at t; garbage elsewhere."""
+    actions: Tensor
+    """[T, N, *action] actions taken."""
+    logp: Tensor
+    """[T, N] behaviour-policy log-probabilities of the actions."""
+    values: Tensor
+    """[T, N] behaviour value estimates V(s_t)."""
+    rewards: Tensor
+    """[T, N] float32 rewards."""
+    terminated: Tensor
+    """[T, N] bool: the episode reached a terminal state at t."""
+    truncated: Tensor
+    """[T, N] bool: the episode was cut at t (time limit) and its final obs is in final_obs."""
+
+
+_LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
+"""Stats averaged over the minibatch steps of an update."""
+
+
+def _flat(x: Tensor) -> Tensor:
+    """[T, N, ...] -> [T*N, ...]."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def _rows(obs: dict[str, Tensor], idx: Tensor | tuple[Tensor, ...]) -> dict[str, Tensor]:
+    return {key: x[idx] for key, x in obs.items()}
+
+
+def bootstrap_next_values(model: ActorCritic, batch: RolloutBatch) -> Tensor:
+    """[T, N] values of the true next state of every step, for `gae`.
+
+    The behaviour values shifted by one step, V(last_obs) at the end, and V(final obs) where
+    the episode was truncated (only those rare entries are evaluated). Entries at terminated
+    steps are whatever the shift gives; `gae` ignores them.
+    """
+    with torch.no_grad():
+        v_last = model.value(batch.last_obs).to(batch.values.dtype)
+        next_values = torch.cat([batch.values[1:], v_last.unsqueeze(0)], dim=0)
+        if bool(batch.truncated.any()):
+            where = batch.truncated.nonzero(as_tuple=True)
+            next_values[where] = model.value(_rows(batch.final_obs, where)).to(next_values.dtype)
+    return next_values
+
+
+class PPOLearner:
+    """Runs PPO updates on rollout batches; owns the Adam optimizer.
+
+    `generator` drives the minibatch shuffling, so two learners built from the same initial
+    parameters and generator seed produce identical parameters after identical batches.
+    """
+
+    def __init__(self, model: ActorCritic, cfg: PPOConfig, generator: torch.Generator) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.generator = generator
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+
+    def update(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
+        """Train on one batch; return the stats of the update.
+
+        Losses, entropy, approx_kl, clipfrac and grad_norm are means over every minibatch
+        step taken (CleanRL logs the last minibatch's values; the mean is less noisy).
+        explained_variance compares the behaviour values with the GAE returns.
+        """
+        cfg = self.cfg
+        T, N = batch.rewards.shape
+        size = T * N
+        if cfg.epochs < 1:
+            raise ConfigError(f"ppo.epochs={cfg.epochs} must be at least 1", "set ppo.epochs >= 1")
+        if cfg.minibatches < 1 or size % cfg.minibatches:
+            raise ConfigError(
+                f"ppo.minibatches={cfg.minibatches} does not divide the batch of {size} steps "
+                f"(rollout_len {T} x {N} envs)",
+                "choose ppo.minibatches so that it divides ppo.rollout_len x total envs",
+            )
+        mb_size = size // cfg.minibatches
+
+        next_values = bootstrap_next_values(self.model, batch)
+        dones = batch.terminated | batch.truncated
+        advantages, returns = gae(
+            batch.rewards,
+            batch.values,
+            next_values,
+            batch.terminated,
+            dones,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
+
+        obs = {key: _flat(x) for key, x in batch.obs.items()}
+        actions = _flat(batch.actions)
+        old_logp, old_values = _flat(batch.logp), _flat(batch.values)
+        advantages, returns = _flat(advantages), _flat(returns)
+
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        # Summed as detached tensors and read out once at the end: one sync per update, not one
+        # per minibatch, when the model lives on a GPU.
+        totals = {key: torch.zeros(()) for key in _LOSS_STATS}
+        steps = 0
+        for _epoch in range(cfg.epochs):
+            perm = torch.randperm(size, generator=self.generator)
+            approx_kl = torch.zeros(())
+            for start in range(0, size, mb_size):
+                idx = perm[start : start + mb_size]
+                new_logp, entropy, new_values = self.model.evaluate(_rows(obs, idx), actions[idx])
+                mb_adv = normalize(advantages[idx]) if cfg.norm_adv else advantages[idx]
+                pg_loss, clipfrac, approx_kl = clipped_surrogate_loss(
+                    new_logp, old_logp[idx], mb_adv, cfg.clip_coef
+                )
+                v_loss = value_loss(
+                    new_values, old_values[idx], returns[idx], cfg.clip_coef, cfg.clip_vloss
+                )
+                ent = entropy.mean()
+                loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()  # type: ignore[no-untyped-call]
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                self.optimizer.step()
+
+                steps += 1
+                for key, val in zip(
+                    _LOSS_STATS, (pg_loss, v_loss, ent, approx_kl, clipfrac, grad_norm), strict=True
+                ):
+                    totals[key] = totals[key] + val.detach()
+            if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
+                break
+
+        stats = {key: float(total) / steps for key, total in totals.items()}
+        stats["explained_variance"] = float(explained_variance(old_values, returns))
+        stats["lr"] = float(lr)
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer and shuffling-generator state: tensors and plain Python only, so it
+        loads with `torch.load(weights_only=True)`. The model's parameters are the caller's."""
+        return {"optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])

@@ -1,0 +1,148 @@
+"""The `surge` command.
+
+    surge train [PRESET|FILE.yaml] [key=value ...]
+    surge resume RUN_DIR [key=value ...]
+    surge eval RUN_DIR [episodes=N] [deterministic=true|false]
+    surge plot RUN_DIR... -o curves.png
+    surge presets
+
+User mistakes (config, env, paths) print a short message and exit 2, with no traceback;
+a failed worker prints its name and original traceback and exits 1; Ctrl+C saves a
+checkpoint and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from surge.errors import UserError, WorkerFailure
+
+EXIT_USER_ERROR = 2
+EXIT_WORKER_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USER_ERROR
+    try:
+        return int(args.handler(args) or 0)
+    except UserError as e:
+        print(f"surge: error: {e.problem}", file=sys.stderr)
+        if e.fix:
+            print(f"  how to fix: {e.fix}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except WorkerFailure as e:
+        print(f"surge: worker {e.worker} failed; the run stopped.\n{e.detail.rstrip()}", file=sys.stderr)
+        return EXIT_WORKER_FAILED
+    except KeyboardInterrupt:
+        print("surge: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="surge", description="Scalable reinforcement learning: workers joined by streams."
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    t = sub.add_parser("train", help="train an agent (default: CartPole-v1 PPO, until solved)")
+    t.add_argument(
+        "items",
+        nargs="*",
+        metavar="[PRESET|FILE.yaml] [key=value ...]",
+        help="a preset name (see `surge presets`) or YAML file, then config overrides",
+    )
+    t.set_defaults(handler=_train)
+
+    r = sub.add_parser("resume", help="continue a run from its newest checkpoint")
+    r.add_argument("run_dir", type=Path)
+    r.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. total_env_steps=1000000")
+    r.set_defaults(handler=_resume)
+
+    e = sub.add_parser("eval", help="play episodes with a run's newest checkpoint")
+    e.add_argument("run_dir", type=Path)
+    e.add_argument("options", nargs="*", metavar="key=value", help="episodes=N, deterministic=BOOL, seed=N")
+    e.set_defaults(handler=_eval)
+
+    pl = sub.add_parser("plot", help="plot learning curves of one or more runs")
+    pl.add_argument("run_dirs", nargs="+", type=Path)
+    pl.add_argument("-o", "--output", type=Path, default=Path("curves.png"))
+    pl.set_defaults(handler=_plot)
+
+    ps = sub.add_parser("presets", help="list the shipped presets")
+    ps.set_defaults(handler=_presets)
+    return p
+
+
+def _train(args: argparse.Namespace) -> int:
+    from surge.config.load import load_config
+    from surge.runtime.controller import train
+
+    items: list[str] = args.items
+    source = items[0] if items and "=" not in items[0] else None
+    overrides = items[1:] if source is not None else items
+    cfg, name = load_config(source, overrides)
+    result = train(cfg, name)
+    return EXIT_INTERRUPTED if result.reason == "interrupted" else 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from surge.runtime.controller import resume
+
+    result = resume(args.run_dir, args.overrides)
+    return EXIT_INTERRUPTED if result.reason == "interrupted" else 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from surge.workers.evaluator import evaluate
+
+    allowed = {"episodes": int, "deterministic": bool, "seed": int}
+    options: dict[str, object] = {}
+    for item in args.options:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in allowed:
+            raise UserError(
+                f"eval option {item!r} not understood",
+                "use key=value with key one of: " + ", ".join(allowed),
+            )
+        value = yaml.safe_load(raw)
+        if not isinstance(value, allowed[key]) or (allowed[key] is int and isinstance(value, bool)):
+            raise UserError(f"eval option {key}: expected {allowed[key].__name__}, got {raw!r}")
+        options[key] = value
+    result = evaluate(args.run_dir, **options)  # type: ignore[arg-type]
+    print(
+        f"{result['episodes']} episodes with policy version {result['policy_version']} "
+        f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
+        f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
+    )
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from surge.tracking.plot import plot_runs
+
+    plot_runs(args.run_dirs, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _presets(args: argparse.Namespace) -> int:
+    from surge.config.load import list_presets
+
+    presets = list_presets()
+    width = max(len(name) for name, _ in presets)
+    for name, description in presets:
+        print(f"{name:<{width}}  {description}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,407 @@
+"""Load an `ExperimentConfig` from a preset or YAML file plus `key=value` overrides.
+
+The conversion from nested dicts to the dataclasses is strict and driven by the type hints
+in `schema.py`, so a new field needs no change here. Every error names the dotted field,
+what was given and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.resources
+import math
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from surge.config.schema import ExperimentConfig
+from surge.errors import ConfigError, UserError
+
+DEFAULT_PRESET = "cartpole-ppo"
+_DESCRIPTION_PREFIX = "# description:"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `3e-4` and `5e5` as floats.
+
+    PyYAML follows YAML 1.1, where a float needs a dot and a signed exponent, so `3e-4`
+    would otherwise arrive as the string '3e-4'.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """Parse one YAML document (or one override value) with surge's loader."""
+    return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
+
+
+def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
+    """Read a YAML mapping from `path`; parse errors name the file and line."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{what} not found: {path}", "check the path") from None
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e}") from None
+    try:
+        data = parse_yaml(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(
+            f"{where}: invalid YAML: {problem}",
+            "fix the YAML syntax at that line (indentation, a missing ':' or an unclosed "
+            "bracket or quote)",
+        ) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of keys to values at the top level, "
+            f"got {type(data).__name__}",
+            "write the config as `key: value` lines, e.g. `seed: 1`",
+        )
+    return data
+
+
+# ---------------------------------------------------------------- presets
+
+
+def _presets_dir() -> Any:
+    return importlib.resources.files("surge.config").joinpath("presets")
+
+
+def list_presets() -> list[tuple[str, str]]:
+    """(name, description) of every shipped preset, sorted by name."""
+    out = []
+    for entry in _presets_dir().iterdir():
+        if not entry.name.endswith(".yaml"):
+            continue
+        first = entry.read_text().splitlines()[:1]
+        desc = ""
+        if first and first[0].startswith(_DESCRIPTION_PREFIX):
+            desc = first[0][len(_DESCRIPTION_PREFIX) :].strip()
+        out.append((entry.name[: -len(".yaml")], desc))
+    return sorted(out)
+
+
+def _preset_text(name: str) -> str:
+    entry = _presets_dir().joinpath(f"{name}.yaml")
+    if not entry.is_file():
+        known = "\n".join(f"    {n:<14} {d}" for n, d in list_presets())
+        raise ConfigError(
+            f"unknown preset '{name}'",
+            f"use one of the presets below, or the path to a YAML file:\n{known}",
+        )
+    return str(entry.read_text())
+
+
+def _looks_like_path(source: str) -> bool:
+    return source.endswith((".yaml", ".yml")) or "/" in source or Path(source).is_file()
+
+
+# ---------------------------------------------------------------- overrides
+
+_OVERRIDE_FIX = (
+    "write each override as key=value with a dotted key, e.g. ppo.lr=3e-4, "
+    "env.id=Acrobot-v1, model.hidden_sizes=[128,128] or stop_return=null"
+)
+
+
+def _apply_override(raw: dict[str, Any], text: str, origins: dict[str, str]) -> None:
+    key, sep, value_text = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override '{text}' is not of the form key=value", _OVERRIDE_FIX)
+    origin = f"from the command line: {text}"
+    try:
+        value = parse_yaml(value_text) if value_text.strip() else ""
+    except yaml.YAMLError as e:
+        detail = getattr(e, "problem", None) or str(e)
+        raise ConfigError(
+            f"{key}: cannot parse the value {value_text!r} ({origin}): {detail}",
+            "quote the value or fix its YAML syntax, e.g. model.hidden_sizes=[64,64]",
+        ) from None
+    parts = key.split(".")
+    _check_key_path(parts, origin)
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    last = parts[-1]
+    old = node.get(last)
+    # `ppo={lr: 1e-3}` updates the ppo section rather than dropping its other keys.
+    if isinstance(old, dict) and isinstance(value, dict) and _is_section(parts):
+        old.update(value)
+    else:
+        node[last] = value
+    origins[key] = origin
+
+
+def _is_section(parts: list[str]) -> bool:
+    tp: Any = ExperimentConfig
+    for part in parts:
+        if not dataclasses.is_dataclass(tp):
+            return False
+        tp = typing.get_type_hints(tp)[part]
+    return dataclasses.is_dataclass(tp)
+
+
+def _check_key_path(parts: list[str], origin: str) -> None:
+    """Reject an override key that does not name a field, before any value is converted."""
+    tp: Any = ExperimentConfig
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(tp):
+            if typing.get_origin(tp) is dict:
+                return  # free-form mapping such as env.kwargs: any sub-key is fine
+            parent = ".".join(parts[:i])
+            raise ConfigError(
+                f"'{parent}' is a single value, not a section, so '{'.'.join(parts)}' "
+                f"does not exist ({origin})",
+                f"set it directly: {parent}=<value>",
+            )
+        hints = typing.get_type_hints(tp)
+        if part not in hints:
+            _unknown_key(".".join(parts[:i]), part, list(hints), origin)
+        tp = hints[part]
+
+
+def _unknown_key(parent: str, key: str, valid: list[str], origin: str) -> typing.NoReturn:
+    dotted = f"{parent}.{key}" if parent else key
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f"did you mean '{parent + '.' if parent else ''}{close[0]}'? " if close else ""
+    level = f"under '{parent}'" if parent else "at the top level"
+    suffix = f" ({origin})" if origin else ""
+    raise ConfigError(
+        f"unknown key '{dotted}'{suffix}",
+        f"{hint}valid keys {level}: {', '.join(valid)}",
+    )
+
+
+# ---------------------------------------------------------------- conversion
+
+
+def _describe(tp: Any) -> str:
+    """How a type reads in an error message: 'a float', 'one of 'serial', 'local''."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        arms = [_describe(a) for a in typing.get_args(tp) if a is not type(None)]
+        none = " or null" if type(None) in typing.get_args(tp) else ""
+        return " or ".join(arms) + none
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(tp)[0]).split(' ', 1)[1]}s"
+    if origin is dict:
+        return "a mapping"
+    names = {int: "an integer", float: "a float", str: "a string", bool: "a boolean"}
+    if tp in names:
+        return names[tp]
+    if dataclasses.is_dataclass(tp):
+        return "a mapping of keys"
+    return str(tp)
+
+
+class _Converter:
+    def __init__(self, origins: dict[str, str], default_origin: str) -> None:
+        self.origins = origins
+        self.default_origin = default_origin
+
+    def origin(self, path: str) -> str:
+        best = ""
+        for key in self.origins:
+            if (path == key or path.startswith((key + ".", key + "["))) and len(key) > len(best):
+                best = key
+        return self.origins[best] if best else self.default_origin
+
+    def fail(self, path: str, tp: Any, value: Any, fix: str = "") -> typing.NoReturn:
+        where = self.origin(path)
+        suffix = f" ({where})" if where else ""
+        problem = f"{path}: expected {_describe(tp)}, got {value!r}{suffix}"
+        raise ConfigError(problem, fix)
+
+    def convert(self, value: Any, tp: Any, path: str) -> Any:
+        origin = typing.get_origin(tp)
+        if dataclasses.is_dataclass(tp):
+            return self.dataclass(value, tp, path)
+        if origin in (Union, types.UnionType):
+            args = typing.get_args(tp)
+            if value is None and type(None) in args:
+                return None
+            arms = [a for a in args if a is not type(None)]
+            fix = ""
+            for arm in arms:
+                try:
+                    return self.convert(value, arm, path)
+                except ConfigError as e:
+                    if arm not in (int, float, str, bool):
+                        raise  # keep the inner path, e.g. model.hidden_sizes[1]
+                    fix = e.fix
+            self.fail(path, tp, value, fix)
+        if origin is Literal:
+            allowed = typing.get_args(tp)
+            # `type(a) is type(value)` keeps True from matching a literal 1
+            if any(value == a and type(a) is type(value) for a in allowed):
+                return value
+            self.fail(path, tp, value)
+        if origin is list:
+            if not isinstance(value, list | tuple):
+                self.fail(path, tp, value, "write a list such as [64, 64]")
+            (item,) = typing.get_args(tp)
+            return [self.convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        if origin is dict:
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                self.fail(path, tp, value, "write a mapping such as {render_mode: null}")
+            return dict(value)
+        if tp is Any:
+            return value
+        if tp is bool:
+            if not isinstance(value, bool):
+                self.fail(path, tp, value, "write true or false")
+            return value
+        if tp is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+                return int(value)  # 5e5 -> 500000
+            self.fail(path, tp, value, "write a whole number such as 500000 or 5e5")
+        if tp is float:
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value)
+            self.fail(path, tp, value, "write a number such as 3e-4 or 0.99")
+        if tp is str:
+            if not isinstance(value, str):
+                self.fail(path, tp, value, f"quote the value: {path}='{value}'")
+            return value
+        raise TypeError(f"surge.config.load cannot convert type {tp!r} (field {path})")
+
+    def dataclass(self, value: Any, cls: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            self.fail(path or "config", cls, value, "write `key: value` pairs under it")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        kwargs = {}
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in names:
+                _unknown_key(path, str(key), names, self.origin(sub))
+            kwargs[key] = self.convert(item, hints[key], sub)
+        return cls(**kwargs)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def validate(cfg: ExperimentConfig) -> None:
+    """Check values the types cannot express; raise ConfigError naming the field."""
+
+    def need(ok: bool, field: str, value: Any, rule: str) -> None:
+        if not ok:
+            raise ConfigError(
+                f"{field}: must be {rule}, got {value!r}", f"change {field} so it is {rule}"
+            )
+
+    need(bool(cfg.env.id.strip()), "env.id", cfg.env.id, "a non-empty Gymnasium id")
+    mes = cfg.env.max_episode_steps
+    need(mes is None or mes >= 1, "env.max_episode_steps", mes, ">= 1 (or null)")
+    for name in ("actors", "ring_size", "envs_per_group", "policy_workers"):
+        need(getattr(cfg.workers, name) >= 1, f"workers.{name}", getattr(cfg.workers, name), ">= 1")
+    for name in ("actor_threads", "policy_threads", "trainer_threads"):
+        need(getattr(cfg.workers, name) >= 1, f"workers.{name}", getattr(cfg.workers, name), ">= 1")
+    hb = cfg.workers.heartbeat_timeout_s
+    need(hb > 0, "workers.heartbeat_timeout_s", hb, "> 0")
+    sizes = cfg.model.hidden_sizes
+    need(len(sizes) > 0, "model.hidden_sizes", sizes, "a non-empty list such as [64, 64]")
+    need(all(s >= 1 for s in sizes), "model.hidden_sizes", sizes, "a list of positive widths")
+    p = cfg.ppo
+    for name in ("rollout_len", "epochs", "minibatches"):
+        need(getattr(p, name) >= 1, f"ppo.{name}", getattr(p, name), ">= 1")
+    need(p.lr > 0, "ppo.lr", p.lr, "> 0")
+    need(p.adam_eps > 0, "ppo.adam_eps", p.adam_eps, "> 0")
+    need(0 < p.gamma <= 1, "ppo.gamma", p.gamma, "in (0, 1]")
+    need(0 <= p.gae_lambda <= 1, "ppo.gae_lambda", p.gae_lambda, "in [0, 1]")
+    need(p.clip_coef > 0, "ppo.clip_coef", p.clip_coef, "> 0")
+    need(p.ent_coef >= 0, "ppo.ent_coef", p.ent_coef, ">= 0")
+    need(p.vf_coef >= 0, "ppo.vf_coef", p.vf_coef, ">= 0")
+    need(p.max_grad_norm > 0, "ppo.max_grad_norm", p.max_grad_norm, "> 0")
+    need(p.target_kl is None or p.target_kl > 0, "ppo.target_kl", p.target_kl, "> 0 (or null)")
+    need(cfg.total_env_steps >= 1, "total_env_steps", cfg.total_env_steps, ">= 1")
+    need(cfg.return_window >= 1, "return_window", cfg.return_window, ">= 1")
+    need(cfg.max_policy_lag >= 0, "max_policy_lag", cfg.max_policy_lag, ">= 0")
+    need(cfg.log.interval_s > 0, "log.interval_s", cfg.log.interval_s, "> 0")
+    ci = cfg.log.checkpoint_interval_s
+    need(ci > 0, "log.checkpoint_interval_s", ci, "> 0")
+    need(cfg.log.keep_checkpoints >= 1, "log.keep_checkpoints", cfg.log.keep_checkpoints, ">= 1")
+    batch = cfg.batch_steps
+    if batch % p.minibatches:
+        divisors = [d for d in range(1, min(batch, 4096) + 1) if batch % d == 0]
+        near = sorted(divisors, key=lambda d: abs(d - p.minibatches))[:3]
+        raise ConfigError(
+            f"ppo.minibatches: the batch of {batch} steps (ppo.rollout_len {p.rollout_len} x "
+            f"{cfg.total_envs} envs) does not divide into {p.minibatches} minibatches",
+            f"set ppo.minibatches to a divisor of {batch} (e.g. "
+            f"{', '.join(map(str, sorted(near)))}), or change ppo.rollout_len or "
+            "workers.actors / workers.ring_size / workers.envs_per_group",
+        )
+
+
+# ---------------------------------------------------------------- public API
+
+
+def config_from_dict(
+    data: dict[str, Any], *, origins: dict[str, str] | None = None, source: str = ""
+) -> ExperimentConfig:
+    """Convert a nested dict (e.g. a run's saved config.yaml) and validate it."""
+    cfg = _Converter(origins or {}, source).convert(data, ExperimentConfig, "")
+    validate(cfg)
+    return typing.cast(ExperimentConfig, cfg)
+
+
+def load_config(source: str | None, overrides: list[str]) -> tuple[ExperimentConfig, str]:
+    """Load a preset name or YAML path (None: the default preset), apply overrides, validate.
+
+    Returns the config and a short name for the run directory.
+    """
+    if source is None:
+        source = DEFAULT_PRESET
+    if _looks_like_path(source):
+        path = Path(source)
+        raw = read_yaml(path)
+        name, where = path.stem, f"in {path}"
+    else:
+        text = _preset_text(source)
+        try:
+            raw = parse_yaml(text) or {}
+        except yaml.YAMLError as e:  # a broken shipped preset is our bug, but say where
+            raise ConfigError(f"preset '{source}' is not valid YAML: {e}") from None
+        name, where = source, f"in preset {source}"
+    origins: dict[str, str] = {}
+    for text in overrides:
+        _apply_override(raw, text, origins)
+    return config_from_dict(raw, origins=origins, source=where), name
+
+
+def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
+    """A plain nested dict (YAML- and JSON-able) holding every field."""
+    return dataclasses.asdict(cfg)
+
+
+def dump_yaml(cfg: ExperimentConfig, path: Path) -> None:
+    """Write the full resolved config, every key explicit, loadable by `config_from_dict`."""
+    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=None)
+    Path(path).write_text(text)

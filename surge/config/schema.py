@@ -1,0 +1,214 @@
+"""The experiment config: typed dataclasses, one per component, with a docstring per field.
+
+These types are the single source of truth: the YAML presets fill them, `key=value`
+overrides address their fields by dotted path (`ppo.lr=3e-4`), validation checks them,
+and docs/configuration.md is generated from them (`python -m surge.config.docs`).
+
+A field's documentation is the string literal placed right under it (as in CleanRL's
+`Args`); `surge.config.docs` reads those with `ast`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+RuntimeName = Literal["serial", "local"]
+AlgoName = Literal["ppo"]
+Activation = Literal["tanh", "relu"]
+
+
+@dataclass
+class EnvConfig:
+    """Which environment to train on and how to build it."""
+
+    id: str = "CartPole-v1"
+    """A Gymnasium id (`CartPole-v1`), or `module:EnvName-v0` to import `module` first so it
+    can register a user's own env."""
+
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments passed to `gymnasium.make`."""
+
+    max_episode_steps: int | None = None
+    """Override the env's time limit (episodes are truncated, not terminated, after this many
+    steps). None keeps the registered limit."""
+
+    clip_actions: bool = True
+    """Clip continuous (Box) actions to the action space bounds before stepping the env."""
+
+
+@dataclass
+class WorkersConfig:
+    """How many workers of each kind, and how actors lay out their environments."""
+
+    actors: int = 1
+    """Number of actor workers (processes in the `local` runtime)."""
+
+    ring_size: int = 2
+    """Env groups per actor. The actor steps group k+1 while group k waits for its actions."""
+
+    envs_per_group: int = 2
+    """Environments in one group. One inference request carries a whole group."""
+
+    policy_workers: int = 1
+    """Number of policy (inference) workers; actor i is served by policy worker i % this."""
+
+    actor_threads: int = 1
+    """torch / OpenMP threads in each actor worker process."""
+
+    policy_threads: int = 1
+    """torch / OpenMP threads in each policy worker process."""
+
+    trainer_threads: int = 1
+    """torch / OpenMP threads in the trainer process (1 is fastest for small MLPs)."""
+
+    heartbeat_timeout_s: float = 60.0
+    """A worker that has not reported progress for this long is declared hung and the run stops."""
+
+
+@dataclass
+class ModelConfig:
+    """The actor-critic network."""
+
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """Widths of the hidden layers of the MLP torso (one torso each for actor and critic
+    unless `shared` is set)."""
+
+    activation: Activation = "tanh"
+    """Non-linearity between hidden layers."""
+
+    shared: bool = False
+    """Share one torso between the policy and value heads."""
+
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy for Box actions."""
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters (defaults follow CleanRL's ppo.py)."""
+
+    rollout_len: int = 128
+    """Steps per env in one trajectory segment; one update trains on one segment of every env."""
+
+    epochs: int = 4
+    """Passes over each batch."""
+
+    minibatches: int = 4
+    """Minibatches per epoch; the batch (rollout_len x total envs) must divide evenly."""
+
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 at `total_env_steps`."""
+
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+
+    clip_coef: float = 0.2
+    """Surrogate clipping coefficient."""
+
+    clip_vloss: bool = True
+    """Clip the value loss around the old values (by `clip_coef`)."""
+
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+
+    target_kl: float | None = None
+    """Stop the epochs of an update early once the approximate KL exceeds this. None: never."""
+
+
+@dataclass
+class LogConfig:
+    """What the run records and shows."""
+
+    interval_s: float = 2.0
+    """Seconds between lines of metrics.jsonl / TensorBoard points (at most one per update)."""
+
+    tensorboard: bool = True
+    """Write TensorBoard event files into the run directory."""
+
+    progress: bool = True
+    """Show the live progress display on the terminal."""
+
+    checkpoint_interval_s: float = 60.0
+    """Seconds between checkpoints (one is always written at the end and on Ctrl+C)."""
+
+    keep_checkpoints: int = 3
+    """How many of the newest checkpoints to keep."""
+
+
+@dataclass
+class ExperimentConfig:
+    """One experiment: runs unchanged on every runtime."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+
+    seed: int = 1
+    """Seed for the env, the networks and the sampling; each worker derives its own from it."""
+
+    runtime: RuntimeName = "local"
+    """`serial`: every worker in this process (deterministic, for debugging); `local`: one
+    process per worker, streams over shared memory."""
+
+    run_dir: str | None = None
+    """Where the run writes everything. None: `runs/<preset>-<timestamp>`."""
+
+    total_env_steps: int = 500_000
+    """Stop after this many environment steps (summed over all envs)."""
+
+    stop_return: float | None = None
+    """Also stop once the mean return of the last `return_window` episodes reaches this."""
+
+    return_window: int = 20
+    """Episodes averaged for `stop_return` and for `episode_return_mean` in the metrics."""
+
+    max_policy_lag: int = 0
+    """How many versions older than the trainer's current one the acting policy may be.
+    0: synchronous on-policy training (actors wait for every update)."""
+
+    algo: AlgoName = "ppo"
+    """The learning algorithm."""
+
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO settings."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Network settings."""
+
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    """Worker counts and layout."""
+
+    log: LogConfig = field(default_factory=LogConfig)
+    """Logging, progress and checkpoints."""
+
+    # Derived values: computed, never configured.
+    @property
+    def total_envs(self) -> int:
+        return self.workers.actors * self.workers.ring_size * self.workers.envs_per_group
+
+    @property
+    def batch_steps(self) -> int:
+        """Env steps in one training batch: one segment of every env."""
+        return self.ppo.rollout_len * self.total_envs
+
+    @property
+    def total_groups(self) -> int:
+        return self.workers.actors * self.workers.ring_size

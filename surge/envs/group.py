@@ -1,0 +1,83 @@
+"""An env group: a few envs stepped together, writing straight into preallocated arrays.
+
+The group writes observations into arrays it is given (an actor passes views of its shared
+inference slot), so an observation is produced in place, once. Finished episodes are reset
+here, and the final observation of each is kept in `final_obs`: the trainer needs it to
+bootstrap episodes cut by a time limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from surge.config.schema import EnvConfig
+from surge.envs.make import check_observation, make_env
+from surge.envs.spaces import split_obs
+from surge.errors import EnvSpecError
+
+
+class EnvGroup:
+    def __init__(
+        self,
+        cfg: EnvConfig,
+        seeds: list[int],
+        obs_out: dict[str, np.ndarray],
+    ) -> None:
+        self.cfg = cfg
+        self.envs = [make_env(cfg) for _ in seeds]
+        self.seeds = seeds
+        self.size = len(seeds)
+        self.obs_out = obs_out  # [G, ...] per field
+        self.final_obs = {k: np.zeros_like(v) for k, v in obs_out.items()}
+        self.rewards = np.zeros(self.size, np.float32)
+        self.terminated = np.zeros(self.size, bool)
+        self.truncated = np.zeros(self.size, bool)
+        self.observation_space: gym.Space[Any] = self.envs[0].observation_space
+        self.action_space: gym.Space[Any] = self.envs[0].action_space
+        self._to_env = _action_converter(self.action_space, cfg.clip_actions)
+
+    def reset(self) -> None:
+        for i, (env, seed) in enumerate(zip(self.envs, self.seeds, strict=True)):
+            obs, _ = env.reset(seed=seed)
+            self._write(self.obs_out, i, obs, "reset()")
+
+    def step(self, actions: np.ndarray) -> None:
+        """Step every env; finished ones are reset and their last observation kept."""
+        for i, env in enumerate(self.envs):
+            obs, reward, terminated, truncated, _ = env.step(self._to_env(actions[i]))
+            self.rewards[i] = reward
+            self.terminated[i] = terminated
+            self.truncated[i] = truncated
+            if terminated or truncated:
+                self._write(self.final_obs, i, obs, "step()")
+                obs, _ = env.reset()
+            self._write(self.obs_out, i, obs, "step()")
+
+    def _write(self, out: dict[str, np.ndarray], i: int, obs: Any, where: str) -> None:
+        try:
+            for key, value in split_obs(obs, self.observation_space).items():
+                out[key][i] = value
+        except (ValueError, KeyError, TypeError, IndexError):
+            # Explain the mismatch with the declared space (raises); re-raise if it matched.
+            check_observation(self.cfg.id, where, obs, self.observation_space)
+            raise
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _action_converter(space: gym.Space[Any], clip: bool) -> Any:
+    if isinstance(space, gym.spaces.Discrete):
+        return int
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return lambda a: np.array(a, dtype=space.dtype)
+    if isinstance(space, gym.spaces.Box):
+        low, high, dtype = space.low, space.high, space.dtype
+        if clip:
+            return lambda a: np.clip(a, low, high).astype(dtype, copy=False)
+        return lambda a: np.asarray(a, dtype=dtype)
+    raise EnvSpecError(f"action space {space!r} is not supported", "")

@@ -1,0 +1,140 @@
+"""Building Gymnasium envs from the config, and checking them once at start."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from surge.config.schema import EnvConfig
+from surge.envs.spaces import ArraySpec, action_spec, flatten_obs_space, obs_specs, split_obs
+from surge.errors import EnvSpecError
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What the rest of the system needs to know about an env: its spaces and array layout."""
+
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
+
+    @property
+    def obs(self) -> dict[str, ArraySpec]:
+        return obs_specs(self.observation_space)
+
+    @property
+    def action(self) -> ArraySpec:
+        return action_spec(self.action_space)
+
+
+def make_env(cfg: EnvConfig) -> gym.Env[Any, Any]:
+    """`gymnasium.make(cfg.id)`; `module:Env-v0` imports `module` first (gymnasium's own syntax)."""
+    kwargs = dict(cfg.kwargs)
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    try:
+        return gym.make(cfg.id, **kwargs)
+    except ModuleNotFoundError as e:
+        module = cfg.id.split(":")[0]
+        raise EnvSpecError(
+            f"env.id={cfg.id!r}: cannot import module {module!r} ({e})",
+            "make sure the module is importable (installed, or on PYTHONPATH) and registers the env"
+            " with gymnasium.register(...) at import",
+        ) from None
+    except gym.error.Error as e:
+        known = list(gym.registry.keys())
+        close = difflib.get_close_matches(cfg.id.split(":")[-1], known, n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise EnvSpecError(
+            f"env.id={cfg.id!r}: {e}",
+            f"{hint}use a registered Gymnasium id, or `module:EnvName-v0` for your own env",
+        ) from None
+
+
+def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
+    """Build one env, check its spaces and that reset/step return what they declare."""
+    env = make_env(cfg)
+    try:
+        info = EnvInfo(env.observation_space, env.action_space)
+        info.obs  # noqa: B018 - raises for unsupported observation spaces
+        info.action  # noqa: B018 - raises for unsupported action spaces
+        obs, _ = env.reset(seed=seed)
+        check_observation(cfg.id, "reset()", obs, env.observation_space)
+        env.action_space.seed(seed)
+        result = env.step(env.action_space.sample())
+        if not isinstance(result, tuple) or len(result) != 5:
+            raise EnvSpecError(
+                f"env {cfg.id!r}: step() returned {type(result).__name__} of length "
+                f"{len(result) if isinstance(result, tuple) else '?'}",
+                "step() must return (observation, reward, terminated, truncated, info) as in the "
+                "Gymnasium >= 0.26 API; wrap old-style envs with gymnasium's compatibility wrapper",
+            )
+        obs, reward, terminated, truncated, _ = result
+        check_observation(cfg.id, "step()", obs, env.observation_space)
+        if not np.isscalar(reward) and np.ndim(reward) != 0:
+            raise EnvSpecError(
+                f"env {cfg.id!r}: step() returned a reward of shape {np.shape(reward)}",
+                "single-agent envs return one scalar reward per step",
+            )
+        for name, flag in (("terminated", terminated), ("truncated", truncated)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise EnvSpecError(
+                    f"env {cfg.id!r}: step() returned {name}={flag!r} ({type(flag).__name__})",
+                    f"return a Python bool for {name}",
+                )
+        return info
+    finally:
+        env.close()
+
+
+def check_observation(env_id: str, where: str, obs: Any, space: gym.Space[Any]) -> None:
+    """Raise an EnvSpecError saying what was declared and what came back, if they differ."""
+    if isinstance(space, gym.spaces.Dict):
+        if not isinstance(obs, dict):
+            raise EnvSpecError(
+                f"env {env_id!r}: observation_space is a Dict with keys {list(space.spaces)}, "
+                f"but {where} returned {type(obs).__name__}",
+                "return a dict with those keys, or declare the space that the env really returns",
+            )
+        missing = set(space.spaces) - set(obs)
+        extra = set(obs) - set(space.spaces)
+        if missing or extra:
+            raise EnvSpecError(
+                f"env {env_id!r}: {where} returned a dict with keys {sorted(obs)}; the declared "
+                f"Dict space has {sorted(space.spaces)} (missing {sorted(missing)}, "
+                f"undeclared {sorted(extra)})",
+                "make the observation dict and observation_space agree",
+            )
+    leaves = flatten_obs_space(space)
+    for name, value in split_obs(obs, space).items():
+        _check_leaf(env_id, where, name, value, leaves[name])
+
+
+def _check_leaf(env_id: str, where: str, name: str, value: Any, space: gym.Space[Any]) -> None:
+    arr = np.asarray(value)
+    at = f" at key {name!r}" if name != "obs" else ""
+    if isinstance(space, gym.spaces.Discrete):
+        if arr.shape != () or not np.issubdtype(arr.dtype, np.integer):
+            raise EnvSpecError(
+                f"env {env_id!r}: declared {space}{at}, but {where} returned "
+                f"{arr.dtype} of shape {arr.shape}",
+                "a Discrete observation is one integer; declare a Box space for arrays",
+            )
+        return
+    assert isinstance(space, gym.spaces.Box)
+    if arr.shape != space.shape:
+        raise EnvSpecError(
+            f"env {env_id!r}: declared observation_space {space}{at} (shape {space.shape}), but "
+            f"{where} returned shape {arr.shape} ({arr.dtype})",
+            f"set observation_space to a Box of shape {arr.shape}, or return arrays of shape "
+            f"{space.shape}",
+        )
+    if not np.can_cast(arr.dtype, space.dtype, casting="same_kind"):
+        raise EnvSpecError(
+            f"env {env_id!r}: declared observation_space {space}{at} with dtype {space.dtype}, "
+            f"but {where} returned dtype {arr.dtype}",
+            f"declare dtype={arr.dtype} in the Box, or return {space.dtype} arrays",
+        )

@@ -1,0 +1,1 @@
+"""Networks: the actor-critic, its encoders and action distributions."""

@@ -1,0 +1,152 @@
+"""The controller: turns a config into a running graph on the chosen runtime, and reports.
+
+`train` and `resume` are what `surge train` / `surge resume` call, and the Python API.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from surge.config.load import dump_yaml, load_config
+from surge.config.schema import ExperimentConfig
+from surge.envs.make import probe_env
+from surge.errors import ConfigError, UserError
+from surge.models.actor_critic import ActorCritic
+from surge.runtime.control import Control
+from surge.runtime.graph import build_graph
+from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
+from surge.tracking.metrics import read_metrics
+from surge.tracking.progress import Progress
+from surge.tracking.run_dir import create_run_dir
+from surge.workers.base import RunContext
+from surge.workers.weights import count_params
+
+# Keys that define what a checkpoint holds: changing them on resume cannot work.
+FROZEN_ON_RESUME = ("env.id", "env.kwargs", "model.", "algo")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: Path
+    reason: str  # "solved" | "budget" | "interrupted"
+    env_steps: int
+    episode_return_mean: float
+    wall_time_s: float
+
+
+def train(cfg: ExperimentConfig, name: str = "run") -> TrainResult:
+    """Train from scratch into a new run directory."""
+    probe_env(cfg.env, cfg.seed)  # fail on a bad env before creating anything
+    run_dir = create_run_dir(cfg, name)
+    return _run(cfg, run_dir, checkpoint=None)
+
+
+def resume(run_dir: Path, overrides: list[str]) -> TrainResult:
+    """Continue a run from its newest checkpoint, optionally with changed settings."""
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.yaml"
+    if not config_path.exists():
+        raise UserError(
+            f"{run_dir} is not a surge run directory (no config.yaml)",
+            "pass the directory a `surge train` run created",
+        )
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        if any(key == f or (f.endswith(".") and key.startswith(f)) for f in FROZEN_ON_RESUME):
+            raise ConfigError(
+                f"{key} cannot change on resume: the checkpoint was trained with it",
+                "start a new run with `surge train` instead",
+            )
+    cfg, _ = load_config(str(config_path), overrides)
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise UserError(
+            f"{run_dir} has no checkpoint to resume from",
+            "a checkpoint is written every log.checkpoint_interval_s, at the end and on Ctrl+C",
+        )
+    dump_yaml(cfg, config_path)
+    return _run(cfg, run_dir, checkpoint=checkpoint)
+
+
+def _run(cfg: ExperimentConfig, run_dir: Path, checkpoint: Path | None) -> TrainResult:
+    env = probe_env(cfg.env, cfg.seed)
+    n_params = count_params(ActorCritic(env.observation_space, env.action_space, cfg.model))
+    start_version, resumes = 0, 0
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint)
+        start_version, resumes = int(state["version"]), int(state["resumes"]) + 1
+    graph = build_graph(cfg, env, n_params)
+    ctx = RunContext(
+        cfg=cfg,
+        env=env,
+        run_dir=run_dir,
+        n_params=n_params,
+        start_version=start_version,
+        checkpoint=str(checkpoint) if checkpoint else None,
+        resumes=resumes,
+    )
+    _print_header(cfg, run_dir, graph.workers, checkpoint)
+    progress = Progress(cfg.total_env_steps, enabled=cfg.log.progress)
+
+    def on_tick(control: Control) -> None:
+        p = control.progress()
+        if p["policy_version"] > 0:
+            progress.update(
+                env_steps=int(p["env_steps"]),
+                steps_per_s=p["steps_per_s"],
+                episode_return_mean=p["episode_return_mean"],
+                policy_lag_mean=p["policy_lag_mean"],
+                policy_version=int(p["policy_version"]),
+            )
+
+    if cfg.runtime == "serial":
+        from surge.runtime.serial import run_serial as runner
+    else:
+        from surge.runtime.local import run_local as runner
+    try:
+        reason = runner(ctx, graph, on_tick)
+    finally:
+        progress.close()
+    records = read_metrics(run_dir)
+    last = records[-1] if records else {}
+    result = TrainResult(
+        run_dir=run_dir,
+        reason=reason,
+        env_steps=int(last.get("env_steps", 0)),
+        episode_return_mean=float(last.get("episode_return_mean", math.nan)),
+        wall_time_s=float(last.get("wall_time_s", 0.0)),
+    )
+    _print_footer(result)
+    return result
+
+
+def _print_header(cfg: ExperimentConfig, run_dir: Path, workers: list, checkpoint: Path | None) -> None:  # type: ignore[type-arg]
+    w = cfg.workers
+    names = ", ".join(s.name for s in workers)
+    print(f"surge: {cfg.algo} on {cfg.env.id}, runtime={cfg.runtime}, run_dir={run_dir}", file=sys.stderr)
+    print(
+        f"  workers: {names}; {cfg.total_envs} envs ({w.actors} actors x {w.ring_size} groups x "
+        f"{w.envs_per_group}); max_policy_lag={cfg.max_policy_lag}; torch {torch.__version__}",
+        file=sys.stderr,
+    )
+    if checkpoint is not None:
+        print(f"  resuming from {checkpoint}", file=sys.stderr)
+
+
+def _print_footer(result: TrainResult) -> None:
+    summary = {
+        "solved": "solved",
+        "budget": "reached total_env_steps",
+        "interrupted": "interrupted; checkpoint saved, continue with `surge resume "
+        f"{result.run_dir}`",
+    }.get(result.reason, result.reason)
+    print(
+        f"surge: {summary}: {result.env_steps:,} env steps in {result.wall_time_s:.1f} s, "
+        f"episode return {result.episode_return_mean:.1f}",
+        file=sys.stderr,
+    )

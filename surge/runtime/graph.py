@@ -1,0 +1,85 @@
+"""The dataflow graph of an experiment, built from its config in one readable place.
+
+    actor-i  --(inference stream: obs -> actions)-->  policy-(i % P)
+    actor-i  --(sample stream: segments)----------->  trainer-0
+    trainer-0 --(parameter service: versions)------>  policy-*
+
+Every runtime takes this graph as it is: it decides only where workers run and which
+transport backs the blocks and channels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from surge.config.schema import ExperimentConfig
+from surge.envs.make import EnvInfo
+from surge.runtime.control import Control, control_layout
+from surge.streams import inference, params, sample
+from surge.streams.transport import BlockLayout, Transport
+from surge.workers.base import RunContext, Worker
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    kind: str  # "trainer" | "policy" | "actor"
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.index}"
+
+
+@dataclass(frozen=True)
+class Graph:
+    workers: list[WorkerSpec]
+    """In start order: the trainer publishes version 0 before anyone asks for it."""
+    layouts: dict[str, BlockLayout]
+    channels: list[str]
+
+
+def build_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
+    w = cfg.workers
+    workers = (
+        [WorkerSpec("trainer", 0)]
+        + [WorkerSpec("policy", p) for p in range(w.policy_workers)]
+        + [WorkerSpec("actor", a) for a in range(w.actors)]
+    )
+    layouts = {
+        inference.BLOCK: inference.inference_layout(
+            env.obs, env.action, groups=cfg.total_groups, group_size=w.envs_per_group
+        ),
+        sample.BLOCK: sample.sample_layout(
+            env.obs,
+            env.action,
+            depth=cfg.max_policy_lag + 1,
+            steps=cfg.ppo.rollout_len,
+            envs=cfg.total_envs,
+        ),
+        params.BLOCK: params.params_layout(n_params),
+        "control": control_layout(len(workers)),
+    }
+    channels = (
+        [sample.CHANNEL]
+        + [inference.policy_channel(p) for p in range(w.policy_workers)]
+        + [inference.actor_channel(a) for a in range(w.actors)]
+    )
+    return Graph(workers, layouts, channels)
+
+
+def build_worker(spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control) -> Worker:
+    """Construct one worker inside the process (or thread) that will run it."""
+    # Imported here so that actor processes never import torch.
+    if spec.kind == "trainer":
+        from surge.workers.trainer import TrainerWorker
+
+        return TrainerWorker(ctx, transport, control)
+    if spec.kind == "policy":
+        from surge.workers.policy import PolicyWorker
+
+        return PolicyWorker(ctx, spec.index, transport)
+    if spec.kind == "actor":
+        from surge.workers.actor import ActorWorker
+
+        return ActorWorker(ctx, spec.index, transport)
+    raise ValueError(f"unknown worker kind {spec.kind!r}")

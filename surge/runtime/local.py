@@ -1,0 +1,214 @@
+"""The local runtime: one OS process per worker, streams over shared memory.
+
+The controller (this process) creates the run's shared memory, starts every worker, and then
+only watches: process exits, heartbeats, the trainer's progress. Any worker failure stops the
+run within a second with that worker's name and original traceback; whatever happens, every
+process is stopped and the shared memory removed before `run_local` returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+from surge.errors import WorkerFailure
+from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
+from surge.runtime.graph import Graph, WorkerSpec, build_worker
+from surge.streams.transport import ShmSpec, ShmTransport, create_shm, destroy_shm
+from surge.tracking.run_dir import WorkersFile
+from surge.workers.base import RunContext
+
+WAKE = -2
+INTERRUPT_GRACE_S = 30.0
+
+
+def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
+    shm = create_shm(graph.layouts, graph.channels)
+    transport = ShmTransport(shm)
+    control = Control(transport)
+    control.reset()
+    spawn = mp.get_context("spawn")
+    procs: dict[str, BaseProcess] = {}
+    states: dict[str, str] = {}
+    workers_file = WorkersFile(ctx.run_dir / "workers.json")
+    host = socket.gethostname()
+
+    def record(name: str, state: str) -> None:
+        states[name] = state
+        workers_file.write(
+            [
+                {
+                    "name": s.name,
+                    "pid": procs[s.name].pid if s.name in procs else None,
+                    "host": host,
+                    "state": states.get(s.name, "pending"),
+                    "restarts": 0,
+                }
+                for s in graph.workers
+            ]
+        )
+
+    try:
+        for slot, spec in enumerate(graph.workers):
+            threads = _threads(ctx, spec)
+            with _env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
+                proc = spawn.Process(
+                    target=worker_main,
+                    args=(spec, slot, ctx, shm, os.getpid()),
+                    name=spec.name,
+                )
+                proc.start()
+            procs[spec.name] = proc
+            record(spec.name, "running")
+        return _watch(ctx, graph, procs, control, transport, on_tick, record)
+    finally:
+        control.request_stop(STOP)
+        for name in graph.channels:
+            with contextlib.suppress(OSError):
+                transport.channel(name).send(WAKE)
+        _stop_all(procs)
+        for name, proc in procs.items():
+            if states.get(name) == "running":
+                record(name, "stopped" if proc.exitcode == 0 else f"exited ({proc.exitcode})")
+        destroy_shm(shm)
+
+
+def _watch(
+    ctx: RunContext,
+    graph: Graph,
+    procs: dict[str, BaseProcess],
+    control: Control,
+    transport: ShmTransport,
+    on_tick: Callable[[Control], None],
+    record: Callable[[str, str], None],
+) -> str:
+    timeout = ctx.cfg.workers.heartbeat_timeout_s
+    interrupted_at: float | None = None
+    by_sentinel = {p.sentinel: name for name, p in procs.items()}
+    while True:
+        try:
+            exited = wait(list(by_sentinel), timeout=0.25)
+            for sentinel in exited:
+                name = by_sentinel.pop(sentinel)  # type: ignore[call-overload]
+                proc = procs[name]
+                proc.join()
+                if name == "trainer-0" and proc.exitcode == 0:
+                    record(name, "finished")
+                    on_tick(control)
+                    return Path(transport.error_path(name)).with_suffix(".done").read_text()
+                record(name, "failed")
+                raise WorkerFailure(name, _failure_detail(transport, name, proc))
+            now = time.monotonic()
+            for slot, spec in enumerate(graph.workers):
+                silent = now - control.last_beat(slot)
+                if silent > timeout:
+                    record(spec.name, "hung")
+                    raise WorkerFailure(
+                        spec.name,
+                        f"no heartbeat for {silent:.0f} s (workers.heartbeat_timeout_s="
+                        f"{timeout:g}): the worker is hung, e.g. inside env.step()",
+                    )
+            if interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_S:
+                raise WorkerFailure("trainer-0", "did not save a checkpoint after Ctrl+C in time")
+            on_tick(control)
+        except KeyboardInterrupt:
+            if interrupted_at is not None:
+                raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
+            interrupted_at = time.monotonic()
+            control.request_stop(CHECKPOINT_AND_STOP)
+            with contextlib.suppress(OSError):
+                transport.channel("trainer").send(WAKE)
+
+
+def _failure_detail(transport: ShmTransport, name: str, proc: BaseProcess) -> str:
+    path = Path(transport.error_path(name))
+    if path.exists():
+        return path.read_text()
+    code = proc.exitcode
+    if code is not None and code < 0:
+        return f"process {proc.pid} was killed by signal {signal.Signals(-code).name}"
+    return f"process {proc.pid} exited with code {code} without reporting an error"
+
+
+def _stop_all(procs: dict[str, BaseProcess]) -> None:
+    deadline = time.monotonic() + 5.0
+    for proc in procs.values():
+        proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in procs.values():
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs.values():
+        proc.join(2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+def _threads(ctx: RunContext, spec: WorkerSpec) -> int:
+    w = ctx.cfg.workers
+    return {"trainer": w.trainer_threads, "policy": w.policy_threads}.get(spec.kind, w.actor_threads)
+
+
+@contextlib.contextmanager
+def _env(**values: str):  # type: ignore[no-untyped-def]
+    """Set environment variables for the processes started inside (spawn copies os.environ)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# ----------------------------------------------------------------------------- in the worker
+
+
+def worker_main(spec: WorkerSpec, slot: int, ctx: RunContext, shm: ShmSpec, parent: int) -> None:
+    """Entry point of a worker process."""
+    _become_worker(spec.name, ctx)
+    transport = ShmTransport(shm)
+    control = Control(transport, slot)
+    try:
+        control.beat()
+        worker = build_worker(spec, ctx, transport, control)
+        while not worker.finished:
+            control.beat()
+            if os.getppid() != parent:
+                break  # the controller is gone: never outlive it
+            if spec.kind != "trainer" and control.stop_request == STOP:
+                break
+            worker.poll(0.5)
+        worker.close()
+        if spec.kind == "trainer":
+            done = Path(transport.error_path(spec.name)).with_suffix(".done")
+            done.write_text(getattr(worker, "finish_reason", ""))
+    except BaseException:
+        Path(transport.error_path(spec.name)).write_text(traceback.format_exc())
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def _become_worker(name: str, ctx: RunContext) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the controller's to handle
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the controller
+    with contextlib.suppress(ImportError):
+        import setproctitle
+
+        setproctitle.setproctitle(f"surge {name} [{ctx.run_dir.name}]")

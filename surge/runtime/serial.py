@@ -1,0 +1,62 @@
+"""The serial runtime: every worker in this process, inline streams, a fixed polling order.
+
+The same workers and streams as the local runtime, over in-process arrays and queues. With a
+fixed seed a run is deterministic, which makes this the runtime for debugging (a breakpoint
+anywhere just works) and for the fastest tests.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+
+from surge.errors import WorkerFailure
+from surge.runtime.control import CHECKPOINT_AND_STOP, Control
+from surge.runtime.graph import Graph, build_worker
+from surge.streams.transport import InlineTransport
+from surge.workers.base import RunContext, Worker
+from surge.workers.trainer import TrainerWorker
+
+
+def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
+    """Run until the trainer finishes; returns its reason ("solved", "budget", "interrupted")."""
+    transport = InlineTransport(graph.layouts, graph.channels)
+    control = Control(transport)
+    control.reset()
+    workers: list[Worker] = []
+    try:
+        for slot, spec in enumerate(graph.workers):
+            workers.append(_guarded(spec.name, build_worker, spec, ctx, transport, Control(transport, slot)))
+        trainer = workers[0]
+        assert isinstance(trainer, TrainerWorker)
+        last_tick = 0.0
+        try:
+            while not trainer.finished:
+                progressed = False
+                for worker in workers:
+                    progressed |= _guarded(worker.name, worker.poll, 0.0)
+                if not progressed:
+                    raise RuntimeError("serial runtime: no worker can make progress (deadlock)")
+                now = time.monotonic()
+                if now - last_tick > 0.2:
+                    on_tick(control)
+                    last_tick = now
+        except KeyboardInterrupt:
+            control.request_stop(CHECKPOINT_AND_STOP)
+            trainer.poll(0.0)
+        on_tick(control)
+        return trainer.finish_reason
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+def _guarded(name: str, fn: Callable[..., object], *args: object) -> object:
+    """Call into a worker; a failure carries the worker's name and original traceback."""
+    try:
+        return fn(*args)
+    except (KeyboardInterrupt, WorkerFailure):
+        raise
+    except Exception:
+        raise WorkerFailure(name, traceback.format_exc()) from None

@@ -1,0 +1,66 @@
+"""The parameter service: versioned weights, published by the trainer, read by policy workers.
+
+Two buffers of the flat parameter vector; the trainer writes the one not marked latest, then
+flips. Each buffer has a sequence counter (odd while being written), so a reader that raced a
+writer notices and copies again (a seqlock): no locks, no torn parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surge.streams.transport import BlockLayout, Channel, Field, Transport
+
+BLOCK = "params"
+NONE = -1
+
+
+def params_layout(n_params: int) -> BlockLayout:
+    return BlockLayout(
+        {
+            "flat": Field((2, n_params), "<f4"),
+            "seq": Field((2,), "<i8"),
+            "version": Field((2,), "<i8"),
+            "latest": Field((1,), "<i8"),  # index of the newest complete buffer, or -1
+        }
+    )
+
+
+class ParameterService:
+    def __init__(self, transport: Transport, subscribers: list[Channel] | None = None) -> None:
+        a = transport.block(BLOCK)
+        self._flat, self._seq, self._version, self._latest = a["flat"], a["seq"], a["version"], a["latest"]
+        self._subscribers = subscribers or []
+
+    def reset(self) -> None:
+        """Mark the service empty (the trainer does this before its first publish)."""
+        self._latest[0] = NONE
+
+    def publish(self, version: int, flat: np.ndarray) -> None:
+        latest = int(self._latest[0])
+        b = 0 if latest == 1 else 1 if latest == 0 else 0
+        self._seq[b] += 1  # odd: writing
+        self._flat[b] = flat
+        self._version[b] = version
+        self._seq[b] += 1  # even: complete
+        self._latest[0] = b
+        for channel in self._subscribers:
+            channel.send(-1)
+
+    def latest_version(self) -> int:
+        b = int(self._latest[0])
+        return NONE if b == NONE else int(self._version[b])
+
+    def read(self, out: np.ndarray) -> int:
+        """Copy the newest parameters into `out`; returns their version (-1: none yet)."""
+        while True:
+            b = int(self._latest[0])
+            if b == NONE:
+                return NONE
+            seq = int(self._seq[b])
+            if seq % 2:
+                continue
+            np.copyto(out, self._flat[b])
+            version = int(self._version[b])
+            if int(self._seq[b]) == seq:
+                return version

@@ -1,0 +1,234 @@
+"""The two primitives every stream is built from: named array blocks and notification channels.
+
+A stream (inference, sample, parameters) is written once against these primitives; a runtime
+only chooses their backend:
+
+- `InlineTransport` (serial runtime): blocks are plain numpy arrays in this process; channels
+  are in-process queues that never block.
+- `ShmTransport` (local runtime): blocks are files in a run-scoped directory on /dev/shm, mapped
+  into every worker, written in place (no pickling); channels are named pipes (FIFOs) carrying
+  int32 records. A reader blocks in `select` until a record arrives, so no worker ever spins.
+
+Everything a run creates lives in one directory, so cleaning up after any crash is one
+`rmtree`, and a sweep at start removes what a killed controller left behind.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import select
+import shutil
+import tempfile
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+ALIGN = 64  # cache-line alignment keeps fields from sharing lines between writers
+RECORD = np.dtype(np.int32)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One named array of a block: full shape (including leading slot/time dims) and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """The arrays of one block, laid out back to back at aligned offsets."""
+
+    fields: dict[str, Field]
+
+    def offsets(self) -> tuple[dict[str, int], int]:
+        offsets: dict[str, int] = {}
+        pos = 0
+        for name, f in self.fields.items():
+            offsets[name] = pos
+            nbytes = int(np.prod(f.shape, dtype=np.int64)) * np.dtype(f.dtype).itemsize
+            pos += -(-nbytes // ALIGN) * ALIGN
+        return offsets, max(pos, ALIGN)
+
+    def views(self, buffer: Any) -> dict[str, np.ndarray]:
+        offsets, _ = self.offsets()
+        out = {}
+        for name, f in self.fields.items():
+            count = int(np.prod(f.shape, dtype=np.int64))
+            arr = np.frombuffer(buffer, dtype=f.dtype, count=count, offset=offsets[name])
+            out[name] = arr.reshape(f.shape)
+        return out
+
+
+class Channel(Protocol):
+    """A one-reader, many-writer queue of int32 records (slot ids and control codes)."""
+
+    def send(self, *records: int) -> None: ...
+
+    def recv(self, timeout: float) -> list[int]:
+        """Every record available, waiting up to `timeout` seconds for the first."""
+        ...
+
+
+class Transport(Protocol):
+    def block(self, name: str) -> dict[str, np.ndarray]: ...
+
+    def channel(self, name: str) -> Channel: ...
+
+
+# --------------------------------------------------------------------------- inline (serial)
+
+
+class InlineChannel:
+    def __init__(self) -> None:
+        self._queue: deque[int] = deque()
+
+    def send(self, *records: int) -> None:
+        self._queue.extend(records)
+
+    def recv(self, timeout: float) -> list[int]:
+        out = list(self._queue)
+        self._queue.clear()
+        return out
+
+
+class InlineTransport:
+    """Blocks and channels living in this process (the serial runtime)."""
+
+    def __init__(self, layouts: dict[str, BlockLayout], channels: list[str]) -> None:
+        self._blocks = {
+            name: {k: np.zeros(f.shape, f.dtype) for k, f in layout.fields.items()}
+            for name, layout in layouts.items()
+        }
+        self._channels = {name: InlineChannel() for name in channels}
+
+    def block(self, name: str) -> dict[str, np.ndarray]:
+        return self._blocks[name]
+
+    def channel(self, name: str) -> Channel:
+        return self._channels[name]
+
+
+# --------------------------------------------------------------------------- shared memory
+
+
+class FifoChannel:
+    """A named pipe. Writes of one record are atomic (< PIPE_BUF), so many writers are safe."""
+
+    def __init__(self, path: str) -> None:
+        # O_RDWR never blocks on open and never sees EOF when a peer dies.
+        self._fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+
+    def send(self, *records: int) -> None:
+        data = np.asarray(records, dtype=RECORD).tobytes()
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            except BlockingIOError:  # pipe full: the reader is behind; wait for room
+                select.select([], [self._fd], [], 1.0)
+
+    def recv(self, timeout: float) -> list[int]:
+        ready, _, _ = select.select([self._fd], [], [], timeout)
+        if not ready:
+            return []
+        try:
+            data = os.read(self._fd, 1 << 16)
+        except BlockingIOError:
+            return []
+        return np.frombuffer(data, dtype=RECORD).tolist()
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def shm_root() -> Path:
+    root = Path("/dev/shm")
+    return root if root.is_dir() and os.access(root, os.W_OK) else Path(tempfile.gettempdir())
+
+
+@dataclass(frozen=True)
+class ShmSpec:
+    """What a worker process needs to attach to a run's shared memory (picklable)."""
+
+    directory: str
+    layouts: dict[str, BlockLayout]
+
+
+def create_shm(layouts: dict[str, BlockLayout], channels: list[str]) -> ShmSpec:
+    """Create every block and FIFO of a run (in the controller, before workers start)."""
+    sweep_stale_shm()
+    directory = tempfile.mkdtemp(prefix=f"surge-{os.getpid()}-", dir=shm_root())
+    for name, layout in layouts.items():
+        _, size = layout.offsets()
+        fd = os.open(os.path.join(directory, f"{name}.block"), os.O_CREAT | os.O_EXCL | os.O_RDWR)
+        try:
+            os.ftruncate(fd, size)  # tmpfs pages are zero-filled and allocated on first touch
+        finally:
+            os.close(fd)
+    os.mkdir(os.path.join(directory, "channels"))
+    for name in channels:
+        os.mkfifo(os.path.join(directory, "channels", name))
+    os.mkdir(os.path.join(directory, "errors"))
+    return ShmSpec(directory, layouts)
+
+
+def destroy_shm(spec: ShmSpec) -> None:
+    shutil.rmtree(spec.directory, ignore_errors=True)
+
+
+def sweep_stale_shm() -> None:
+    """Remove directories of runs whose controller no longer exists (killed with SIGKILL)."""
+    for path in shm_root().glob("surge-*-*"):
+        try:
+            pid = int(path.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if not _pid_alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ShmTransport:
+    """A worker's view of the run's shared memory: maps blocks on first use."""
+
+    def __init__(self, spec: ShmSpec) -> None:
+        self.spec = spec
+        self._maps: dict[str, mmap.mmap] = {}
+        self._blocks: dict[str, dict[str, np.ndarray]] = {}
+        self._channels: dict[str, FifoChannel] = {}
+
+    def block(self, name: str) -> dict[str, np.ndarray]:
+        if name not in self._blocks:
+            layout = self.spec.layouts[name]
+            _, size = layout.offsets()
+            fd = os.open(os.path.join(self.spec.directory, f"{name}.block"), os.O_RDWR)
+            try:
+                self._maps[name] = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+            self._blocks[name] = layout.views(self._maps[name])
+        return self._blocks[name]
+
+    def channel(self, name: str) -> Channel:
+        if name not in self._channels:
+            path = os.path.join(self.spec.directory, "channels", name)
+            self._channels[name] = FifoChannel(path)
+        return self._channels[name]
+
+    def error_path(self, worker: str) -> str:
+        return os.path.join(self.spec.directory, "errors", f"{worker}.txt")

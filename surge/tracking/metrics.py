@@ -1,0 +1,117 @@
+"""Run metrics: one JSON object per line in metrics.jsonl, mirrored to TensorBoard.
+
+metrics.jsonl is the record of truth (plots and tests read it); TensorBoard is a view.
+Non-finite floats (NaN before the first episode ends) are written as null so the file
+stays strict JSON for other tools.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Self
+
+from surge.errors import UserError
+
+METRICS_FILE = "metrics.jsonl"
+
+# TensorBoard tag for each known metric, CleanRL-style groups. Keys not listed go under
+# `other/`; `env_steps` is the x axis and is not plotted against itself.
+TB_TAGS: dict[str, str] = {
+    "episode_return_mean": "charts/episode_return_mean",
+    "episode_length_mean": "charts/episode_length_mean",
+    "episodes": "charts/episodes",
+    "steps_per_s": "charts/steps_per_s",
+    "policy_version": "charts/policy_version",
+    "policy_lag_mean": "charts/policy_lag_mean",
+    "learning_rate": "charts/learning_rate",
+    "wall_time_s": "charts/wall_time_s",
+    "policy_loss": "losses/policy_loss",
+    "value_loss": "losses/value_loss",
+    "entropy": "losses/entropy",
+    "approx_kl": "losses/approx_kl",
+    "old_approx_kl": "losses/old_approx_kl",
+    "clipfrac": "losses/clipfrac",
+    "explained_variance": "losses/explained_variance",
+    "grad_norm": "losses/grad_norm",
+}
+STEP_KEY = "env_steps"
+
+
+def tb_tag(key: str) -> str:
+    return TB_TAGS.get(key, f"other/{key}")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsWriter:
+    """Appends records to run_dir/metrics.jsonl (and TensorBoard if enabled)."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool) -> None:
+        self.path = Path(run_dir) / METRICS_FILE
+        # Append: a resumed run continues the same file.
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._tb: Any = None
+        if tensorboard:
+            # Imported lazily: it is slow and only needed when enabled.
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+
+    def write(self, record: dict[str, float | int]) -> None:
+        line = json.dumps({k: _clean(v) for k, v in record.items()}, allow_nan=False)
+        self._file.write(line + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            if STEP_KEY not in record:
+                raise ValueError(f"a metrics record needs '{STEP_KEY}' for TensorBoard's x axis")
+            step = int(record[STEP_KEY])
+            for key, value in record.items():
+                if key == STEP_KEY or isinstance(value, bool):
+                    continue
+                if isinstance(value, int | float) and math.isfinite(value):
+                    self._tb.add_scalar(tb_tag(key), value, global_step=step)
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """All records of run_dir/metrics.jsonl; a torn last line (a crash mid-write) is skipped."""
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise UserError(
+            f"{run_dir} has no {METRICS_FILE}",
+            "give a run directory written by `surge` (it appears after the first log interval)",
+        ) from None
+    records = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise UserError(
+                f"{path}:{i + 1}: not a JSON line: {line[:80]!r}",
+                "the file is corrupt; remove or repair that line",
+            ) from None
+    return records

@@ -1,0 +1,117 @@
+"""The live one-line progress display on the terminal.
+
+    env steps 123,456/500,000 (24.7%) | 4,120 steps/s | return 187.3 | lag 0.00 | v 241 | ETA 1m32s
+
+On a TTY the line is redrawn in place (at most ~5 times a second); into a file or pipe a
+full line is printed at most every 10 s, so logs stay readable.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+TTY_INTERVAL_S = 0.2
+PIPE_INTERVAL_S = 10.0
+
+
+def format_duration(seconds: float) -> str:
+    """45s, 1m32s, 2h03m."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _number(x: float | None, fmt: str) -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def render_line(
+    env_steps: int,
+    total_env_steps: int,
+    steps_per_s: float,
+    episode_return_mean: float | None,
+    policy_lag_mean: float | None,
+    policy_version: int,
+) -> str:
+    pct = 100.0 * env_steps / total_env_steps if total_env_steps else 0.0
+    remaining = max(total_env_steps - env_steps, 0)
+    eta = format_duration(remaining / steps_per_s) if steps_per_s > 0 else "?"
+    return (
+        f"env steps {env_steps:,}/{total_env_steps:,} ({pct:.1f}%)"
+        f" | {_number(steps_per_s, ',.0f')} steps/s"
+        f" | return {_number(episode_return_mean, '.1f')}"
+        f" | lag {_number(policy_lag_mean, '.2f')}"
+        f" | v {policy_version}"
+        f" | ETA {eta}"
+    )
+
+
+class Progress:
+    def __init__(
+        self,
+        total_env_steps: int,
+        enabled: bool,
+        stream: TextIO = sys.stderr,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total_env_steps = total_env_steps
+        self.enabled = enabled
+        self.stream = stream
+        self.clock = clock
+        isatty = getattr(stream, "isatty", None)
+        self.tty = bool(isatty and isatty())
+        self.interval = TTY_INTERVAL_S if self.tty else PIPE_INTERVAL_S
+        self._last_shown: float | None = None
+        self._pending: str | None = None  # newest line not yet shown
+        self._width = 0  # length of the line on screen (TTY), to blank leftovers
+
+    def update(
+        self,
+        env_steps: int,
+        steps_per_s: float,
+        episode_return_mean: float | None,
+        policy_lag_mean: float | None,
+        policy_version: int,
+    ) -> None:
+        if not self.enabled:
+            return
+        self._pending = render_line(
+            env_steps,
+            self.total_env_steps,
+            steps_per_s,
+            episode_return_mean,
+            policy_lag_mean,
+            policy_version,
+        )
+        now = self.clock()
+        if self._last_shown is None or now - self._last_shown >= self.interval:
+            self._show()
+            self._last_shown = now
+
+    def _show(self) -> None:
+        line, self._pending = self._pending, None
+        if line is None:
+            return
+        if self.tty:
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Show the newest state and end the line."""
+        if not self.enabled:
+            return
+        self._show()
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0

@@ -1,0 +1,215 @@
+"""The trainer worker: consumes batches of segments, learns, publishes versioned parameters.
+
+Batch u is segment u of every env group (see streams/sample.py), read in place. After the
+update the trainer publishes version u+1 at once, so actors resume while it logs and
+checkpoints. Episode statistics arrive inside the segments, so every finished episode is
+counted exactly once, by the one worker that also owns the step count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from surge.algos.ppo import PPOLearner, RolloutBatch
+from surge.models.actor_critic import ActorCritic
+from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
+from surge.streams.inference import policy_channel
+from surge.streams.params import ParameterService
+from surge.streams.sample import SampleConsumer, prefixed
+from surge.streams.transport import Transport
+from surge.tracking.checkpoint import (
+    load_checkpoint,
+    restore_rng_state,
+    rng_state_to_tensors,
+    save_checkpoint,
+)
+from surge.tracking.metrics import MetricsWriter
+from surge.workers.base import RunContext, derive_seed
+from surge.workers.weights import model_to_flat
+
+CHECKPOINT_FORMAT = 1
+
+
+class TrainerWorker:
+    def __init__(self, ctx: RunContext, transport: Transport, control: Control) -> None:
+        cfg = self.cfg = ctx.cfg
+        self.name = "trainer-0"
+        self.finished = False
+        self.finish_reason = ""
+        self.ctx = ctx
+        self.control = control
+        torch.set_num_threads(cfg.workers.trainer_threads)
+        torch.manual_seed(derive_seed(cfg.seed, "model"))
+        self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
+        self.generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "trainer"))
+        self.learner = PPOLearner(self.model, cfg.ppo, self.generator)
+        self.consumer = SampleConsumer(
+            transport, cfg.max_policy_lag + 1, cfg.total_groups, ctx.start_version
+        )
+        channels = [transport.channel(policy_channel(p)) for p in range(cfg.workers.policy_workers)]
+        self.params = ParameterService(transport, subscribers=channels)
+
+        self.version = 0  # = updates done; the parameters of version v trained batches 0..v-1
+        self.env_steps = 0
+        self.episodes = 0
+        self.wall_time_offset = 0.0
+        self.recent_returns: deque[float] = deque(maxlen=cfg.return_window)
+        self.recent_lengths: deque[float] = deque(maxlen=cfg.return_window)
+        if ctx.checkpoint is not None:
+            self._restore(load_checkpoint(ctx.checkpoint))
+        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard)
+        self._started = time.monotonic()
+        self._last_log = (self._started, self.env_steps)
+        self._last_checkpoint = self._started
+        self._lag_sum = 0.0
+        self._lag_count = 0
+        self._latest_stats: dict[str, float] = {}
+        self.params.reset()
+        self.params.publish(self.version, model_to_flat(self.model))
+
+    # ------------------------------------------------------------------ main loop
+
+    def poll(self, timeout: float) -> bool:
+        request = self.control.stop_request
+        if request == CHECKPOINT_AND_STOP:
+            self.save_checkpoint()
+            return self._finish("interrupted")
+        if request == STOP:
+            return self._finish("stopped")
+        if not self.consumer.ready(self.version):
+            self.consumer.poll(timeout)
+            if not self.consumer.ready(self.version):
+                return False
+        self._train(self.consumer.batch(self.version))
+        return True
+
+    def _train(self, arrays: dict[str, np.ndarray]) -> None:
+        cfg = self.cfg
+        # Read everything needed from the slot before publishing: actors refill it right after.
+        self._lag_sum += float(self.version - arrays["version"].mean())
+        self._lag_count += 1
+        done = arrays["terminated"] | arrays["truncated"]
+        if done.any():
+            self.recent_returns.extend(arrays["episode_return"][done].tolist())
+            self.recent_lengths.extend(arrays["episode_length"][done].tolist())
+            self.episodes += int(done.sum())
+        lr = cfg.ppo.lr * (
+            max(0.0, 1.0 - self.env_steps / cfg.total_env_steps) if cfg.ppo.anneal_lr else 1.0
+        )
+        self._latest_stats = self.learner.update(_rollout_batch(arrays, cfg.ppo.rollout_len), lr)
+        self.version += 1
+        self.env_steps += cfg.batch_steps
+        self.params.publish(self.version, model_to_flat(self.model))
+
+        now = time.monotonic()
+        solved = (
+            cfg.stop_return is not None
+            and len(self.recent_returns) >= cfg.return_window
+            and self.return_mean >= cfg.stop_return
+        )
+        out_of_budget = self.env_steps >= cfg.total_env_steps
+        if now - self._last_log[0] >= cfg.log.interval_s or solved or out_of_budget:
+            self._log(now)
+        if now - self._last_checkpoint >= cfg.log.checkpoint_interval_s:
+            self.save_checkpoint()
+        if solved or out_of_budget:
+            self.save_checkpoint()
+            self._finish("solved" if solved else "budget")
+
+    @property
+    def return_mean(self) -> float:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
+
+    def wall_time_s(self) -> float:
+        return self.wall_time_offset + time.monotonic() - self._started
+
+    def _log(self, now: float) -> None:
+        then, steps_then = self._last_log
+        sps = (self.env_steps - steps_then) / max(now - then, 1e-9)
+        lag = self._lag_sum / max(self._lag_count, 1)
+        record: dict[str, Any] = {
+            "env_steps": self.env_steps,
+            "wall_time_s": round(self.wall_time_s(), 3),
+            "episode_return_mean": self.return_mean,
+            "episode_length_mean": float(np.mean(self.recent_lengths))
+            if self.recent_lengths
+            else math.nan,
+            "episodes": self.episodes,
+            "steps_per_s": round(sps, 1),
+            "policy_lag_mean": lag,
+            "policy_version": self.version,
+            **self._latest_stats,
+        }
+        self.metrics.write(record)
+        self.control.set_progress(
+            env_steps=self.env_steps,
+            steps_per_s=sps,
+            episode_return_mean=self.return_mean,
+            policy_lag_mean=lag,
+            policy_version=self.version,
+            episodes=self.episodes,
+        )
+        self._last_log = (now, self.env_steps)
+        self._lag_sum, self._lag_count = 0.0, 0
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self) -> None:
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "version": self.version,
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "wall_time_s": self.wall_time_s(),
+            "recent_returns": list(self.recent_returns),
+            "recent_lengths": list(self.recent_lengths),
+            "resumes": self.ctx.resumes,
+            "model": self.model.state_dict(),
+            "learner": self.learner.state_dict(),
+            "generator": self.generator.get_state(),
+            "rng": rng_state_to_tensors(),
+        }
+        save_checkpoint(self.ctx.run_dir, state, self.version, self.cfg.log.keep_checkpoints)
+        self._last_checkpoint = time.monotonic()
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.learner.load_state_dict(state["learner"])
+        self.generator.set_state(state["generator"])
+        restore_rng_state(state["rng"])
+        self.version = int(state["version"])
+        self.env_steps = int(state["env_steps"])
+        self.episodes = int(state["episodes"])
+        self.wall_time_offset = float(state["wall_time_s"])
+        self.recent_returns.extend(float(x) for x in state["recent_returns"])
+        self.recent_lengths.extend(float(x) for x in state["recent_lengths"])
+
+    def _finish(self, reason: str) -> bool:
+        self.finished = True
+        self.finish_reason = reason
+        return True
+
+    def close(self) -> None:
+        self.metrics.close()
+
+
+def _rollout_batch(arrays: dict[str, np.ndarray], steps: int) -> RolloutBatch:
+    """Zero-copy tensors over batch views (the slot is not rewritten until the next publish)."""
+    obs = {k: torch.from_numpy(v) for k, v in prefixed(arrays, "obs/").items()}
+    return RolloutBatch(
+        obs={k: v[:steps] for k, v in obs.items()},
+        last_obs={k: v[steps] for k, v in obs.items()},
+        final_obs={k: torch.from_numpy(v) for k, v in prefixed(arrays, "final_obs/").items()},
+        actions=torch.from_numpy(arrays["action"]),
+        logp=torch.from_numpy(arrays["logp"]),
+        values=torch.from_numpy(arrays["value"]),
+        rewards=torch.from_numpy(arrays["reward"]),
+        terminated=torch.from_numpy(arrays["terminated"]),
+        truncated=torch.from_numpy(arrays["truncated"]),
+    )

@@ -1,0 +1,268 @@
+"""Metrics, checkpoints, run directories, progress display and plots."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from surge.config.load import load_config
+from surge.errors import UserError
+from surge.tracking.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng_state,
+    rng_state_to_tensors,
+    save_checkpoint,
+)
+from surge.tracking.metrics import MetricsWriter, read_metrics
+from surge.tracking.plot import plot_runs
+from surge.tracking.progress import Progress, format_duration, render_line
+from surge.tracking.run_dir import WorkersFile, create_run_dir, load_run_config
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_metrics_write_read(tmp_path: Path) -> None:
+    with MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.write({"env_steps": 512, "episode_return_mean": 20.5, "policy_version": 1})
+        w.write({"env_steps": 1024, "episode_return_mean": float("nan")})
+    rows = read_metrics(tmp_path)
+    assert rows == [
+        {"env_steps": 512, "episode_return_mean": 20.5, "policy_version": 1},
+        {"env_steps": 1024, "episode_return_mean": None},  # NaN stored as null
+    ]
+
+
+def test_metrics_append_and_torn_last_line(tmp_path: Path) -> None:
+    with MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.write({"env_steps": 1})
+    with MetricsWriter(tmp_path, tensorboard=False) as w:  # a resumed run appends
+        w.write({"env_steps": 2})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"env_steps": 3, "episode_ret')  # crash mid-write
+    assert [r["env_steps"] for r in read_metrics(tmp_path)] == [1, 2]
+
+
+def test_metrics_corrupt_middle_line(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"env_steps": 1}\nnot json\n{"env_steps": 2}\n')
+    with pytest.raises(UserError, match="metrics.jsonl:2"):
+        read_metrics(tmp_path)
+
+
+def test_metrics_tensorboard(tmp_path: Path) -> None:
+    with MetricsWriter(tmp_path, tensorboard=True) as w:
+        w.write({"env_steps": 10, "episode_return_mean": 1.0, "policy_loss": 0.5})
+        with pytest.raises(ValueError, match="env_steps"):
+            w.write({"policy_loss": 0.1})
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def _state(v: int) -> dict:
+    return {"model": {"w": torch.full((3,), float(v))}, "version": v, "name": "x", "ok": True}
+
+
+def test_checkpoint_save_load_and_prune(tmp_path: Path) -> None:
+    assert latest_checkpoint(tmp_path) is None
+    for v in (1, 2, 3, 10, 11):
+        path = save_checkpoint(tmp_path, _state(v), version=v, keep=3)
+        assert path.name == f"ckpt-{v:08d}.pt"
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    # Only the newest three remain, and no temp files are left behind.
+    assert names == ["ckpt-00000003.pt", "ckpt-00000010.pt", "ckpt-00000011.pt"]
+    latest = latest_checkpoint(tmp_path)
+    assert latest is not None and latest.name == "ckpt-00000011.pt"
+    state = load_checkpoint(latest)
+    assert state["version"] == 11 and state["name"] == "x" and state["ok"] is True
+    assert torch.equal(state["model"]["w"], torch.full((3,), 11.0))
+
+
+def test_checkpoint_failed_save_leaves_no_partial_file(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path, _state(1), version=1, keep=3)
+
+    class NotSaveable:
+        def __reduce__(self) -> tuple:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        save_checkpoint(tmp_path, {"bad": NotSaveable()}, version=2, keep=3)
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-00000001.pt"]
+
+
+def test_checkpoint_weights_only_rejects_objects(tmp_path: Path) -> None:
+    # A pickled arbitrary object cannot be loaded with weights_only=True.
+    path = tmp_path / "checkpoints" / "ckpt-00000001.pt"
+    path.parent.mkdir()
+    torch.save({"obj": Path("x")}, path)
+    with pytest.raises(UserError, match="corrupt or unreadable"):
+        load_checkpoint(path)
+
+
+def test_checkpoint_corrupt_and_missing(tmp_path: Path) -> None:
+    path = save_checkpoint(tmp_path, _state(1), version=1, keep=1)
+    path.write_bytes(path.read_bytes()[:50])  # truncated
+    with pytest.raises(UserError, match="corrupt or unreadable"):
+        load_checkpoint(path)
+    with pytest.raises(UserError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+
+def _draws() -> tuple:
+    return (
+        torch.rand(4).tolist(),
+        np.random.rand(4).tolist(),
+        np.random.normal(size=3).tolist(),
+        [random.random() for _ in range(4)],
+        random.gauss(0, 1),
+    )
+
+
+def test_rng_round_trip_through_checkpoint(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    np.random.normal()  # leaves a cached gaussian in numpy's state
+    random.gauss(0, 1)  # and in python's
+    path = save_checkpoint(tmp_path, {"rng": rng_state_to_tensors()}, version=1, keep=1)
+    expected = _draws()
+    _draws()  # move every generator on
+    restore_rng_state(load_checkpoint(path)["rng"])
+    assert _draws() == expected
+
+
+# ---------------------------------------------------------------- run dir
+
+
+def test_create_run_dir_default_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg, name = load_config(None, ["seed=5"])
+    first = create_run_dir(cfg, name)
+    second = create_run_dir(cfg, name)
+    assert first.parent == Path("runs") and first.name.startswith("cartpole-ppo-")
+    assert second != first  # same second: a suffix keeps them apart
+    versions = json.loads((first / "versions.json").read_text())
+    for key in ("python", "platform", "surge", "torch", "gymnasium", "numpy", "git_revision"):
+        assert key in versions
+    assert versions["torch"] and isinstance(versions["argv"], list)
+    saved = load_run_config(first)
+    assert saved.seed == 5 and saved.run_dir == str(first)
+
+
+def test_create_run_dir_explicit_refuses_existing_run(tmp_path: Path) -> None:
+    cfg, name = load_config(None, [f"run_dir={tmp_path / 'r'}"])
+    path = create_run_dir(cfg, name)
+    assert path == tmp_path / "r" and (path / "config.yaml").is_file()
+    with pytest.raises(UserError, match="surge resume"):
+        create_run_dir(cfg, name)
+
+
+def test_load_run_config_not_a_run_dir(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not a run directory"):
+        load_run_config(tmp_path)
+
+
+def test_workers_file(tmp_path: Path) -> None:
+    wf = WorkersFile(tmp_path / "workers.json")
+    assert wf.read() == []
+    workers = [{"name": "actor-0", "pid": 123, "host": "h", "state": "running", "restarts": 0}]
+    wf.write(workers)
+    wf.write(workers + [{**workers[0], "name": "trainer"}])
+    data = json.loads((tmp_path / "workers.json").read_text())
+    assert [w["name"] for w in data["workers"]] == ["actor-0", "trainer"]
+    assert wf.read() == data["workers"]
+    assert [p.name for p in tmp_path.iterdir()] == ["workers.json"]  # no temp files left
+
+
+# ---------------------------------------------------------------- progress
+
+
+def test_render_line() -> None:
+    line = render_line(123_456, 500_000, 4120.0, 187.34, 0.0, 241)
+    assert line == (
+        "env steps 123,456/500,000 (24.7%) | 4,120 steps/s | return 187.3 | lag 0.00 "
+        "| v 241 | ETA 1m31s"
+    )
+    assert "return -" in render_line(0, 10, 0.0, float("nan"), None, 0)
+    assert "ETA ?" in render_line(0, 10, 0.0, None, None, 0)
+
+
+def test_format_duration() -> None:
+    assert [format_duration(s) for s in (5, 92, 7380)] == ["5s", "1m32s", "2h03m"]
+
+
+def test_progress_non_tty_rate_limit() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    p = Progress(1000, enabled=True, stream=out, clock=lambda: now[0])
+    p.update(100, 50.0, 10.0, 0.0, 1)  # first update always shows
+    now[0] = 5.0
+    p.update(200, 50.0, 11.0, 0.0, 2)  # within 10 s: held back
+    now[0] = 10.5
+    p.update(300, 50.0, 12.0, 0.0, 3)
+    now[0] = 11.0
+    p.update(400, 50.0, 13.0, 0.0, 4)
+    p.close()  # shows the newest held-back state
+    lines = out.getvalue().splitlines()
+    assert [line.split(" | ")[0] for line in lines] == [
+        "env steps 100/1,000 (10.0%)",
+        "env steps 300/1,000 (30.0%)",
+        "env steps 400/1,000 (40.0%)",
+    ]
+    assert "\r" not in out.getvalue()
+
+
+def test_progress_tty_rewrites_line() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    now = [0.0]
+    out = Tty()
+    p = Progress(1000, enabled=True, stream=out, clock=lambda: now[0])
+    p.update(100, 50.0, 10.0, 0.0, 1)
+    now[0] = 0.3
+    p.update(200, 50.0, 11.0, 0.0, 2)
+    p.close()
+    text = out.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
+
+
+def test_progress_disabled() -> None:
+    out = io.StringIO()
+    p = Progress(1000, enabled=False, stream=out)
+    p.update(100, 50.0, 10.0, 0.0, 1)
+    p.close()
+    assert out.getvalue() == ""
+
+
+# ---------------------------------------------------------------- plot
+
+
+def test_plot_two_runs(tmp_path: Path) -> None:
+    runs = []
+    for i, name in enumerate(["run-a", "run-b"]):
+        run = tmp_path / name
+        run.mkdir()
+        with MetricsWriter(run, tensorboard=False) as w:
+            w.write({"env_steps": 0, "wall_time_s": 0.0, "episode_return_mean": float("nan")})
+            for k in range(1, 6):
+                w.write(
+                    {"env_steps": k * 512, "wall_time_s": k * (1.0 + i), "episode_return_mean": k}
+                )
+        runs.append(run)
+    out = tmp_path / "plots" / "compare.png"
+    plot_runs(runs, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_run_without_metrics(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no metrics.jsonl"):
+        plot_runs([tmp_path], tmp_path / "x.png")
