@@ -40,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  how to fix: {e.fix}", file=sys.stderr)
         return EXIT_USER_ERROR
     except WorkerFailure as e:
-        print(f"surge: worker {e.worker} failed; the run stopped.\n{e.detail.rstrip()}", file=sys.stderr)
+        print(
+            f"surge: worker {e.worker} failed; the run stopped.\n{e.detail.rstrip()}",
+            file=sys.stderr,
+        )
         return EXIT_WORKER_FAILED
     except KeyboardInterrupt:
         print("surge: interrupted", file=sys.stderr)
@@ -69,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="play episodes with a run's newest checkpoint")
     e.add_argument("run_dir", type=Path)
-    e.add_argument("options", nargs="*", metavar="key=value", help="episodes=N, deterministic=BOOL, seed=N")
+    e.add_argument(
+        "options", nargs="*", metavar="key=value", help="episodes=N, deterministic=BOOL, seed=N"
+    )
     e.set_defaults(handler=_eval)
 
     pl = sub.add_parser("plot", help="plot learning curves of one or more runs")
@@ -88,10 +93,26 @@ def _train(args: argparse.Namespace) -> int:
 
     items: list[str] = args.items
     source = items[0] if items and "=" not in items[0] else None
+    if source is not None and _looks_like_key(source):
+        raise UserError(
+            f"{source!r} looks like a config key without a value",
+            f"write it as key=value, e.g. {source}=...",
+        )
     overrides = items[1:] if source is not None else items
     cfg, name = load_config(source, overrides)
     result = train(cfg, name)
     return EXIT_INTERRUPTED if result.reason == "interrupted" else 0
+
+
+def _looks_like_key(item: str) -> bool:
+    from dataclasses import fields
+
+    from surge.config.schema import ExperimentConfig
+
+    top = item.split(".")[0]
+    return not item.endswith((".yaml", ".yml")) and top in {
+        f.name for f in fields(ExperimentConfig)
+    }
 
 
 def _resume(args: argparse.Namespace) -> int:

@@ -197,7 +197,7 @@ class PPOLearner:
                 loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
 
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
+                torch.autograd.backward(loss)
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 self.optimizer.step()
 

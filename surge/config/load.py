@@ -343,9 +343,9 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.total_env_steps >= 1, "total_env_steps", cfg.total_env_steps, ">= 1")
     need(cfg.return_window >= 1, "return_window", cfg.return_window, ">= 1")
     need(cfg.max_policy_lag >= 0, "max_policy_lag", cfg.max_policy_lag, ">= 0")
-    need(cfg.log.interval_s > 0, "log.interval_s", cfg.log.interval_s, "> 0")
+    need(cfg.log.interval_s >= 0, "log.interval_s", cfg.log.interval_s, ">= 0")
     ci = cfg.log.checkpoint_interval_s
-    need(ci > 0, "log.checkpoint_interval_s", ci, "> 0")
+    need(ci >= 0, "log.checkpoint_interval_s", ci, ">= 0")
     need(cfg.log.keep_checkpoints >= 1, "log.keep_checkpoints", cfg.log.keep_checkpoints, ">= 1")
     batch = cfg.batch_steps
     if batch % p.minibatches:

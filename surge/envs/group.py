@@ -37,7 +37,7 @@ class EnvGroup:
         self.truncated = np.zeros(self.size, bool)
         self.observation_space: gym.Space[Any] = self.envs[0].observation_space
         self.action_space: gym.Space[Any] = self.envs[0].action_space
-        self._to_env = _action_converter(self.action_space, cfg.clip_actions)
+        self._to_env = action_converter(self.action_space, cfg.clip_actions)
 
     def reset(self) -> None:
         for i, (env, seed) in enumerate(zip(self.envs, self.seeds, strict=True)):
@@ -70,7 +70,8 @@ class EnvGroup:
             env.close()
 
 
-def _action_converter(space: gym.Space[Any], clip: bool) -> Any:
+def action_converter(space: gym.Space[Any], clip: bool) -> Any:
+    """A function from a policy action (numpy) to what `env.step` expects for `space`."""
     if isinstance(space, gym.spaces.Discrete):
         return int
     if isinstance(space, gym.spaces.MultiDiscrete):

@@ -74,9 +74,10 @@ def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
             )
         obs, reward, terminated, truncated, _ = result
         check_observation(cfg.id, "step()", obs, env.observation_space)
-        if not np.isscalar(reward) and np.ndim(reward) != 0:
+        reward_shape = np.shape(np.asarray(reward))
+        if reward_shape != ():
             raise EnvSpecError(
-                f"env {cfg.id!r}: step() returned a reward of shape {np.shape(reward)}",
+                f"env {cfg.id!r}: step() returned a reward of shape {reward_shape}",
                 "single-agent envs return one scalar reward per step",
             )
         for name, flag in (("terminated", terminated), ("truncated", truncated)):

@@ -28,8 +28,9 @@ class ActorCritic(nn.Module):
     image fields) to change how observations become features. The encoder is shared by both
     torsos.
 
-    Timing (CartPole, hidden [64, 64], 1 torch thread, B=4): `act` takes about 60 us; the
-    torch.distributions.Categorical version of the same step took about 95 us.
+    Timing (CartPole, hidden [64, 64], 1 torch thread, B=4, on the shared 2-core dev box):
+    `act` takes about 135 us, of which the bare MLP forward is about 80 us; the same step
+    built on torch.distributions.Categorical took about 280 us.
     """
 
     def __init__(
@@ -87,4 +88,5 @@ class ActorCritic(nn.Module):
         """V(s) [B]. Runs only the critic path (with grad unless the caller disables it)."""
         x = self.encoder(obs)
         torso = self.actor_torso if self.critic_torso is None else self.critic_torso
-        return self.value_head(torso(x)).squeeze(-1)  # type: ignore[no-any-return]
+        out: Tensor = self.value_head(torso(x)).squeeze(-1)
+        return out

@@ -102,7 +102,8 @@ class CategoricalHead(ActionHead):
         self.start = start
 
     def forward(self, features: Tensor) -> Tensor:
-        return self.linear(features)  # type: ignore[no-any-return]
+        out: Tensor = self.linear(features)
+        return out
 
     def sample(
         self, params: Tensor, deterministic: bool, generator: torch.Generator | None
@@ -132,7 +133,8 @@ class MultiCategoricalHead(ActionHead):
         self.has_start = any(start)
 
     def forward(self, features: Tensor) -> Tensor:
-        return self.linear(features)  # type: ignore[no-any-return]
+        out: Tensor = self.linear(features)
+        return out
 
     def sample(
         self, params: Tensor, deterministic: bool, generator: torch.Generator | None
@@ -169,7 +171,8 @@ class GaussianHead(ActionHead):
         self.log_std = nn.Parameter(torch.full((dim,), float(log_std_init)))
 
     def forward(self, features: Tensor) -> Tensor:
-        return self.linear(features)  # type: ignore[no-any-return]
+        out: Tensor = self.linear(features)
+        return out
 
     def sample(
         self, params: Tensor, deterministic: bool, generator: torch.Generator | None

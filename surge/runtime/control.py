@@ -67,6 +67,6 @@ class Control:
 
     def reset(self) -> None:
         self._stop[0] = RUN
-        self._heartbeat[:] = time.monotonic()
+        self._heartbeat[:] = 0.0  # 0: not started yet
         self._progress[:] = 0.0
         self._progress[PROGRESS_FIELDS.index("episode_return_mean")] = np.nan

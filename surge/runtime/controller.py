@@ -125,10 +125,15 @@ def _run(cfg: ExperimentConfig, run_dir: Path, checkpoint: Path | None) -> Train
     return result
 
 
-def _print_header(cfg: ExperimentConfig, run_dir: Path, workers: list, checkpoint: Path | None) -> None:  # type: ignore[type-arg]
+def _print_header(
+    cfg: ExperimentConfig, run_dir: Path, workers: list, checkpoint: Path | None
+) -> None:  # type: ignore[type-arg]
     w = cfg.workers
     names = ", ".join(s.name for s in workers)
-    print(f"surge: {cfg.algo} on {cfg.env.id}, runtime={cfg.runtime}, run_dir={run_dir}", file=sys.stderr)
+    print(
+        f"surge: {cfg.algo} on {cfg.env.id}, runtime={cfg.runtime}, run_dir={run_dir}",
+        file=sys.stderr,
+    )
     print(
         f"  workers: {names}; {cfg.total_envs} envs ({w.actors} actors x {w.ring_size} groups x "
         f"{w.envs_per_group}); max_policy_lag={cfg.max_policy_lag}; torch {torch.__version__}",

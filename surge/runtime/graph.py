@@ -67,7 +67,9 @@ def build_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
     return Graph(workers, layouts, channels)
 
 
-def build_worker(spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control) -> Worker:
+def build_worker(
+    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control
+) -> Worker:
     """Construct one worker inside the process (or thread) that will run it."""
     # Imported here so that actor processes never import torch.
     if spec.kind == "trainer":

@@ -31,6 +31,7 @@ from surge.workers.base import RunContext
 
 WAKE = -2
 INTERRUPT_GRACE_S = 30.0
+STARTUP_TIMEOUT_S = 300.0
 
 
 def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
@@ -63,7 +64,7 @@ def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None])
         for slot, spec in enumerate(graph.workers):
             threads = _threads(ctx, spec)
             with _env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
-                proc = spawn.Process(
+                proc: BaseProcess = spawn.Process(
                     target=worker_main,
                     args=(spec, slot, ctx, shm, os.getpid()),
                     name=spec.name,
@@ -94,13 +95,14 @@ def _watch(
     record: Callable[[str, str], None],
 ) -> str:
     timeout = ctx.cfg.workers.heartbeat_timeout_s
+    started = time.monotonic()
     interrupted_at: float | None = None
     by_sentinel = {p.sentinel: name for name, p in procs.items()}
     while True:
         try:
             exited = wait(list(by_sentinel), timeout=0.25)
             for sentinel in exited:
-                name = by_sentinel.pop(sentinel)  # type: ignore[call-overload]
+                name = by_sentinel.pop(sentinel)  # type: ignore[arg-type]
                 proc = procs[name]
                 proc.join()
                 if name == "trainer-0" and proc.exitcode == 0:
@@ -111,7 +113,15 @@ def _watch(
                 raise WorkerFailure(name, _failure_detail(transport, name, proc))
             now = time.monotonic()
             for slot, spec in enumerate(graph.workers):
-                silent = now - control.last_beat(slot)
+                last = control.last_beat(slot)
+                if last == 0.0:  # still starting: importing, building envs and networks
+                    if now - started > STARTUP_TIMEOUT_S:
+                        record(spec.name, "hung")
+                        raise WorkerFailure(
+                            spec.name, f"did not finish starting in {STARTUP_TIMEOUT_S:g} s"
+                        )
+                    continue
+                silent = now - last
                 if silent > timeout:
                     record(spec.name, "hung")
                     raise WorkerFailure(
@@ -157,7 +167,9 @@ def _stop_all(procs: dict[str, BaseProcess]) -> None:
 
 def _threads(ctx: RunContext, spec: WorkerSpec) -> int:
     w = ctx.cfg.workers
-    return {"trainer": w.trainer_threads, "policy": w.policy_threads}.get(spec.kind, w.actor_threads)
+    return {"trainer": w.trainer_threads, "policy": w.policy_threads}.get(
+        spec.kind, w.actor_threads
+    )
 
 
 @contextlib.contextmanager
@@ -184,7 +196,6 @@ def worker_main(spec: WorkerSpec, slot: int, ctx: RunContext, shm: ShmSpec, pare
     transport = ShmTransport(shm)
     control = Control(transport, slot)
     try:
-        control.beat()
         worker = build_worker(spec, ctx, transport, control)
         while not worker.finished:
             control.beat()

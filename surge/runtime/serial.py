@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
+from typing import TypeVar
 
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, Control
@@ -17,6 +18,8 @@ from surge.runtime.graph import Graph, build_worker
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext, Worker
 from surge.workers.trainer import TrainerWorker
+
+T = TypeVar("T")
 
 
 def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
@@ -27,7 +30,10 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
     workers: list[Worker] = []
     try:
         for slot, spec in enumerate(graph.workers):
-            workers.append(_guarded(spec.name, build_worker, spec, ctx, transport, Control(transport, slot)))
+            worker = _guarded(
+                spec.name, build_worker, spec, ctx, transport, Control(transport, slot)
+            )
+            workers.append(worker)
         trainer = workers[0]
         assert isinstance(trainer, TrainerWorker)
         last_tick = 0.0
@@ -52,7 +58,7 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
             worker.close()
 
 
-def _guarded(name: str, fn: Callable[..., object], *args: object) -> object:
+def _guarded(name: str, fn: Callable[..., T], *args: object) -> T:
     """Call into a worker; a failure carries the worker's name and original traceback."""
     try:
         return fn(*args)

@@ -75,7 +75,9 @@ class InferenceClient:
         self.value = self._arrays["value"]
         self.version = self._arrays["version"]
         self._min_version = self._arrays["min_version"]
-        self._policy = transport.channel(policy_channel(routing.policy_of(actor * routing.ring_size)))
+        self._policy = transport.channel(
+            policy_channel(routing.policy_of(actor * routing.ring_size))
+        )
         self._responses = transport.channel(actor_channel(actor))
 
     def post(self, group: int, min_version: int) -> None:

@@ -29,7 +29,12 @@ def params_layout(n_params: int) -> BlockLayout:
 class ParameterService:
     def __init__(self, transport: Transport, subscribers: list[Channel] | None = None) -> None:
         a = transport.block(BLOCK)
-        self._flat, self._seq, self._version, self._latest = a["flat"], a["seq"], a["version"], a["latest"]
+        self._flat, self._seq, self._version, self._latest = (
+            a["flat"],
+            a["seq"],
+            a["version"],
+            a["latest"],
+        )
         self._subscribers = subscribers or []
 
     def reset(self) -> None:

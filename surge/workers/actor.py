@@ -55,7 +55,9 @@ class ActorWorker:
         for k in range(self.ring_size):
             g = self.first_group + k
             seeds = [derive_seed(cfg.seed, "env", ctx.resumes, g, i) for i in range(G)]
-            self.groups.append(EnvGroup(cfg.env, seeds, {n: o[g] for n, o in self.client.obs.items()}))
+            self.groups.append(
+                EnvGroup(cfg.env, seeds, {n: o[g] for n, o in self.client.obs.items()})
+            )
             self.state.append(
                 _GroupState(
                     segment=ctx.start_version,

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from surge.config.load import load_config
+from surge.envs.group import action_converter
 from surge.envs.make import make_env
 from surge.envs.spaces import split_obs
 from surge.errors import UserError
@@ -38,7 +38,10 @@ def evaluate(
     model = ActorCritic(env.observation_space, env.action_space, cfg.model)
     model.load_state_dict(state["model"])
     model.eval()
-    generator = torch.Generator().manual_seed(derive_seed(cfg.seed if seed is None else seed, "eval"))
+    generator = torch.Generator().manual_seed(
+        derive_seed(cfg.seed if seed is None else seed, "eval")
+    )
+    to_env = action_converter(env.action_space, cfg.env.clip_actions)
     returns, lengths = [], []
     base_seed = derive_seed(cfg.seed if seed is None else seed, "eval-env")
     for episode in range(episodes):
@@ -51,12 +54,7 @@ def evaluate(
             }
             with torch.inference_mode():
                 action, _, _ = model.act(batch, deterministic=deterministic, generator=generator)
-            a = action[0].numpy()
-            if isinstance(env.action_space, gym.spaces.Box):
-                a = np.clip(a, env.action_space.low, env.action_space.high)
-            elif a.ndim == 0:
-                a = int(a)
-            obs, reward, terminated, truncated, _ = env.step(a)
+            obs, reward, terminated, truncated, _ = env.step(to_env(action[0].numpy()))
             total += float(reward)
             steps += 1
             done = terminated or truncated

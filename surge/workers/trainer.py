@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,13 +63,14 @@ class TrainerWorker:
         self.recent_returns: deque[float] = deque(maxlen=cfg.return_window)
         self.recent_lengths: deque[float] = deque(maxlen=cfg.return_window)
         if ctx.checkpoint is not None:
-            self._restore(load_checkpoint(ctx.checkpoint))
+            self._restore(load_checkpoint(Path(ctx.checkpoint)))
         self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard)
         self._started = time.monotonic()
         self._last_log = (self._started, self.env_steps)
         self._last_checkpoint = self._started
         self._lag_sum = 0.0
         self._lag_count = 0
+        self._lag_max = 0
         self._latest_stats: dict[str, float] = {}
         self.params.reset()
         self.params.publish(self.version, model_to_flat(self.model))
@@ -92,7 +94,9 @@ class TrainerWorker:
     def _train(self, arrays: dict[str, np.ndarray]) -> None:
         cfg = self.cfg
         # Read everything needed from the slot before publishing: actors refill it right after.
-        self._lag_sum += float(self.version - arrays["version"].mean())
+        lag = self.version - arrays["version"]
+        self._lag_sum += float(lag.mean())
+        self._lag_max = max(self._lag_max, int(lag.max()))
         self._lag_count += 1
         done = arrays["terminated"] | arrays["truncated"]
         if done.any():
@@ -143,6 +147,7 @@ class TrainerWorker:
             "episodes": self.episodes,
             "steps_per_s": round(sps, 1),
             "policy_lag_mean": lag,
+            "policy_lag_max": self._lag_max,
             "policy_version": self.version,
             **self._latest_stats,
         }
@@ -156,7 +161,7 @@ class TrainerWorker:
             episodes=self.episodes,
         )
         self._last_log = (now, self.env_steps)
-        self._lag_sum, self._lag_count = 0.0, 0
+        self._lag_sum, self._lag_count, self._lag_max = 0.0, 0, 0
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -172,7 +177,6 @@ class TrainerWorker:
             "resumes": self.ctx.resumes,
             "model": self.model.state_dict(),
             "learner": self.learner.state_dict(),
-            "generator": self.generator.get_state(),
             "rng": rng_state_to_tensors(),
         }
         save_checkpoint(self.ctx.run_dir, state, self.version, self.cfg.log.keep_checkpoints)
@@ -181,7 +185,6 @@ class TrainerWorker:
     def _restore(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.learner.load_state_dict(state["learner"])
-        self.generator.set_state(state["generator"])
         restore_rng_state(state["rng"])
         self.version = int(state["version"])
         self.env_steps = int(state["env_steps"])

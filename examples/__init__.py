@@ -1,0 +1,1 @@
+"""Examples of using surge; a package so that `env.id=examples.custom_env:MyEnv-v0` imports."""

@@ -1,0 +1,128 @@
+"""Small envs for tests (ours and users'): every space surge accepts, and ways to fail.
+
+Importing this module registers them, so any config can name one with gymnasium's
+`module:EnvName` form, e.g. `env.id=surge.envs.testing:surge/DictObs-v0`; worker processes
+import the module themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class _Base(gym.Env[Any, Any]):
+    """A short-horizon env whose reward says whether the action matched a hidden target."""
+
+    def __init__(self, horizon: int = 16) -> None:
+        self.horizon = horizon
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        reward = self._reward(action)
+        terminated = bool(self.np_random.random() < 0.05)
+        truncated = self.t >= self.horizon and not terminated
+        return self._obs(), reward, terminated, truncated, {}
+
+    def _obs(self) -> Any:
+        return self.observation_space.sample()
+
+    def _reward(self, action: Any) -> float:
+        return float(self.np_random.random())
+
+
+class DictObsEnv(_Base):
+    """Dict observation (a Box and a Discrete), MultiDiscrete action."""
+
+    def __init__(self, horizon: int = 16) -> None:
+        super().__init__(horizon)
+        self.observation_space = gym.spaces.Dict(
+            {
+                "position": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+                "room": gym.spaces.Discrete(5),
+            }
+        )
+        self.action_space = gym.spaces.MultiDiscrete([3, 2])
+
+    def _obs(self) -> Any:
+        return {
+            "position": self.np_random.uniform(-1, 1, 3).astype(np.float32),
+            "room": int(self.np_random.integers(5)),
+        }
+
+
+class DiscreteObsEnv(_Base):
+    """Discrete observation, Box (continuous) action."""
+
+    def __init__(self, horizon: int = 16) -> None:
+        super().__init__(horizon)
+        self.observation_space = gym.spaces.Discrete(7)
+        self.action_space = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+
+    def _obs(self) -> Any:
+        return int(self.np_random.integers(7))
+
+
+class WrongShapeEnv(_Base):
+    """Declares observations of shape (3,) but returns shape (4,)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def _obs(self) -> Any:
+        return np.zeros(4, np.float32)
+
+
+class CrashingEnv(_Base):
+    """Raises from step() after `crash_after` steps (counted per env instance)."""
+
+    def __init__(self, crash_after: int = 100) -> None:
+        super().__init__()
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.crash_after = crash_after
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps > self.crash_after:
+            raise RuntimeError(f"CrashingEnv: simulated failure at step {self.steps}")
+        return super().step(action)
+
+
+class HangingEnv(CrashingEnv):
+    """Stops answering (sleeps) in step() after `hang_after` steps, in worker processes only."""
+
+    def __init__(self, hang_after: int = 100) -> None:
+        super().__init__(crash_after=10**12)
+        self.hang_after = hang_after
+        self.pid = os.getpid()
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps > self.hang_after:
+            time.sleep(10**6)
+        return _Base.step(self, action)
+
+
+for _name, _cls in [
+    ("DictObs", DictObsEnv),
+    ("DiscreteObs", DiscreteObsEnv),
+    ("WrongShape", WrongShapeEnv),
+    ("Crashing", CrashingEnv),
+    ("Hanging", HangingEnv),
+]:
+    if f"surge/{_name}-v0" not in gym.registry:
+        gym.register(f"surge/{_name}-v0", entry_point=_cls)  # type: ignore[arg-type]

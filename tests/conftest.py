@@ -1,0 +1,70 @@
+"""Shared helpers: running the real `surge` command, and checking nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from surge.streams.transport import shm_root
+
+SURGE = [sys.executable, "-m", "surge"]
+# Short runs: small segments, frequent logs, no live display.
+QUICK = ["ppo.rollout_len=32", "log.interval_s=0", "log.progress=false"]
+
+
+def run_surge(
+    *args: str, timeout: float = 120, **kwargs: object
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [*SURGE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def worker_processes(run_dir: Path) -> list[psutil.Process]:
+    """Live processes whose title names this run (worker titles are `surge NAME [RUN]`)."""
+    tag = f"[{run_dir.name}]"
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if tag in " ".join(proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def shm_dirs_of(pid: int) -> list[Path]:
+    return list(shm_root().glob(f"surge-{pid}-*"))
+
+
+def wait_for(predicate: object, timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(interval)
+    return False
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return tmp_path / "run"
+
+
+def metrics_so_far(run_dir: Path) -> list[dict[str, object]]:
+    """metrics.jsonl records written so far (none before the first log)."""
+    from surge.tracking.metrics import read_metrics
+
+    return read_metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []

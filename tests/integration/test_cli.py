@@ -1,0 +1,97 @@
+"""The `surge` command end to end: user mistakes, presets, eval, plot, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import QUICK, run_surge
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["train", "ppo.lr=abc"], "ppo.lr"),
+        (["train", "ppo.lrr=0.1"], "did you mean 'ppo.lr'"),
+        (["train", "runtime=gpu"], "'serial', 'local'"),
+        (["train", "total_env_steps"], "key=value"),
+        (["train", "cartpole-ppo", "total_env_steps"], "key=value"),
+        (["train", "no-such-preset"], "cartpole-ppo"),
+        (["train", "ppo.minibatches=3"], "ppo.minibatches"),
+        (["train", "env.id=CartPol-v1"], "CartPole-v1"),
+        (["train", "env.id=no_such_module:Env-v0"], "no_such_module"),
+        (["train", "env.id=surge.envs.testing:surge/WrongShape-v0"], "(4,)"),
+        (["resume", "/nonexistent/run"], "not a surge run directory"),
+        (["eval", "/nonexistent/run"], "not a surge run directory"),
+        (["plot", "/nonexistent/run"], "metrics.jsonl"),
+    ],
+)
+def test_user_mistakes_exit_2_with_a_message_and_no_traceback(
+    args: list[str], expected: str, tmp_path: Path
+) -> None:
+    if args[0] == "train":
+        args = [*args, f"run_dir={tmp_path / 'run'}"]
+    result = run_surge(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert expected in result.stderr
+    assert len(result.stderr.splitlines()) < 40  # one screen
+    assert not (tmp_path / "run").exists()  # nothing created for a run that cannot start
+
+
+def test_wrong_shape_error_says_declared_returned_and_fix() -> None:
+    result = run_surge("train", "env.id=surge.envs.testing:surge/WrongShape-v0")
+    assert result.returncode == 2
+    assert "declared observation_space Box" in result.stderr
+    assert "returned shape (4,)" in result.stderr
+    assert "how to fix" in result.stderr
+
+
+def test_presets_lists_the_shipped_presets() -> None:
+    result = run_surge("presets")
+    assert result.returncode == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()]
+    assert {"cartpole-ppo", "acrobot-ppo", "pendulum-ppo"} <= set(names)
+
+
+def test_train_from_yaml_then_eval_plot_and_resume(tmp_path: Path) -> None:
+    config = tmp_path / "exp.yaml"
+    config.write_text("env:\n  id: CartPole-v1\nruntime: serial\ntotal_env_steps: 1024\n")
+    run = tmp_path / "run"
+    result = run_surge("train", str(config), f"run_dir={run}", *QUICK)
+    assert result.returncode == 0, result.stderr
+    assert "reached total_env_steps" in result.stderr
+
+    result = run_surge("eval", str(run), "episodes=3")
+    assert result.returncode == 0, result.stderr
+    evaluation = json.loads((run / "eval.json").read_text())
+    assert len(evaluation["returns"]) == 3 and evaluation["policy_version"] == 8
+
+    out = tmp_path / "curves.png"
+    result = run_surge("plot", str(run), str(run), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    result = run_surge("resume", str(run), "total_env_steps=2048")
+    assert result.returncode == 0, result.stderr
+    assert "resuming from" in result.stderr
+
+    result = run_surge("resume", str(run), "model.hidden_sizes=[8]")
+    assert result.returncode == 2 and "cannot change on resume" in result.stderr
+
+
+def test_existing_run_dir_is_not_overwritten(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert (
+        run_surge(
+            "train", "runtime=serial", "total_env_steps=256", f"run_dir={run}", *QUICK
+        ).returncode
+        == 0
+    )
+    result = run_surge("train", "runtime=serial", f"run_dir={run}", *QUICK)
+    assert result.returncode == 2
+    assert "surge resume" in result.stderr

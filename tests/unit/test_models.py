@@ -1,0 +1,220 @@
+"""ActorCritic: shapes and dtypes per space, reproducible sampling, and the distribution math
+checked against torch.distributions."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from surge.config.schema import ModelConfig
+from surge.errors import EnvSpecError
+from surge.models.actor_critic import ActorCritic
+from surge.models.distributions import GaussianHead, categorical_sample
+from surge.models.encoders import Encoder, FlatEncoder
+
+VEC = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+B = 5
+
+
+def _vec_obs(b: int = B, seed: int = 0) -> dict[str, torch.Tensor]:
+    return {"obs": torch.randn(b, 4, generator=torch.Generator().manual_seed(seed))}
+
+
+def _model(action_space: gym.Space[Any], obs_space: gym.Space[Any] = VEC, **kw: Any) -> ActorCritic:
+    torch.manual_seed(0)
+    return ActorCritic(obs_space, action_space, ModelConfig(**kw))
+
+
+@pytest.mark.parametrize(
+    ("space", "shape", "dtype"),
+    [
+        (gym.spaces.Discrete(3), (B,), torch.int64),
+        (gym.spaces.MultiDiscrete([3, 4, 2]), (B, 3), torch.int64),
+        (gym.spaces.Box(-1.0, 1.0, (2,), np.float64), (B, 2), torch.float32),
+    ],
+)
+def test_act_shapes_and_dtypes(space: gym.Space[Any], shape: tuple[int, ...], dtype: Any) -> None:
+    model = _model(space)
+    action, logp, value = model.act(_vec_obs(), generator=torch.Generator().manual_seed(1))
+    assert action.shape == shape and action.dtype == dtype
+    assert logp.shape == (B,) and logp.dtype == torch.float32
+    assert value.shape == (B,) and value.dtype == torch.float32
+    assert not (action.requires_grad or logp.requires_grad or value.requires_grad)
+    if dtype == torch.int64:
+        high = torch.as_tensor(np.asarray(getattr(space, "nvec", getattr(space, "n", 0))))
+        assert bool((action >= 0).all()) and bool((action < high).all())
+    torch.testing.assert_close(model.value(_vec_obs()), value)
+
+
+@pytest.mark.parametrize(
+    "space",
+    [gym.spaces.Discrete(6), gym.spaces.MultiDiscrete([5, 3]), gym.spaces.Box(-1, 1, (3,))],
+)
+def test_sampling_is_reproducible_with_a_generator(space: gym.Space[Any]) -> None:
+    model = _model(space)
+    obs = _vec_obs(64)
+    a1, lp1, _ = model.act(obs, generator=torch.Generator().manual_seed(42))
+    a2, lp2, _ = model.act(obs, generator=torch.Generator().manual_seed(42))
+    a3, _, _ = model.act(obs, generator=torch.Generator().manual_seed(43))
+    assert torch.equal(a1, a2) and torch.equal(lp1, lp2)
+    assert not torch.equal(a1, a3)
+
+
+def test_deterministic_takes_argmax_and_mean() -> None:
+    obs = _vec_obs()
+    disc = _model(gym.spaces.Discrete(4))
+    a, _, _ = disc.act(obs, deterministic=True)
+    logits = disc.action_head(disc.actor_torso(disc.encoder(obs)))
+    assert torch.equal(a, logits.argmax(-1))
+
+    cont = _model(gym.spaces.Box(-1, 1, (2,)))
+    a, _, _ = cont.act(obs, deterministic=True)
+    torch.testing.assert_close(a, cont.action_head(cont.actor_torso(cont.encoder(obs))))
+
+
+def _perturb(model: ActorCritic) -> None:
+    """Move the policy away from its near-uniform init so the checks are not trivial."""
+    with torch.no_grad():
+        for p in model.action_head.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(5)))
+
+
+def test_discrete_matches_torch_distributions() -> None:
+    model = _model(gym.spaces.Discrete(4))
+    _perturb(model)
+    obs = _vec_obs()
+    action, logp_act, _ = model.act(obs, generator=torch.Generator().manual_seed(0))
+    logp, entropy, value = model.evaluate(obs, action)
+    ref = torch.distributions.Categorical(logits=model.action_head(model.actor_torso(obs["obs"])))
+    torch.testing.assert_close(logp, ref.log_prob(action))
+    torch.testing.assert_close(entropy, ref.entropy())
+    torch.testing.assert_close(logp.detach(), logp_act)
+    assert logp.requires_grad and entropy.requires_grad and value.requires_grad
+
+
+def test_multidiscrete_sums_independent_categoricals() -> None:
+    model = _model(gym.spaces.MultiDiscrete([3, 2]))
+    _perturb(model)
+    obs = _vec_obs()
+    action, _, _ = model.act(obs, generator=torch.Generator().manual_seed(0))
+    logp, entropy, _ = model.evaluate(obs, action)
+    logits = model.action_head(model.actor_torso(obs["obs"]))
+    d0 = torch.distributions.Categorical(logits=logits[:, :3])
+    d1 = torch.distributions.Categorical(logits=logits[:, 3:])
+    torch.testing.assert_close(logp, d0.log_prob(action[:, 0]) + d1.log_prob(action[:, 1]))
+    torch.testing.assert_close(entropy, d0.entropy() + d1.entropy())
+
+
+def test_gaussian_matches_torch_distributions_and_starts_at_log_std_init() -> None:
+    model = _model(gym.spaces.Box(-1, 1, (3,)), log_std_init=-0.5)
+    head = model.action_head
+    assert isinstance(head, GaussianHead)
+    torch.testing.assert_close(head.log_std.detach(), torch.full((3,), -0.5))
+    _perturb(model)
+    obs = _vec_obs()
+    action, _, _ = model.act(obs, generator=torch.Generator().manual_seed(0))
+    logp, entropy, _ = model.evaluate(obs, action)
+    mean = head(model.actor_torso(obs["obs"]))
+    ref = torch.distributions.Normal(mean, head.log_std.exp())
+    torch.testing.assert_close(logp, ref.log_prob(action).sum(-1))
+    torch.testing.assert_close(entropy, ref.entropy().sum(-1))
+    assert entropy.shape == (B,)
+
+
+def test_categorical_sample_frequencies_match_probabilities() -> None:
+    probs = torch.tensor([0.1, 0.6, 0.0, 0.3])
+    logits = probs.clamp_min(1e-30).log().expand(40_000, 4)
+    draws = categorical_sample(logits, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=4).float() / len(draws)
+    torch.testing.assert_close(freq, probs, atol=0.01, rtol=0)
+    assert int((draws == 2).sum()) == 0
+
+
+def test_initial_policy_is_near_uniform_and_layers_are_orthogonal() -> None:
+    model = _model(gym.spaces.Discrete(5))
+    _, entropy, _ = model.evaluate(_vec_obs(), torch.zeros(B, dtype=torch.int64))
+    torch.testing.assert_close(entropy, torch.full((B,), math.log(5)), atol=1e-3, rtol=0)
+    first, second = model.actor_torso[0], model.actor_torso[2]
+    assert isinstance(first, torch.nn.Linear) and isinstance(second, torch.nn.Linear)
+    w = second.weight  # 64 x 64 hidden layer with gain sqrt(2): W W^T = 2 I
+    torch.testing.assert_close(w @ w.T, 2.0 * torch.eye(64), atol=1e-4, rtol=0)
+    assert bool((first.bias == 0).all())
+
+
+def test_dict_obs_with_discrete_uint8_and_float64_fields() -> None:
+    space = gym.spaces.Dict(
+        {
+            "pix": gym.spaces.Box(0, 255, (2, 3), np.uint8),
+            "id": gym.spaces.Discrete(4, start=1),
+            "vel": gym.spaces.Box(-1.0, 1.0, (2,), np.float64),
+        }
+    )
+    obs = {
+        "pix": torch.arange(12, dtype=torch.uint8).reshape(2, 2, 3),
+        "id": torch.tensor([1, 4]),
+        "vel": torch.tensor([[0.5, -0.5], [1.0, 0.0]], dtype=torch.float64),
+    }
+    enc = FlatEncoder(space)
+    feats = enc(obs)
+    assert enc.out_dim == 6 + 4 + 2 and feats.shape == (2, 12) and feats.dtype == torch.float32
+    # sorted keys: id (one-hot, start subtracted), pix (flattened), vel
+    torch.testing.assert_close(feats[:, :4], torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 1.0]]))
+    torch.testing.assert_close(feats[1, 4:10], torch.arange(6, 12, dtype=torch.float32))
+    torch.testing.assert_close(feats[:, 10:], obs["vel"].float())
+
+    reordered = gym.spaces.Dict({k: space[k] for k in ("vel", "id", "pix")})
+    assert torch.equal(FlatEncoder(reordered)(obs), feats)
+
+    action, _, value = _model(gym.spaces.Discrete(2), space).act(obs)
+    assert action.shape == (2,) and value.shape == (2,)
+
+
+def test_shared_torso_holds_each_weight_once() -> None:
+    shared = _model(gym.spaces.Discrete(2), shared=True)
+    separate = _model(gym.spaces.Discrete(2))
+    assert shared.critic_torso is None
+    n_shared = sum(p.numel() for p in shared.parameters())
+    n_sep = sum(p.numel() for p in separate.parameters())
+    assert n_sep - n_shared == sum(p.numel() for p in separate.actor_torso.parameters())
+    torch.autograd.backward(shared.value(_vec_obs()).sum())
+    assert shared.actor_torso[0].weight.grad is not None
+
+
+def test_no_hidden_layers_and_discrete_action_start() -> None:
+    model = _model(gym.spaces.Discrete(3, start=-1), hidden_sizes=[])
+    action, logp, _ = model.act(_vec_obs(200), generator=torch.Generator().manual_seed(0))
+    assert set(action.tolist()) == {-1, 0, 1}
+    logp2, _, _ = model.evaluate(_vec_obs(200), action)
+    torch.testing.assert_close(logp2.detach(), logp)
+
+
+def test_custom_encoder_seam() -> None:
+    class Doubler(Encoder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.out_dim = 8
+
+        def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+            return torch.cat([obs["obs"], obs["obs"]], dim=-1)
+
+    model = ActorCritic(VEC, gym.spaces.Discrete(2), ModelConfig(), encoder=Doubler())
+    assert model.actor_torso[0].in_features == 8
+    assert model.act(_vec_obs())[0].shape == (B,)
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        gym.spaces.Box(-1, 1, (2, 2)),
+        gym.spaces.MultiDiscrete(np.array([[2, 2], [2, 2]])),
+        gym.spaces.Tuple([gym.spaces.Discrete(2)]),
+    ],
+)
+def test_unsupported_action_spaces_raise_env_spec_error(space: gym.Space[Any]) -> None:
+    with pytest.raises(EnvSpecError):
+        _model(space)
