@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 
-class MyEnv(gym.Env[np.ndarray, int]):
+class MyEnv(gym.Env[np.ndarray, Any]):
     def __init__(self, cells: int = 9) -> None:
         self.cells = cells
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -55,4 +55,5 @@ class MyEnv(gym.Env[np.ndarray, int]):
         return self._obs(), reward, terminated, False, {}
 
 
-gym.register(id="MyEnv-v0", entry_point=MyEnv, max_episode_steps=50)
+# The entry point names this module and class, as in Gymnasium's own docs.
+gym.register(id="MyEnv-v0", entry_point="examples.custom_env:MyEnv", max_episode_steps=50)
