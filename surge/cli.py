@@ -21,6 +21,17 @@ import yaml
 
 from surge.errors import UserError, WorkerFailure
 
+TRAIN_EXAMPLES = """examples:
+  surge train                                   CartPole-v1 PPO until solved (local runtime)
+  surge train runtime=serial seed=3             one process, deterministic for the seed
+  surge train acrobot-ppo total_env_steps=1e6   a preset with a longer budget
+  surge train my_exp.yaml ppo.lr=3e-4           your YAML file, one setting changed
+  surge train env.id=my_pkg.envs:MyEnv-v0       your own env (module imported, registers it)
+
+common keys: env.id, seed, runtime (serial|local), run_dir, total_env_steps, stop_return,
+max_policy_lag, workers.actors, workers.ring_size, workers.envs_per_group, ppo.*, model.*
+all keys: docs/configuration.md"""
+
 EXIT_USER_ERROR = 2
 EXIT_WORKER_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -56,7 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    t = sub.add_parser("train", help="train an agent (default: CartPole-v1 PPO, until solved)")
+    t = sub.add_parser(
+        "train",
+        help="train an agent (default: CartPole-v1 PPO, until solved)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=TRAIN_EXAMPLES,
+    )
     t.add_argument(
         "items",
         nargs="*",
