@@ -116,8 +116,16 @@ def _train(args: argparse.Namespace) -> int:
         )
     overrides = items[1:] if source is not None else items
     cfg, name = load_config(source, overrides)
+    if any(o.split("=", 1)[0].strip() in ("env", "env.id") for o in overrides):
+        name = f"{_slug(cfg.env.id)}-{cfg.algo}"  # the preset's name would mislead
     result = train(cfg, name)
     return EXIT_INTERRUPTED if result.reason == "interrupted" else 0
+
+
+def _slug(env_id: str) -> str:
+    """`my_pkg.envs:ALE/Pong-v5` -> `pong-v5`: short and safe for a directory name."""
+    tail = env_id.split(":")[-1].split("/")[-1]
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in tail).lower()
 
 
 def _looks_like_key(item: str) -> bool:

@@ -7,7 +7,6 @@ import the module themselves.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -16,7 +15,10 @@ import numpy as np
 
 
 class _Base(gym.Env[Any, Any]):
-    """A short-horizon env whose reward says whether the action matched a hidden target."""
+    """A short-horizon env with random observations and rewards: for plumbing, not learning.
+
+    Episodes terminate at random (p=0.05 per step) or are truncated at `horizon` steps, so
+    both kinds of episode end occur in short runs."""
 
     def __init__(self, horizon: int = 16) -> None:
         self.horizon = horizon
@@ -103,12 +105,11 @@ class CrashingEnv(_Base):
 
 
 class HangingEnv(CrashingEnv):
-    """Stops answering (sleeps) in step() after `hang_after` steps, in worker processes only."""
+    """Stops answering (sleeps) in step() after `hang_after` steps (counted per env)."""
 
     def __init__(self, hang_after: int = 100) -> None:
         super().__init__(crash_after=10**12)
         self.hang_after = hang_after
-        self.pid = os.getpid()
 
     def step(self, action: Any) -> Any:
         self.steps += 1

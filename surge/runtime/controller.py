@@ -26,8 +26,9 @@ from surge.tracking.run_dir import create_run_dir
 from surge.workers.base import RunContext
 from surge.workers.weights import count_params
 
-# Keys that define what a checkpoint holds: changing them on resume cannot work.
-FROZEN_ON_RESUME = ("env.id", "env.kwargs", "model.", "algo")
+# Sections and keys that define what a checkpoint holds: changing them on resume cannot work.
+FROZEN_ON_RESUME = ("env", "model", "algo")
+CHANGEABLE_ON_RESUME = ("env.max_episode_steps", "env.clip_actions")
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,9 @@ def resume(run_dir: Path, overrides: list[str]) -> TrainResult:
             "pass the directory a `surge train` run created",
         )
     for item in overrides:
-        key = item.split("=", 1)[0]
-        if any(key == f or (f.endswith(".") and key.startswith(f)) for f in FROZEN_ON_RESUME):
+        key = item.split("=", 1)[0].strip()
+        section = key.split(".")[0]
+        if section in FROZEN_ON_RESUME and key not in CHANGEABLE_ON_RESUME:
             raise ConfigError(
                 f"{key} cannot change on resume: the checkpoint was trained with it",
                 "start a new run with `surge train` instead",
@@ -69,17 +71,31 @@ def resume(run_dir: Path, overrides: list[str]) -> TrainResult:
             f"{run_dir} has no checkpoint to resume from",
             "a checkpoint is written every log.checkpoint_interval_s, at the end and on Ctrl+C",
         )
-    dump_yaml(cfg, config_path)
-    return _run(cfg, run_dir, checkpoint=checkpoint)
+    return _run(cfg, run_dir, checkpoint=checkpoint, save_config_to=config_path)
 
 
-def _run(cfg: ExperimentConfig, run_dir: Path, checkpoint: Path | None) -> TrainResult:
+def _run(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    checkpoint: Path | None,
+    save_config_to: Path | None = None,
+) -> TrainResult:
     env = probe_env(cfg.env, cfg.seed)
-    n_params = count_params(ActorCritic(env.observation_space, env.action_space, cfg.model))
+    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    n_params = count_params(model)
     start_version, resumes = 0, 0
     if checkpoint is not None:
         state = load_checkpoint(checkpoint)
+        try:
+            model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise UserError(
+                f"{checkpoint} does not fit the network this config builds: {e}",
+                "resume with the env and model settings the run was trained with",
+            ) from None
         start_version, resumes = int(state["version"]), int(state["resumes"]) + 1
+    if save_config_to is not None:
+        dump_yaml(cfg, save_config_to)  # only once the config is known to work
     graph = build_graph(cfg, env, n_params)
     ctx = RunContext(
         cfg=cfg,
@@ -118,11 +134,16 @@ def _run(cfg: ExperimentConfig, run_dir: Path, checkpoint: Path | None) -> Train
         run_dir=run_dir,
         reason=reason,
         env_steps=int(last.get("env_steps", 0)),
-        episode_return_mean=float(last.get("episode_return_mean", math.nan)),
+        episode_return_mean=_number(last.get("episode_return_mean")),
         wall_time_s=float(last.get("wall_time_s", 0.0)),
     )
     _print_footer(result)
     return result
+
+
+def _number(value: object) -> float:
+    """A metric that may be null in metrics.jsonl (e.g. no episode finished yet)."""
+    return float(value) if isinstance(value, (int, float)) else math.nan
 
 
 def _print_header(

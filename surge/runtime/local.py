@@ -148,7 +148,11 @@ def _failure_detail(transport: ShmTransport, name: str, proc: BaseProcess) -> st
     code = proc.exitcode
     if code is not None and code < 0:
         return f"process {proc.pid} was killed by signal {signal.Signals(-code).name}"
-    return f"process {proc.pid} exited with code {code} without reporting an error"
+    return (
+        f"process {proc.pid} exited with code {code} before it could report an error. If surge "
+        'was started from a Python script, put the call under `if __name__ == "__main__":`: '
+        "worker processes are started with spawn and import the main module again."
+    )
 
 
 def _stop_all(procs: dict[str, BaseProcess]) -> None:

@@ -50,6 +50,7 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any], version: int, keep: in
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; run files are for everyone to read
         os.replace(tmp_name, final)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -70,6 +70,7 @@ class Progress:
         self.interval = TTY_INTERVAL_S if self.tty else PIPE_INTERVAL_S
         self._last_shown: float | None = None
         self._pending: str | None = None  # newest line not yet shown
+        self._last_line: str | None = None  # never print the same line twice
         self._width = 0  # length of the line on screen (TTY), to blank leftovers
 
     def update(
@@ -97,8 +98,9 @@ class Progress:
 
     def _show(self) -> None:
         line, self._pending = self._pending, None
-        if line is None:
+        if line is None or line == self._last_line:
             return
+        self._last_line = line
         if self.tty:
             self.stream.write("\r" + line.ljust(self._width))
             self._width = len(line)

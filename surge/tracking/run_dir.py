@@ -73,10 +73,10 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _git(*args: str) -> str | None:
+def _git(*args: str, cwd: Path | None = None) -> str | None:
     try:
         out = subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=5, check=True
+            ["git", *args], capture_output=True, text=True, timeout=5, check=True, cwd=cwd
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -87,12 +87,14 @@ def collect_versions() -> dict[str, Any]:
     """What produced this run: interpreter, platform, library versions, git state, argv."""
     import surge
 
-    revision = _git("rev-parse", "HEAD")
+    revision = _git("rev-parse", "HEAD")  # the user's project, if run from a checkout
     status = _git("status", "--porcelain") if revision else None
+    surge_revision = _git("rev-parse", "HEAD", cwd=Path(surge.__file__).parent)
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "surge": getattr(surge, "__version__", None) or _version("surge"),
+        "surge": getattr(surge, "__version__", None) or _version("surge-rl"),
+        "surge_git_revision": surge_revision or None,
         "torch": _version("torch"),
         "gymnasium": _version("gymnasium"),
         "numpy": _version("numpy"),
@@ -121,6 +123,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)
             f.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; run files are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

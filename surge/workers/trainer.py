@@ -80,6 +80,8 @@ class TrainerWorker:
     def poll(self, timeout: float) -> bool:
         request = self.control.stop_request
         if request == CHECKPOINT_AND_STOP:
+            if self.env_steps > self._last_log[1]:
+                self._log(time.monotonic())  # metrics end where the checkpoint does
             self.save_checkpoint()
             return self._finish("interrupted")
         if request == STOP:

@@ -95,3 +95,35 @@ def test_existing_run_dir_is_not_overwritten(tmp_path: Path) -> None:
     result = run_surge("train", "runtime=serial", f"run_dir={run}", *QUICK)
     assert result.returncode == 2
     assert "surge resume" in result.stderr
+
+
+def test_run_with_no_finished_episode_ends_cleanly(tmp_path: Path) -> None:
+    # Acrobot episodes last up to 500 steps: none ends in 4 updates of 32 steps per env.
+    run = tmp_path / "run"
+    result = run_surge(
+        "train", "env.id=Acrobot-v1", "runtime=serial", "total_env_steps=512", f"run_dir={run}",
+        *QUICK,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "episode return nan" in result.stderr
+
+
+def test_resume_refuses_changes_to_what_the_checkpoint_holds(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert (
+        run_surge(
+            "train", "runtime=serial", "total_env_steps=256", f"run_dir={run}", *QUICK
+        ).returncode
+        == 0
+    )
+    config_before = (run / "config.yaml").read_text()
+    for override in [
+        "model={hidden_sizes: [8]}",
+        "env.kwargs.foo=1",
+        "env={id: Acrobot-v1}",
+        "algo=ppo",
+    ]:
+        result = run_surge("resume", str(run), override)
+        assert result.returncode == 2, (override, result.stderr)
+        assert "cannot change on resume" in result.stderr
+    assert (run / "config.yaml").read_text() == config_before

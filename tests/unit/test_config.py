@@ -48,7 +48,8 @@ def test_preset_values() -> None:
     assert acro.env.id == "Acrobot-v1" and acro.stop_return == -100.0
     pend, _ = load_config("pendulum-ppo", [])
     assert pend.env.id == "Pendulum-v1" and pend.stop_return is None
-    assert pend.total_env_steps == 1_000_000 and pend.ppo.ent_coef == 0.0
+    assert pend.total_env_steps == 200_000 and pend.ppo.ent_coef == 0.0
+    assert not pend.ppo.clip_vloss  # rewards are not normalised
 
 
 def test_list_presets_has_descriptions() -> None:
