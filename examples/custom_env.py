@@ -4,10 +4,10 @@ surge builds every env with `gymnasium.make(env.id)`. An id of the form `module:
 makes gymnasium import `module` first; importing this module runs the `gymnasium.register`
 call at the bottom, so `MyEnv-v0` then exists. Each worker process does the same import.
 
-Train it from the repository root (`python -m` puts the current directory on sys.path, so
-`examples` is importable; with the `surge` script, set PYTHONPATH=. instead):
+Train it from the repository root (surge puts the current directory on sys.path, so
+`examples` is importable):
 
-    .venv/bin/python -m surge train env.id=examples.custom_env:MyEnv-v0 stop_return=0.8
+    .venv/bin/surge train env.id=examples.custom_env:MyEnv-v0 stop_return=0.8
 
 The task: an agent on a line of cells must walk to a target cell. Observation: agent and
 target positions scaled to [-1, 1] (a Box of shape (2,)); actions: 0 = left, 1 = stay,

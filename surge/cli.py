@@ -14,6 +14,7 @@ checkpoint and exits 130.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -38,6 +39,10 @@ EXIT_INTERRUPTED = 130
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Like `python -m surge`: modules in the current directory (a user's env named by
+    # `env.id=my_module:MyEnv-v0`) are importable here and, via spawn, in every worker.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,21 @@ def test_resume_refuses_changes_to_what_the_checkpoint_holds(tmp_path: Path) -> 
         assert result.returncode == 2, (override, result.stderr)
         assert "cannot change on resume" in result.stderr
     assert (run / "config.yaml").read_text() == config_before
+
+
+def test_users_env_module_in_the_working_directory(tmp_path: Path) -> None:
+    # The `surge` script, like `python -m surge`, imports modules from the current directory,
+    # in the controller and in every worker process (local runtime).
+    (tmp_path / "my_envs.py").write_text(
+        "import gymnasium as gym\n"
+        "gym.register(id='MyCartPole-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv',"
+        " max_episode_steps=50)\n"
+    )
+    script = Path(sys.executable).parent / "surge"
+    result = subprocess.run(
+        [str(script), "train", "env.id=my_envs:MyCartPole-v0", "total_env_steps=512", *QUICK],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    assert run.name.startswith("mycartpole-v0-ppo-")  # named after the env, not the preset
