@@ -32,6 +32,8 @@ from surge.workers.base import RunContext
 WAKE = -2
 INTERRUPT_GRACE_S = 30.0
 STARTUP_TIMEOUT_S = 300.0
+CHECKPOINT_TIMEOUT_S = 30.0
+TRAINER = "trainer-0"
 
 
 def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
@@ -72,7 +74,13 @@ def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None])
                 proc.start()
             procs[spec.name] = proc
             record(spec.name, "running")
-        return _watch(ctx, graph, procs, control, transport, on_tick, record)
+        try:
+            return _watch(ctx, graph, procs, control, transport, on_tick, record)
+        except WorkerFailure as failure:
+            if failure.worker != TRAINER and _checkpoint_now(procs[TRAINER], control, transport):
+                record(TRAINER, "stopped")
+                failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
+            raise
     finally:
         control.request_stop(STOP)
         for name in graph.channels:
@@ -105,7 +113,7 @@ def _watch(
                 name = by_sentinel.pop(sentinel)  # type: ignore[arg-type]
                 proc = procs[name]
                 proc.join()
-                if name == "trainer-0" and proc.exitcode == 0:
+                if name == TRAINER and proc.exitcode == 0:
                     record(name, "finished")
                     on_tick(control)
                     return Path(transport.error_path(name)).with_suffix(".done").read_text()
@@ -130,7 +138,7 @@ def _watch(
                         f"{timeout:g}): the worker is hung, e.g. inside env.step()",
                     )
             if interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_S:
-                raise WorkerFailure("trainer-0", "did not save a checkpoint after Ctrl+C in time")
+                raise WorkerFailure(TRAINER, "did not save a checkpoint after Ctrl+C in time")
             on_tick(control)
         except KeyboardInterrupt:
             if interrupted_at is not None:
@@ -139,6 +147,17 @@ def _watch(
             control.request_stop(CHECKPOINT_AND_STOP)
             with contextlib.suppress(OSError):
                 transport.channel("trainer").send(WAKE)
+
+
+def _checkpoint_now(trainer: BaseProcess, control: Control, transport: ShmTransport) -> bool:
+    """Ask a healthy trainer to save a checkpoint and stop; True once it has."""
+    if not trainer.is_alive():
+        return False
+    control.request_stop(CHECKPOINT_AND_STOP)
+    with contextlib.suppress(OSError):
+        transport.channel("trainer").send(WAKE)
+    trainer.join(CHECKPOINT_TIMEOUT_S)
+    return trainer.exitcode == 0
 
 
 def _failure_detail(transport: ShmTransport, name: str, proc: BaseProcess) -> str:

@@ -51,6 +51,12 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
         except KeyboardInterrupt:
             control.request_stop(CHECKPOINT_AND_STOP)
             trainer.poll(0.0)
+        except WorkerFailure as failure:
+            if failure.worker != trainer.name:  # the trainer is fine: keep its progress
+                control.request_stop(CHECKPOINT_AND_STOP)
+                trainer.poll(0.0)
+                failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
+            raise
         on_tick(control)
         return trainer.finish_reason
     finally:
