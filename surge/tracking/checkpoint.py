@@ -7,10 +7,8 @@ only, so `torch.load(weights_only=True)` can read it without running pickled cod
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import numpy as np
 import torch
 
 from surge.errors import UserError
+from surge.tracking.files import atomic_writer
 
 CHECKPOINT_DIR = "checkpoints"
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
@@ -42,39 +41,12 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any], version: int, keep: in
     folder = Path(run_dir) / CHECKPOINT_DIR
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"ckpt-{version:08d}.pt"
-    # Temp file in the same dir so os.replace is a same-filesystem atomic rename: a reader
-    # (or a crash) never sees a half-written ckpt-*.pt.
-    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=".ckpt-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; run files are for everyone to read
-        os.replace(tmp_name, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
-    _fsync_dir(folder)
+    with atomic_writer(final, "wb", durable=True) as f:
+        torch.save(state, f)
     for _, old in _checkpoints(run_dir)[:-keep]:
         with contextlib.suppress(FileNotFoundError):
             old.unlink()
     return final
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename durable; not supported everywhere (e.g. Windows), so best effort."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

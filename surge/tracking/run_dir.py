@@ -11,15 +11,12 @@ runs/<name>-<YYYYmmdd-HHMMSS>/
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.metadata
 import json
-import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,7 @@ from typing import Any
 from surge.config.load import config_from_dict, dump_yaml, read_yaml
 from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
+from surge.tracking.files import atomic_writer
 
 CONFIG_FILE = "config.yaml"
 VERSIONS_FILE = "versions.json"
@@ -117,18 +115,9 @@ def load_run_config(run_dir: Path) -> ExperimentConfig:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so readers see the old or the new file, never a partial one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; run files are for everyone to read
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_writer(path) as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
 
 
 class WorkersFile:

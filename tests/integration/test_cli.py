@@ -86,14 +86,14 @@ def test_train_from_yaml_then_eval_plot_and_resume(tmp_path: Path) -> None:
     assert result.returncode == 2 and "cannot change on resume" in result.stderr
 
 
+def _tiny_run(run: Path) -> None:
+    result = run_surge("train", "runtime=serial", "total_env_steps=256", f"run_dir={run}", *QUICK)
+    assert result.returncode == 0, result.stderr
+
+
 def test_existing_run_dir_is_not_overwritten(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    assert (
-        run_surge(
-            "train", "runtime=serial", "total_env_steps=256", f"run_dir={run}", *QUICK
-        ).returncode
-        == 0
-    )
+    _tiny_run(run)
     result = run_surge("train", "runtime=serial", f"run_dir={run}", *QUICK)
     assert result.returncode == 2
     assert "surge resume" in result.stderr
@@ -112,12 +112,7 @@ def test_run_with_no_finished_episode_ends_cleanly(tmp_path: Path) -> None:
 
 def test_resume_refuses_changes_to_what_the_checkpoint_holds(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    assert (
-        run_surge(
-            "train", "runtime=serial", "total_env_steps=256", f"run_dir={run}", *QUICK
-        ).returncode
-        == 0
-    )
+    _tiny_run(run)
     config_before = (run / "config.yaml").read_text()
     for override in [
         "model={hidden_sizes: [8]}",
