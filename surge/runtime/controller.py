@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import sys
+import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,8 @@ from surge.workers.base import RunContext
 from surge.workers.weights import count_params
 
 # Sections and keys that define what a checkpoint holds: changing them on resume cannot work.
+RATE_WINDOW_S = 5.0  # the live display's steps/s is measured over this window
+
 FROZEN_ON_RESUME = ("env", "model", "algo")
 CHANGEABLE_ON_RESUME = ("env.max_episode_steps", "env.clip_actions")
 
@@ -109,12 +113,19 @@ def _run(
     _print_header(cfg, run_dir, graph.workers, checkpoint)
     progress = Progress(cfg.total_env_steps, enabled=cfg.log.progress)
 
+    recent: deque[tuple[float, float]] = deque()  # (time, env_steps) over the last seconds
+
     def on_tick(control: Control) -> None:
         p = control.progress()
-        if p["policy_version"] > 0:
+        if p["policy_version"] > start_version:  # training has started
+            now = time.monotonic()
+            recent.append((now, p["env_steps"]))
+            while now - recent[0][0] > RATE_WINDOW_S:
+                recent.popleft()
+            (t0, s0), (t1, s1) = recent[0], recent[-1]
             progress.update(
                 env_steps=int(p["env_steps"]),
-                steps_per_s=p["steps_per_s"],
+                steps_per_s=(s1 - s0) / (t1 - t0) if t1 > t0 else p["steps_per_s"],
                 episode_return_mean=p["episode_return_mean"],
                 policy_lag_mean=p["policy_lag_mean"],
                 policy_version=int(p["policy_version"]),

@@ -112,6 +112,12 @@ class TrainerWorker:
         self.version += 1
         self.env_steps += cfg.batch_steps
         self.params.publish(self.version, model_to_flat(self.model))
+        self.control.set_progress(  # every update, for a live display; rates come with logs
+            env_steps=self.env_steps,
+            episode_return_mean=self.return_mean,
+            policy_version=self.version,
+            episodes=self.episodes,
+        )
 
         now = time.monotonic()
         solved = (
@@ -154,14 +160,7 @@ class TrainerWorker:
             **self._latest_stats,
         }
         self.metrics.write(record)
-        self.control.set_progress(
-            env_steps=self.env_steps,
-            steps_per_s=sps,
-            episode_return_mean=self.return_mean,
-            policy_lag_mean=lag,
-            policy_version=self.version,
-            episodes=self.episodes,
-        )
+        self.control.set_progress(steps_per_s=sps, policy_lag_mean=lag)
         self._last_log = (now, self.env_steps)
         self._lag_sum, self._lag_count, self._lag_max = 0.0, 0, 0
 
