@@ -20,7 +20,7 @@ from surge.envs.make import probe_env
 from surge.errors import ConfigError, UserError
 from surge.models.actor_critic import ActorCritic
 from surge.runtime.control import Control
-from surge.runtime.graph import build_graph
+from surge.runtime.graph import WorkerSpec, build_graph
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
 from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress
@@ -158,8 +158,8 @@ def _number(value: object) -> float:
 
 
 def _print_header(
-    cfg: ExperimentConfig, run_dir: Path, workers: list, checkpoint: Path | None
-) -> None:  # type: ignore[type-arg]
+    cfg: ExperimentConfig, run_dir: Path, workers: list[WorkerSpec], checkpoint: Path | None
+) -> None:
     w = cfg.workers
     names = ", ".join(s.name for s in workers)
     print(

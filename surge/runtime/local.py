@@ -25,11 +25,10 @@ from pathlib import Path
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.runtime.graph import Graph, WorkerSpec, build_worker
-from surge.streams.transport import ShmSpec, ShmTransport, create_shm, destroy_shm
+from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.tracking.run_dir import WorkersFile
 from surge.workers.base import RunContext
 
-WAKE = -2
 INTERRUPT_GRACE_S = 30.0
 STARTUP_TIMEOUT_S = 300.0
 CHECKPOINT_TIMEOUT_S = 30.0

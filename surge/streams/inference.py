@@ -17,11 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from surge.envs.spaces import ArraySpec
-from surge.streams.transport import BlockLayout, Channel, Field, Transport
+from surge.streams.transport import PARAMS_UPDATED, BlockLayout, Channel, Field, Transport
 
 BLOCK = "inference"
-PARAMS_UPDATED = -1  # record on a policy channel: a newer parameter version was published
-WAKE = -2  # record that only wakes the reader (shutdown)
 
 
 def policy_channel(p: int) -> str:

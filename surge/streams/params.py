@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from surge.streams.transport import BlockLayout, Channel, Field, Transport
+from surge.streams.transport import PARAMS_UPDATED, BlockLayout, Channel, Field, Transport
 
 BLOCK = "params"
 NONE = -1
@@ -42,15 +42,14 @@ class ParameterService:
         self._latest[0] = NONE
 
     def publish(self, version: int, flat: np.ndarray) -> None:
-        latest = int(self._latest[0])
-        b = 0 if latest == 1 else 1 if latest == 0 else 0
+        b = 1 if int(self._latest[0]) == 0 else 0  # the buffer readers are not using
         self._seq[b] += 1  # odd: writing
         self._flat[b] = flat
         self._version[b] = version
         self._seq[b] += 1  # even: complete
         self._latest[0] = b
         for channel in self._subscribers:
-            channel.send(-1)
+            channel.send(PARAMS_UPDATED)
 
     def latest_version(self) -> int:
         b = int(self._latest[0])

@@ -30,6 +30,10 @@ import numpy as np
 ALIGN = 64  # cache-line alignment keeps fields from sharing lines between writers
 RECORD = np.dtype(np.int32)
 
+# Channel records are slot ids (>= 0) or one of these control codes.
+PARAMS_UPDATED = -1  # on a policy channel: a newer parameter version was published
+WAKE = -2  # wakes the reader and means nothing else (used at shutdown)
+
 
 @dataclass(frozen=True)
 class Field:

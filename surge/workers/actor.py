@@ -67,6 +67,8 @@ class ActorWorker:
                     columns=self.producer.columns(g, ctx.start_version),
                 )
             )
+        # (segment field, inference slot array) per observation field, for the per-step copy.
+        self._obs_fields = [(f"obs/{n}", o) for n, o in self.client.obs.items()]
         self.head = 0
         self._ready: set[int] = set()
         for k, group in enumerate(self.groups):
@@ -91,8 +93,8 @@ class ActorWorker:
         g = self.first_group + k
         st, group, client = self.state[k], self.groups[k], self.client
         seg, t = st.columns, st.step
-        for name, obs in client.obs.items():
-            seg[f"obs/{name}"][t] = obs[g]
+        for key, obs in self._obs_fields:
+            seg[key][t] = obs[g]
         seg["action"][t] = client.action[g]
         seg["logp"][t] = client.logp[g]
         seg["value"][t] = client.value[g]
@@ -110,14 +112,14 @@ class ActorWorker:
         done = group.terminated | group.truncated
         if done.any():
             for name, final in group.final_obs.items():
-                seg[f"final_obs/{name}"][t][done] = final[done]
+                seg["final_obs/" + name][t][done] = final[done]
             st.episode_return[done] = 0.0
             st.episode_length[done] = 0
 
         st.step += 1
         if st.step == self.rollout_len:
-            for name, obs in client.obs.items():
-                seg[f"obs/{name}"][self.rollout_len] = obs[g]  # bootstrap observation
+            for key, obs in self._obs_fields:
+                seg[key][self.rollout_len] = obs[g]  # bootstrap observation
             self.producer.publish(g)
             st.segment += 1
             st.step = 0
