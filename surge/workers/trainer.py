@@ -49,7 +49,8 @@ class TrainerWorker:
         torch.manual_seed(derive_seed(cfg.seed, "model"))
         self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
         self.generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "trainer"))
-        self.learner = PPOLearner(self.model, cfg.ppo, self.generator)
+        vtrace = cfg.appo if cfg.algo == "appo" else None
+        self.learner = PPOLearner(self.model, cfg.ppo, self.generator, vtrace)
         self.consumer = SampleConsumer(
             transport, cfg.max_policy_lag + 1, cfg.total_groups, ctx.start_version
         )
