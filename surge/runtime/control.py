@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from surge.streams.transport import BlockLayout, Field, Transport
+from surge.tracking import timing
 
 BLOCK = "control"
 
@@ -33,6 +34,7 @@ def control_layout(workers: int) -> BlockLayout:
             "stop": Field((1,), "<i8"),
             "heartbeat": Field((workers,), "<f8"),
             "progress": Field((len(PROGRESS_FIELDS),), "<f8"),
+            "timing": Field((workers, len(timing.FIELDS)), "<f8"),
         }
     )
 
@@ -43,7 +45,10 @@ class Control:
         self._stop = a["stop"]
         self._heartbeat = a["heartbeat"]
         self._progress = a["progress"]
+        self.timing = a["timing"]
+        """[workers, timing.FIELDS]: CPU seconds by activity (see surge/tracking/timing.py)."""
         self._slot = worker_slot
+        self.timers = timing.Timers(self.timing[worker_slot] if worker_slot >= 0 else None)
 
     @property
     def stop_request(self) -> int:
@@ -54,6 +59,7 @@ class Control:
 
     def beat(self) -> None:
         self._heartbeat[self._slot] = time.monotonic()
+        self.timers.flush()
 
     def last_beat(self, slot: int) -> float:
         return float(self._heartbeat[slot])
@@ -69,4 +75,5 @@ class Control:
         self._stop[0] = RUN
         self._heartbeat[:] = 0.0  # 0: not started yet
         self._progress[:] = 0.0
+        self.timing[:] = 0.0
         self._progress[PROGRESS_FIELDS.index("episode_return_mean")] = np.nan

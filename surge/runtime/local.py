@@ -24,7 +24,7 @@ from pathlib import Path
 
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
-from surge.runtime.graph import Graph, WorkerSpec, build_worker
+from surge.runtime.graph import Graph, WorkerSpec, build_worker, write_timing
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.tracking.run_dir import WorkersFile
 from surge.workers.base import RunContext
@@ -89,6 +89,7 @@ def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None])
         for name, proc in procs.items():
             if states.get(name) == "running":
                 record(name, "stopped" if proc.exitcode == 0 else f"exited ({proc.exitcode})")
+        write_timing(ctx.run_dir, graph, control.timing, time.process_time())
         destroy_shm(shm)
 
 

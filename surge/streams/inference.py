@@ -8,6 +8,14 @@ values and the policy version into the same slots, and sends `g` back on the act
 A request carries `min_version`: the policy worker holds it until it has loaded parameters at
 least that new. This is how `max_policy_lag` is enforced without the actor ever polling the
 parameter service: each actor waits on exactly one channel.
+
+Requests are sent `inference_splits` times per ring rotation: posts are buffered and flushed
+as one channel write every `ring_size / inference_splits` groups (and always before the actor
+blocks), trading a little latency for fewer, larger messages.
+
+With `workers.inference: inline` the same slots are used, but the actor answers its own
+requests (workers/policy.py `InlineInference`); the trainer then notifies the actors'
+`inline_channel`s of new parameters instead of policy workers.
 """
 
 from __future__ import annotations
@@ -30,6 +38,11 @@ def actor_channel(a: int) -> str:
     return f"actor-{a}"
 
 
+def inline_channel(a: int) -> str:
+    """Parameter announcements for actor `a` when it runs its policy inline."""
+    return f"actor-{a}"
+
+
 def inference_layout(
     obs: dict[str, ArraySpec], action: ArraySpec, groups: int, group_size: int
 ) -> BlockLayout:
@@ -44,7 +57,8 @@ def inference_layout(
     return BlockLayout(fields)
 
 
-def _split(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def request_obs(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The observation fields of the inference block, keyed without the `obs/` prefix."""
     return {k[len("obs/") :]: v for k, v in arrays.items() if k.startswith("obs/")}
 
 
@@ -63,28 +77,35 @@ class Routing:
 
 
 class InferenceClient:
-    """The actor side."""
+    """The actor side of remote inference."""
 
-    def __init__(self, transport: Transport, actor: int, routing: Routing) -> None:
-        self._arrays = transport.block(BLOCK)
-        self.obs = _split(self._arrays)  # [groups, G, ...] per field
-        self.action = self._arrays["action"]
-        self.logp = self._arrays["logp"]
-        self.value = self._arrays["value"]
-        self.version = self._arrays["version"]
-        self._min_version = self._arrays["min_version"]
+    def __init__(
+        self, transport: Transport, actor: int, routing: Routing, posts_per_flush: int = 1
+    ) -> None:
+        arrays = transport.block(BLOCK)
+        self._min_version = arrays["min_version"]
         self._policy = transport.channel(
             policy_channel(routing.policy_of(actor * routing.ring_size))
         )
         self._responses = transport.channel(actor_channel(actor))
+        self._outbox: list[int] = []
+        self._posts_per_flush = posts_per_flush
 
     def post(self, group: int, min_version: int) -> None:
-        """The group's observations are in `obs[..][group]`: ask for its actions."""
+        """The group's observations are in its slot: ask for its actions."""
         self._min_version[group] = min_version
-        self._policy.send(group)
+        self._outbox.append(group)
+        if len(self._outbox) >= self._posts_per_flush:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._outbox:
+            self._policy.send(*self._outbox)
+            self._outbox.clear()
 
     def ready(self, timeout: float) -> list[int]:
         """Groups whose responses arrived (waits up to `timeout` for the first)."""
+        self.flush()  # never block on an answer to a request not yet sent
         return [g for g in self._responses.recv(timeout) if g >= 0]
 
 
@@ -92,13 +113,7 @@ class InferenceServer:
     """The policy worker side."""
 
     def __init__(self, transport: Transport, policy: int, routing: Routing) -> None:
-        arrays = transport.block(BLOCK)
-        self.obs = _split(arrays)
-        self.action = arrays["action"]
-        self.logp = arrays["logp"]
-        self.value = arrays["value"]
-        self.version = arrays["version"]
-        self.min_version = arrays["min_version"]
+        self.arrays = transport.block(BLOCK)
         self._requests = transport.channel(policy_channel(policy))
         self._transport = transport
         self._routing = routing

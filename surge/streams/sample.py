@@ -38,7 +38,8 @@ def sample_layout(
         ("terminated", "|b1"),
         ("truncated", "|b1"),
         ("version", "<i8"),  # policy version that chose each action
-        ("episode_return", "<f4"),  # valid where the episode ended at this step
+        ("game_over", "|b1"),  # a reported episode ended here (differs with episodic life)
+        ("episode_return", "<f4"),  # valid where game_over: the raw score of the episode
         ("episode_length", "<i8"),
     ]:
         fields[name] = Field((depth, steps, envs), dtype)

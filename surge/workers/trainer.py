@@ -20,7 +20,7 @@ import torch
 from surge.algos.ppo import PPOLearner, RolloutBatch
 from surge.models.actor_critic import ActorCritic
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
-from surge.streams.inference import policy_channel
+from surge.runtime.graph import param_subscribers
 from surge.streams.params import ParameterService
 from surge.streams.sample import SampleConsumer, prefixed
 from surge.streams.transport import Transport
@@ -31,6 +31,7 @@ from surge.tracking.checkpoint import (
     save_checkpoint,
 )
 from surge.tracking.metrics import MetricsWriter
+from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import RunContext, derive_seed
 from surge.workers.weights import model_to_flat
 
@@ -45,6 +46,7 @@ class TrainerWorker:
         self.finish_reason = ""
         self.ctx = ctx
         self.control = control
+        self.timers = control.timers
         torch.set_num_threads(cfg.workers.trainer_threads)
         torch.manual_seed(derive_seed(cfg.seed, "model"))
         self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
@@ -54,7 +56,7 @@ class TrainerWorker:
         self.consumer = SampleConsumer(
             transport, cfg.max_policy_lag + 1, cfg.total_groups, ctx.start_version
         )
-        channels = [transport.channel(policy_channel(p)) for p in range(cfg.workers.policy_workers)]
+        channels = [transport.channel(name) for name in param_subscribers(cfg)]
         self.params = ParameterService(transport, subscribers=channels)
 
         self.version = 0  # = updates done; the parameters of version v trained batches 0..v-1
@@ -88,7 +90,9 @@ class TrainerWorker:
         if request == STOP:
             return self._finish("stopped")
         if not self.consumer.ready(self.version):
+            waited = time.perf_counter()
             self.consumer.poll(timeout)
+            self.timers.add_wait(waited)
             if not self.consumer.ready(self.version):
                 return False
         self._train(self.consumer.batch(self.version))
@@ -101,7 +105,7 @@ class TrainerWorker:
         self._lag_sum += float(lag.mean())
         self._lag_max = max(self._lag_max, int(lag.max()))
         self._lag_count += 1
-        done = arrays["terminated"] | arrays["truncated"]
+        done = arrays["game_over"]
         if done.any():
             self.recent_returns.extend(arrays["episode_return"][done].tolist())
             self.recent_lengths.extend(arrays["episode_length"][done].tolist())
@@ -109,10 +113,13 @@ class TrainerWorker:
         lr = cfg.ppo.lr * (
             max(0.0, 1.0 - self.env_steps / cfg.total_env_steps) if cfg.ppo.anneal_lr else 1.0
         )
+        clock = self.timers.now()
         self._latest_stats = self.learner.update(_rollout_batch(arrays, cfg.ppo.rollout_len), lr)
+        clock = self.timers.add(LEARN, clock)
         self.version += 1
         self.env_steps += cfg.batch_steps
         self.params.publish(self.version, model_to_flat(self.model))
+        self.timers.add(COPY, clock)
         self.control.set_progress(  # every update, for a live display; rates come with logs
             env_steps=self.env_steps,
             episode_return_mean=self.return_mean,
