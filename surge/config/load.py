@@ -330,6 +330,7 @@ def validate(cfg: ExperimentConfig) -> None:
         splits,
         f"0 or a divisor of workers.ring_size ({ring})",
     )
+    need(cfg.workers.max_restarts >= 0, "workers.max_restarts", cfg.workers.max_restarts, ">= 0")
     hb = cfg.workers.heartbeat_timeout_s
     need(hb > 0, "workers.heartbeat_timeout_s", hb, "> 0")
     sizes = cfg.model.hidden_sizes

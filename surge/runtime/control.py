@@ -25,6 +25,7 @@ PROGRESS_FIELDS = (
     "policy_lag_mean",
     "policy_version",
     "episodes",
+    "restarts",  # written by the controller: worker restarts so far in this run
 )
 
 
@@ -60,6 +61,10 @@ class Control:
     def beat(self) -> None:
         self._heartbeat[self._slot] = time.monotonic()
         self.timers.flush()
+
+    def reset_worker(self, slot: int) -> None:
+        """A new process takes over `slot`: it is starting (no heartbeat yet)."""
+        self._heartbeat[slot] = 0.0
 
     def last_beat(self, slot: int) -> float:
         return float(self._heartbeat[slot])

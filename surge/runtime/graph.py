@@ -73,6 +73,7 @@ def build_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             depth=cfg.max_policy_lag + 1,
             steps=cfg.ppo.rollout_len,
             envs=cfg.total_envs,
+            groups=cfg.total_groups,
         ),
         params.BLOCK: params.params_layout(n_params),
         "control": control_layout(len(workers)),
@@ -100,9 +101,10 @@ def write_timing(run_dir: Path, graph: Graph, rows: np.ndarray, controller_cpu: 
 
 
 def build_worker(
-    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control
+    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control, life: int = 0
 ) -> Worker:
-    """Construct one worker inside the process (or thread) that will run it."""
+    """Construct one worker inside the process (or thread) that will run it. `life` counts
+    the restarts of this worker in the run (0: first start)."""
     # Imported here so that actor processes never import torch.
     if spec.kind == "trainer":
         from surge.workers.trainer import TrainerWorker
@@ -115,5 +117,5 @@ def build_worker(
     if spec.kind == "actor":
         from surge.workers.actor import ActorWorker
 
-        return ActorWorker(ctx, spec.index, transport, control.timers)
+        return ActorWorker(ctx, spec.index, transport, control.timers, life)
     raise ValueError(f"unknown worker kind {spec.kind!r}")

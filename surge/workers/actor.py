@@ -22,7 +22,7 @@ import numpy as np
 
 from surge.envs.group import make_group
 from surge.streams.inference import BLOCK, InferenceClient, Routing, request_obs
-from surge.streams.sample import SampleProducer
+from surge.streams.sample import SampleProducer, first_unfinished_segment
 from surge.streams.transport import Transport
 from surge.tracking.timing import COPY, ENV, Timers
 from surge.workers.base import RunContext, derive_seed
@@ -38,9 +38,12 @@ class _GroupState:
 
 
 class ActorWorker:
-    def __init__(self, ctx: RunContext, index: int, transport: Transport, timers: Timers) -> None:
+    def __init__(
+        self, ctx: RunContext, index: int, transport: Transport, timers: Timers, life: int = 0
+    ) -> None:
         cfg = ctx.cfg
         self.name = f"actor-{index}"
+        self.life = life  # 0, then 1, 2, ... when the runtime restarts this actor in place
         self.finished = False
         self.timers = timers
         self.ring_size = cfg.workers.ring_size
@@ -71,16 +74,17 @@ class ActorWorker:
         self.state: list[_GroupState] = []
         for k in range(self.ring_size):
             g = self.first_group + k
-            seeds = [derive_seed(cfg.seed, "env", ctx.resumes, g, i) for i in range(G)]
+            seeds = [derive_seed(cfg.seed, "env", ctx.resumes, life, g, i) for i in range(G)]
+            segment = first_unfinished_segment(transport, g, ctx.start_version)
             slot = {n: o[g] for n, o in self.slot_obs.items()}
             self.groups.append(make_group(cfg.env, seeds, slot))
             self.state.append(
                 _GroupState(
-                    segment=ctx.start_version,
+                    segment=segment,
                     step=0,
                     episode_return=np.zeros(G, np.float32),
                     episode_length=np.zeros(G, np.int64),
-                    columns=self.producer.columns(g, ctx.start_version),
+                    columns=self.producer.columns(g, segment),
                 )
             )
         # (segment field, inference slot array) per observation field, for the per-step copy.
@@ -122,6 +126,7 @@ class ActorWorker:
         seg["logp"][t] = self.logp[g]
         seg["value"][t] = self.value[g]
         seg["version"][t] = self.version[g]
+        seg["life"][t] = self.life
         clock = timers.add(COPY, clock)
 
         group.step(self.action[g])  # next observations land in the inference slot

@@ -74,6 +74,7 @@ class PolicyEngine:
         self.action, self.logp = arrays["action"], arrays["logp"]
         self.value, self.version = arrays["value"], arrays["version"]
         self.min_version = arrays["min_version"]
+        self.request_id, self.response_id = arrays["request_id"], arrays["response_id"]
 
     def refresh(self) -> bool:
         """Load the newest parameters if they are newer than the loaded ones."""
@@ -91,12 +92,14 @@ class PolicyEngine:
         k, n = len(groups), len(groups) * self.group_size
         contiguous = groups == list(range(groups[0], groups[0] + k))
         rows = slice(groups[0], groups[0] + k) if contiguous else groups  # a view, not a copy
+        ids = self.request_id[rows].copy()  # before the observations: see streams/inference.py
         obs = {key: v[rows].reshape(n, *v.shape[2:]) for key, v in self.obs.items()}
         action, logp, value = self.policy.act(obs)
         self.action[rows] = action.reshape(k, self.group_size, *self.action.shape[2:])
         self.logp[rows] = logp.reshape(k, self.group_size)
         self.value[rows] = value.reshape(k, self.group_size)
         self.version[rows] = self.loaded
+        self.response_id[rows] = ids
 
 
 class PolicyWorker:
@@ -107,23 +110,27 @@ class PolicyWorker:
         self.timers = timers
         _limit_threads(cfg.workers.policy_threads)
         self.server = InferenceServer(
-            transport, index, Routing(cfg.workers.ring_size, cfg.workers.policy_workers)
+            transport,
+            index,
+            Routing(cfg.workers.ring_size, cfg.workers.policy_workers),
+            cfg.workers.actors,
         )
         seed = derive_seed(cfg.seed, "policy", ctx.resumes, index)
         self.engine = PolicyEngine(ctx, self.server.arrays, transport, seed)
-        self.pending: set[int] = set()
+        self._woken = True  # look at the slots once at start: a restart finds requests there
 
     def poll(self, timeout: float) -> bool:
-        waited = time.perf_counter()
-        groups, _ = self.server.receive(0.0 if self.engine.servable(self.pending) else timeout)
-        self.timers.add_wait(waited)
+        if not self._woken:
+            waited = time.perf_counter()
+            self._woken = self.server.receive(timeout)
+            self.timers.add_wait(waited)
         t = self.timers.now()
-        self.pending.update(groups)
         self.engine.refresh()
-        serve = self.engine.servable(self.pending)
+        serve = self.engine.servable(self.server.pending())
         if not serve:
-            return bool(groups)
-        self.pending.difference_update(serve)
+            self._woken = False  # nothing servable until a request or new parameters come
+            return False
+        self._woken = self.server.receive(0.0)  # drain wake-ups; the slots say what to do
         self.engine.infer(serve)
         self.server.respond(serve)
         self.timers.add(INFERENCE, t)
@@ -158,6 +165,7 @@ class InlineInference:
 
     def post(self, group: int, min_version: int) -> None:
         self.engine.min_version[group] = min_version
+        self.engine.request_id[group] += 1
         self._pending.add(group)
 
     def flush(self) -> None:

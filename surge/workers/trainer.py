@@ -22,7 +22,7 @@ from surge.models.actor_critic import ActorCritic
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.runtime.graph import param_subscribers
 from surge.streams.params import ParameterService
-from surge.streams.sample import SampleConsumer, prefixed
+from surge.streams.sample import SampleConsumer, lives_are_unmixed, prefixed
 from surge.streams.transport import Transport
 from surge.tracking.checkpoint import (
     load_checkpoint,
@@ -53,9 +53,7 @@ class TrainerWorker:
         self.generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "trainer"))
         vtrace = cfg.appo if cfg.algo == "appo" else None
         self.learner = PPOLearner(self.model, cfg.ppo, self.generator, vtrace)
-        self.consumer = SampleConsumer(
-            transport, cfg.max_policy_lag + 1, cfg.total_groups, ctx.start_version
-        )
+        self.consumer = SampleConsumer(transport, cfg.max_policy_lag + 1, ctx.start_version)
         channels = [transport.channel(name) for name in param_subscribers(cfg)]
         self.params = ParameterService(transport, subscribers=channels)
 
@@ -67,13 +65,15 @@ class TrainerWorker:
         self.recent_lengths: deque[float] = deque(maxlen=cfg.return_window)
         if ctx.checkpoint is not None:
             self._restore(load_checkpoint(Path(ctx.checkpoint)))
-        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard)
+        resumed_at = self.env_steps if ctx.checkpoint is not None else None
+        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at)
         self._started = time.monotonic()
         self._last_log = (self._started, self.env_steps)
         self._last_checkpoint = self._started
         self._lag_sum = 0.0
         self._lag_count = 0
         self._lag_max = 0
+        self._life_max = 0  # highest actor life seen in a batch (> 0: restarted actors' data)
         self._latest_stats: dict[str, float] = {}
         self.params.reset()
         self.params.publish(self.version, model_to_flat(self.model))
@@ -101,6 +101,11 @@ class TrainerWorker:
     def _train(self, arrays: dict[str, np.ndarray]) -> None:
         cfg = self.cfg
         # Read everything needed from the slot before publishing: actors refill it right after.
+        if not lives_are_unmixed(arrays["life"], cfg.workers.envs_per_group):
+            raise RuntimeError(  # a broken invariant of the sample stream, never a user error
+                f"batch {self.version} holds a segment written by two lives of an actor"
+            )
+        self._life_max = max(self._life_max, int(arrays["life"].max()))
         lag = self.version - arrays["version"]
         self._lag_sum += float(lag.mean())
         self._lag_max = max(self._lag_max, int(lag.max()))
@@ -165,6 +170,8 @@ class TrainerWorker:
             "policy_lag_mean": lag,
             "policy_lag_max": self._lag_max,
             "policy_version": self.version,
+            "restarts": int(self.control.progress()["restarts"]),
+            "actor_life_max": self._life_max,
             **self._latest_stats,
         }
         self.metrics.write(record)
