@@ -35,7 +35,8 @@ def control_layout(workers: int) -> BlockLayout:
             "stop": Field((1,), "<i8"),
             "heartbeat": Field((workers,), "<f8"),
             "progress": Field((len(PROGRESS_FIELDS),), "<f8"),
-            "timing": Field((workers, len(timing.FIELDS)), "<f8"),
+            # One row per worker, then one for the controller process.
+            "timing": Field((workers + 1, len(timing.FIELDS)), "<f8"),
         }
     )
 
@@ -47,7 +48,7 @@ class Control:
         self._heartbeat = a["heartbeat"]
         self._progress = a["progress"]
         self.timing = a["timing"]
-        """[workers, timing.FIELDS]: CPU seconds by activity (see surge/tracking/timing.py)."""
+        """[workers + controller, timing.FIELDS]: CPU seconds by activity (tracking/timing.py)."""
         self._slot = worker_slot
         self.timers = timing.Timers(self.timing[worker_slot] if worker_slot >= 0 else None)
 
@@ -61,6 +62,10 @@ class Control:
     def beat(self) -> None:
         self._heartbeat[self._slot] = time.monotonic()
         self.timers.flush()
+
+    def note_controller_cpu(self) -> None:
+        """The controller's own CPU time, so a run's total counts every process."""
+        self.timing[-1, timing.CPU_TOTAL] = time.process_time()
 
     def reset_worker(self, slot: int) -> None:
         """A new process takes over `slot`: it is starting (no heartbeat yet)."""

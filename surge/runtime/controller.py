@@ -118,6 +118,7 @@ def _run(
     recent: deque[tuple[float, float]] = deque()  # (time, env_steps) over the last seconds
 
     def on_tick(control: Control) -> None:
+        control.note_controller_cpu()
         p = control.progress()
         if p["policy_version"] > start_version:  # training has started
             now = time.monotonic()

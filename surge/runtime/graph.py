@@ -86,15 +86,15 @@ def build_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
     return Graph(workers, layouts, channels)
 
 
-def write_timing(run_dir: Path, graph: Graph, rows: np.ndarray, controller_cpu: float) -> None:
-    """timing.json: CPU seconds by activity per worker, totals and the overhead share."""
+def write_timing(run_dir: Path, graph: Graph, rows: np.ndarray) -> None:
+    """timing.json: CPU seconds by activity per process, totals and the overhead share."""
+    names = [spec.name for spec in graph.workers] + ["controller"]
     record = {
-        "workers": {
-            spec.name: dict(zip(timing.FIELDS, map(float, rows[i]), strict=True))
-            for i, spec in enumerate(graph.workers)
+        "processes": {
+            name: dict(zip(timing.FIELDS, map(float, rows[i]), strict=True))
+            for i, name in enumerate(names)
         },
-        "controller_cpu_s": controller_cpu,
-        "total": timing.summarize(rows, extra_cpu=controller_cpu),
+        "total": timing.summarize(rows),
     }
     with atomic_writer(run_dir / "timing.json") as f:
         json.dump(record, f, indent=1)

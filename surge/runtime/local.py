@@ -119,7 +119,8 @@ def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None])
         for name, proc in procs.items():
             if states.get(name) == "running":
                 record(name, "stopped" if proc.exitcode == 0 else f"exited ({proc.exitcode})")
-        write_timing(ctx.run_dir, graph, control.timing, time.process_time())
+        control.note_controller_cpu()
+        write_timing(ctx.run_dir, graph, control.timing)
         destroy_shm(shm)
 
 

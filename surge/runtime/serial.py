@@ -62,9 +62,11 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
     finally:
         for worker in workers:
             worker.close()
-        # One process: its CPU time is the total; the rows hold the per-activity split.
+        # One process: its CPU time (the controller row) is the total; the worker rows hold
+        # the per-activity split.
         control.timing[:, -1] = 0.0
-        write_timing(ctx.run_dir, graph, control.timing, time.process_time())
+        control.note_controller_cpu()
+        write_timing(ctx.run_dir, graph, control.timing)
 
 
 def _guarded(name: str, fn: Callable[..., T], *args: object) -> T:

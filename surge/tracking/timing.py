@@ -17,6 +17,8 @@ FIELDS = ("env", "inference", "learn", "copy", "wait_wall", "cpu_total")
 ENV, INFERENCE, LEARN, COPY, WAIT_WALL, CPU_TOTAL = range(len(FIELDS))
 WORK = (ENV, INFERENCE, LEARN)
 """The activities a run exists for; everything else is overhead."""
+SHARES = [(ENV, "env"), (INFERENCE, "inference"), (LEARN, "learn"), (COPY, "copy")]
+"""Activities logged as shares of the CPU time (metrics `time_env`, ...)."""
 
 clock = time.process_time
 
@@ -52,11 +54,10 @@ class Timers:
         self.row[CPU_TOTAL] = self._base + clock() - self._cpu_start
 
 
-def summarize(rows: np.ndarray, extra_cpu: float = 0.0) -> dict[str, float]:
-    """Totals over workers and the overhead share. `extra_cpu`: CPU of processes that are not
-    workers (the controller)."""
+def summarize(rows: np.ndarray) -> dict[str, float]:
+    """Totals over processes (rows) and the overhead share of the CPU time."""
     totals = rows.sum(axis=0)
-    cpu = float(totals[CPU_TOTAL]) + extra_cpu
+    cpu = float(totals[CPU_TOTAL])
     work = float(sum(totals[i] for i in WORK))
     out = {f"{name}_s": float(totals[i]) for i, name in enumerate(FIELDS)}
     out["cpu_total_s"] = cpu

@@ -24,6 +24,7 @@ from surge.runtime.graph import param_subscribers
 from surge.streams.params import ParameterService
 from surge.streams.sample import SampleConsumer, lives_are_unmixed, prefixed
 from surge.streams.transport import Transport
+from surge.tracking import timing
 from surge.tracking.checkpoint import (
     load_checkpoint,
     restore_rng_state,
@@ -75,6 +76,7 @@ class TrainerWorker:
         self._lag_max = 0
         self._life_max = 0  # highest actor life seen in a batch (> 0: restarted actors' data)
         self._latest_stats: dict[str, float] = {}
+        self._timing_at_last_log = self.control.timing.sum(axis=0)
         self.params.reset()
         self.params.publish(self.version, model_to_flat(self.model))
 
@@ -174,10 +176,24 @@ class TrainerWorker:
             "actor_life_max": self._life_max,
             **self._latest_stats,
         }
+        record.update(self._time_shares())
         self.metrics.write(record)
         self.control.set_progress(steps_per_s=sps, policy_lag_mean=lag)
         self._last_log = (now, self.env_steps)
         self._lag_sum, self._lag_count, self._lag_max = 0.0, 0, 0
+
+    def _time_shares(self) -> dict[str, float]:
+        """Where the CPU time of every process went since the last log (tracking/timing.py)."""
+        totals = self.control.timing.sum(axis=0)
+        window = totals - self._timing_at_last_log
+        self._timing_at_last_log = totals
+        cpu = float(window[timing.CPU_TOTAL])
+        if cpu <= 0:
+            return {}
+        shares = {f"time_{name}": float(window[i]) / cpu for i, name in timing.SHARES}
+        work = sum(float(window[i]) for i in timing.WORK)
+        shares["time_overhead"] = max(0.0, cpu - work) / cpu
+        return shares
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -138,10 +138,10 @@ def test_inline_inference_keeps_versions_exact(run_dir: Path, runtime: str) -> N
     # Synchronous: the actor's own policy waited for every new version before acting.
     assert all(r["policy_lag_max"] == 0 for r in records)
     timing = json.loads((run_dir / "timing.json").read_text())
-    assert set(timing["workers"]) == {"trainer-0", "actor-0"}  # no policy worker
-    actor = timing["workers"]["actor-0"]
+    assert set(timing["processes"]) == {"trainer-0", "actor-0", "controller"}  # no policy worker
+    actor = timing["processes"]["actor-0"]
     assert actor["inference"] > 0 and actor["env"] > 0
-    assert timing["workers"]["trainer-0"]["learn"] > 0
+    assert timing["processes"]["trainer-0"]["learn"] > 0
     total = timing["total"]
     assert 0 <= total["overhead_frac"] < 1
     assert total["cpu_total_s"] >= total["env_s"] + total["inference_s"] + total["learn_s"]
