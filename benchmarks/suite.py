@@ -330,7 +330,10 @@ def run_one(
     target = SOLVED_RETURN if task.env == "cartpole" else None
     run.analysis = analyze.analyze(log_path, target=target) if log_path.exists() else {}
     if not run.analysis.get("steps"):
-        run.status, run.note = "failed", f"no env steps logged (exit {mem['exit_code']})"
+        run.status = "failed"
+        run.note = f"no env step logged in {mem['wall_s']:.0f} s (exit {mem['exit_code']})"
+        if mem["foreign_cores"] > 0.5:
+            run.note += f"; the machine was busy ({mem['foreign_cores']:.1f} foreign cores)"
     elif mem["exit_code"] not in (0, 130, -2):  # 130 / -2: stopped by SIGINT at --secs
         run.note = f"exit code {mem['exit_code']}"
     if mem["timed_out"] and contender != "surge":
@@ -484,7 +487,7 @@ def markdown(
     for name, versions in meta["versions"].items():
         lines.append(f"- {name}: {versions}")
     surge_table = ", ".join(
-        f"{t}: `{p} {' '.join(o)}`" for t, (p, o) in SURGE.items() if t in summary
+        f"{t}: `{' '.join([p, *o])}`" for t, (p, o) in SURGE.items() if t in summary
     )
     lines += ["", f"surge presets and overrides per task: {surge_table}", ""]
     return "\n".join(lines)
