@@ -137,6 +137,7 @@ LABELS = {
 STARTUP_SLACK = 45.0  # seconds past --secs before memmon interrupts a peer that overran
 GRACE = 15.0  # SIGINT -> SIGKILL
 SOLVED_RETURN = 475.0  # CartPole-v1: mean of the last 20 episodes
+NOISY_FOREIGN_CORES = 0.3  # a run during which other processes used this much CPU is noisy
 
 
 @dataclass
@@ -326,20 +327,7 @@ def run_one(
     if tail is not None:
         tail.poll()
         tail.common_log(log_path)
-    run.mem = mem
-    target = SOLVED_RETURN if task.env == "cartpole" else None
-    run.analysis = analyze.analyze(log_path, target=target) if log_path.exists() else {}
-    if not run.analysis.get("steps"):
-        run.status = "failed"
-        run.note = f"no env step logged in {mem['wall_s']:.0f} s (exit {mem['exit_code']})"
-        if mem["foreign_cores"] > 0.5:
-            run.note += f"; the machine was busy ({mem['foreign_cores']:.1f} foreign cores)"
-    elif mem["exit_code"] not in (0, 130, -2):  # 130 / -2: stopped by SIGINT at --secs
-        run.note = f"exit code {mem['exit_code']}"
-    if mem["timed_out"] and contender != "surge":
-        run.note = (run.note + "; " if run.note else "") + "overran: stopped by the harness"
-    if task.mode == "solve" and run.analysis.get("solved_s") is None:
-        run.note = (run.note + "; " if run.note else "") + "not solved"
+    judge(run, task, mem, log_path)
     a = run.analysis
     print(
         f"[suite]   sps {a.get('sps_steady')} solved_s {a.get('solved_s')} "
@@ -348,6 +336,42 @@ def run_one(
         flush=True,
     )
     return run
+
+
+def judge(run: Run, task: Task, mem: dict[str, Any], log_path: Path) -> None:
+    """Fills a run's analysis, status and note from its memmon result and common log."""
+    run.mem = mem
+    target = SOLVED_RETURN if task.env == "cartpole" else None
+    run.analysis = analyze.analyze(log_path, target=target) if log_path.exists() else {}
+    notes = []
+    foreign = mem.get("foreign_cores", 0.0)
+    if not run.analysis.get("steps"):
+        run.status = "failed"
+        notes.append(f"no env step logged in {mem['wall_s']:.0f} s (exit {mem['exit_code']})")
+    elif mem["exit_code"] not in (0, 130, -2):  # 130 / -2: stopped by SIGINT at --secs
+        notes.append(f"exit code {mem['exit_code']}")
+    if mem["timed_out"] and run.contender != "surge":
+        notes.append("overran: stopped by the harness")
+    if task.mode == "solve" and run.analysis.get("solved_s") is None:
+        notes.append("not solved")
+    if foreign >= NOISY_FOREIGN_CORES:
+        notes.append(f"noisy: other processes used {foreign:.1f} cores")
+    run.note = "; ".join(notes)
+
+
+def from_disk(out: Path, tasks: list[str], contenders: list[str]) -> list[Run]:
+    """The runs a previous invocation left in out/suite_runs, judged again (--report-only)."""
+    runs = []
+    for task_name in tasks:
+        for run_dir in sorted((out / "suite_runs" / task_name).glob("*-s*")):
+            contender, _, seed = run_dir.name.rpartition("-s")
+            if contender not in contenders or not (run_dir / "mem.json").exists():
+                continue
+            run = Run(task_name, contender, int(seed), run_dir=str(run_dir))
+            mem = json.loads((run_dir / "mem.json").read_text())
+            judge(run, TASKS[task_name], mem, run_dir / "log.jsonl")
+            runs.append(run)
+    return runs
 
 
 # ------------------------------------------------------------------------ report
@@ -576,6 +600,11 @@ def main() -> int:
         "--surge-python", help="Python with surge installed (default: this one, or .venv)"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rebuild suite.md/json/png from the runs already in OUT/suite_runs",
+    )
     args = parser.parse_args()
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -606,12 +635,15 @@ def main() -> int:
             task.note,
         )
         TASKS[task_name] = task
-        task_runs = []
-        for seed in seeds:  # seeds outermost: a slow period of the machine hits every contender
-            for contender in task.contenders:
-                task_runs.append(
-                    run_one(task_name, task, contender, seed, args.out, surge_py, presets)
-                )
+        if args.report_only:
+            task_runs = from_disk(args.out, [task_name], list(task.contenders))
+        else:
+            task_runs = []
+            for seed in seeds:  # seeds outermost: a slow period hits every contender alike
+                for contender in task.contenders:
+                    task_runs.append(
+                        run_one(task_name, task, contender, seed, args.out, surge_py, presets)
+                    )
         runs += task_runs
         summary[task_name] = summarize(task_name, task, task_runs)
 
