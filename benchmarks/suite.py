@@ -619,6 +619,7 @@ def main() -> int:
     runs: list[Run] = []
     summary: dict[str, list[dict[str, Any]]] = {}
     started = time.time()
+    interrupted = False
     for task_name in tasks:
         task = TASKS[task_name]
         secs = args.secs if (args.secs and task.mode == "throughput") else task.secs
@@ -639,13 +640,19 @@ def main() -> int:
             task_runs = from_disk(args.out, [task_name], list(task.contenders))
         else:
             task_runs = []
-            for seed in seeds:  # seeds outermost: a slow period hits every contender alike
-                for contender in task.contenders:
-                    task_runs.append(
-                        run_one(task_name, task, contender, seed, args.out, surge_py, presets)
-                    )
+            try:
+                for seed in seeds:  # seeds outermost: a slow period hits every contender alike
+                    for contender in task.contenders:
+                        task_runs.append(
+                            run_one(task_name, task, contender, seed, args.out, surge_py, presets)
+                        )
+            except KeyboardInterrupt:
+                interrupted = True
+                print("[suite] interrupted: writing the report of the runs done", flush=True)
         runs += task_runs
         summary[task_name] = summarize(task_name, task, task_runs)
+        if interrupted:
+            break
 
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
@@ -666,7 +673,7 @@ def main() -> int:
         f"[suite] wrote {args.out / 'suite.md'}, suite.json"
         + (f" ({problem})" if problem else ", suite.png")
     )
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":
