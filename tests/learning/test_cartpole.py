@@ -51,5 +51,7 @@ def test_fast_appo_preset_solves_cartpole(tmp_path: Path, runtime: str) -> None:
     assert result.reason == "solved", f"not solved in {result.env_steps} steps"
     records = read_metrics(run_dir)
     assert records[-1]["episode_return_mean"] >= 475
-    assert max(r["policy_lag_max"] for r in records) == 1  # acting overlapped learning
+    lag = max(r["policy_lag_max"] for r in records)
+    # In processes, acting overlaps learning; serial polls the trainer first, so no lag.
+    assert lag == (1 if runtime == "local" else 0)
     assert result.env_steps <= 200_000
