@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -302,8 +303,6 @@ def run_one(
         ]
         timeout = task.secs + STARTUP_SLACK
     if run_dir.exists():
-        import shutil
-
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     (run_dir / "cmd.txt").write_text(" ".join(cmd) + "\n")
