@@ -9,5 +9,5 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet "torch==2.13.0" -e ".[dev]"
+.venv/bin/python -m pip install --quiet "torch==2.13.0" -e ".[dev,atari]"
 echo "surge installed in .venv ($(.venv/bin/python -c 'import torch, surge; print("torch", torch.__version__)'))"
