@@ -1,4 +1,8 @@
-"""Moving a model's parameters to and from the flat float32 vector the parameter service holds."""
+"""Moving a model's parameters to and from the flat float32 vector the parameter service holds.
+
+Written out rather than with torch's parameters_to_vector: that needs `view`, which fails on
+parameters stored channels-last (the Nature CNN's convolutions are, for speed on CPU).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,15 @@ def count_params(model: torch.nn.Module) -> int:
 
 def model_to_flat(model: torch.nn.Module) -> np.ndarray:
     with torch.no_grad():
-        return torch.nn.utils.parameters_to_vector(model.parameters()).to(torch.float32).numpy()
+        parts = [p.detach().reshape(-1).to(torch.float32) for p in model.parameters()]
+        return torch.cat(parts).numpy()
 
 
 def flat_to_model(flat: np.ndarray, model: torch.nn.Module) -> None:
+    source = torch.from_numpy(flat)
+    offset = 0
     with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(torch.from_numpy(flat), model.parameters())
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(source[offset : offset + n].reshape(p.shape))  # copy_ keeps p's layout
+            offset += n

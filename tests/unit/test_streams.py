@@ -74,9 +74,9 @@ def test_parameter_service_versions_and_double_buffering() -> None:
 
 
 def test_batch_is_ready_only_when_every_group_published_its_segment() -> None:
-    layout = sample.sample_layout({}, _spec(), depth=1, steps=2, envs=4)
+    layout = sample.sample_layout({}, _spec(), depth=1, steps=2, envs=4, groups=2)
     t = InlineTransport({sample.BLOCK: layout}, [sample.CHANNEL])
-    consumer = sample.SampleConsumer(t, depth=1, groups=2, first_batch=0)
+    consumer = sample.SampleConsumer(t, depth=1, first_batch=0)
     producer = sample.SampleProducer(t, depth=1, group_size=2)
     producer.publish(0)
     consumer.poll(0)
@@ -87,6 +87,16 @@ def test_batch_is_ready_only_when_every_group_published_its_segment() -> None:
     # A group's columns are its own slice of the batch: [T, G] views into [T, N].
     producer.columns(1, segment=0)["reward"][:] = 1.0
     assert consumer.batch(0)["reward"].tolist() == [[0, 0, 1, 1], [0, 0, 1, 1]]
+    # Readiness is read from the published counts: a restarted actor resumes there.
+    assert sample.first_unfinished_segment(t, 1, first_batch=0) == 1
+
+
+def test_lives_check_finds_a_segment_written_by_two_lives() -> None:
+    life = np.zeros((4, 6), np.int32)  # T=4, N=6: three groups of 2 envs
+    life[:, 2:4] = 1  # group 1 entirely by life 1: fine
+    assert sample.lives_are_unmixed(life, group_size=2)
+    life[3, 4] = 1  # group 2: its last step by another life
+    assert not sample.lives_are_unmixed(life, group_size=2)
 
 
 def _spec():  # type: ignore[no-untyped-def]
