@@ -126,7 +126,18 @@ class WorkersConfig:
     """torch / OpenMP threads in the trainer process (1 is fastest for small MLPs)."""
 
     heartbeat_timeout_s: float = 60.0
-    """A worker that has not reported progress for this long is declared hung and the run stops."""
+    """A worker that has not reported progress for this long is declared hung: an actor or
+    policy worker is then killed and restarted (see `max_restarts`), the trainer stops the run."""
+
+    max_restarts: int = 3
+    """How many times each actor or policy worker may be restarted in place after it died
+    (e.g. killed) or hung. The run goes on; the segments a dead actor was writing are
+    discarded. 0: any worker failure stops the run. The trainer is never restarted: the run
+    stops with its last checkpoint, and `surge resume` continues it."""
+
+    restart_on_error: bool = False
+    """Also restart an actor or policy worker that raised an exception (e.g. its env raised).
+    Off by default: an exception is usually a bug, best reported at once with its traceback."""
 
 
 @dataclass
