@@ -323,6 +323,8 @@ def validate(cfg: ExperimentConfig) -> None:
         need(getattr(cfg.workers, name) >= 1, f"workers.{name}", getattr(cfg.workers, name), ">= 1")
     for name in ("actor_threads", "policy_threads", "trainer_threads"):
         need(getattr(cfg.workers, name) >= 1, f"workers.{name}", getattr(cfg.workers, name), ">= 1")
+    for name in ("trainer_cpus", "trainer_gpus", "policy_cpus", "policy_gpus", "actor_cpus"):
+        need(getattr(cfg.ray, name) >= 0, f"ray.{name}", getattr(cfg.ray, name), ">= 0")
     hb = cfg.workers.heartbeat_timeout_s
     need(hb > 0, "workers.heartbeat_timeout_s", hb, "> 0")
     sizes = cfg.model.hidden_sizes
