@@ -50,7 +50,13 @@ def run_ray(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -
     if ctx.cfg.ray.address is None:
         for key, value in LOCAL_RAY_ENV.items():
             os.environ.setdefault(key, value)  # before `import ray`, which reads them
-    import ray
+    try:
+        import ray
+    except ImportError:
+        raise UserError(
+            "runtime=ray needs Ray, which is not installed",
+            "install it with `pip install 'surge-rl[ray]'` (on every node of the cluster)",
+        ) from None
 
     connected_here = not ray.is_initialized()
     if connected_here:
