@@ -78,7 +78,9 @@ def _connect(ctx: RunContext, graph: Graph) -> None:
         # more than it has cores; it then shares them.
         declared = sum(d.cpus for d in demands(ctx.cfg, graph.workers).values())
         cpus = max(os.cpu_count() or 1, math.ceil(declared))
-        ray.init(num_cpus=cpus, **quiet)  # type: ignore[arg-type]
+        # "local": a new instance even if this machine is part of a cluster (ray.init()
+        # alone would join it).
+        ray.init(address="local", num_cpus=cpus, **quiet)  # type: ignore[arg-type]
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
