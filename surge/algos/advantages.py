@@ -56,3 +56,62 @@ def normalize(x: Tensor, eps: float = 1e-8) -> Tensor:
     if x.numel() < 2:
         return centred
     return centred / (x.std() + eps)
+
+
+def vtrace(
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    dones: Tensor,
+    log_rhos: Tensor,
+    gamma: float,
+    lam: float = 1.0,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """V-trace (Espeholt et al. 2018, IMPALA): off-policy corrected value targets and policy
+    advantages for actions chosen by a behaviour policy mu. Returns (advantages, targets).
+
+    Inputs are [T, N] time-major, with the same meaning as in `gae`; `values` and
+    `next_values` come from the *current* value function, and `log_rhos` = log pi(a|s) -
+    log mu(a|s) (current policy vs behaviour policy).
+
+        rho_t   = min(rho_bar, exp(log_rhos_t))
+        c_t     = lam * min(c_bar, exp(log_rhos_t))
+        delta_t = rho_t * (r_t + gamma * (1 - terminated_t) * next_values_t - values_t)
+        D_t     = delta_t + gamma * (1 - dones_t) * c_t * D_{t+1}        (D_T = 0)
+        targets = values + D                                            (v_s in the paper)
+        A_t     = r_t + gamma * (1 - terminated_t) * v_next_t - values_t
+    where v_next_t = next_values_t + (1 - dones_t) * D_{t+1} is the target of the next state
+    (the plain bootstrap value across an episode end or the segment end). IMPALA multiplies
+    A_t by rho_t because its gradient is grad log pi; the clipped surrogate that consumes
+    these advantages already weights them by its ratio pi / mu, so they carry no rho here.
+
+    On-policy (log_rhos = 0) with rho_bar, c_bar >= 1, the targets equal GAE(lam)'s returns;
+    `lam` is the lambda variant of the paper's remark 2.
+    """
+    shape = rewards.shape
+    inputs = {"values": values, "next_values": next_values, "terminated": terminated}
+    for name, x in {**inputs, "dones": dones, "log_rhos": log_rhos}.items():
+        if x.shape != shape:
+            raise ValueError(f"vtrace: {name} has shape {tuple(x.shape)}, rewards {tuple(shape)}")
+    rhos = torch.exp(log_rhos)
+    clipped_rhos = torch.clamp(rhos, max=rho_bar)
+    cs = lam * torch.clamp(rhos, max=c_bar)
+    not_terminal = 1.0 - terminated.to(rewards.dtype)
+    cont = 1.0 - dones.to(rewards.dtype)
+    bootstrap = rewards + gamma * not_terminal * next_values
+    deltas = clipped_rhos * (bootstrap - values)
+    carry = gamma * cont * cs
+    corrections = torch.empty_like(deltas)  # D_t = v_s - V(x_s)
+    after = torch.zeros_like(deltas)  # D_{t+1} per step, 0 at the segment end
+    last = torch.zeros_like(deltas[0]) if len(deltas) else deltas
+    for t in range(shape[0] - 1, -1, -1):
+        after[t] = last
+        last = deltas[t] + carry[t] * last
+        corrections[t] = last
+    targets = values + corrections
+    next_targets = next_values + cont * after
+    advantages = rewards + gamma * not_terminal * next_targets - values
+    return advantages, targets

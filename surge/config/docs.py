@@ -140,13 +140,13 @@ def render() -> str:
         "",
     ]
     pending = _section(ExperimentConfig, ExperimentConfig(), "", docs, out)
-    for name, cls, value in pending:
+    while pending:  # breadth-first: `env`, then `env.atari`, ...
+        name, cls, value = pending.pop(0)
         out += ["", f"## `{name}`", ""]
         if cls.__doc__:
             out += [" ".join(cls.__doc__.split()), ""]
         deeper = _section(cls, value, f"{name}.", docs, out)
-        if deeper:  # schema.py nests one level only; keep the doc honest if that changes
-            raise NotImplementedError(f"docs for sections nested in '{name}'")
+        pending += [(f"{name}.{sub}", c, v) for sub, c, v in deeper]
     return "\n".join(out) + "\n"
 
 

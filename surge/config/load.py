@@ -325,6 +325,14 @@ def validate(cfg: ExperimentConfig) -> None:
         need(getattr(cfg.workers, name) >= 1, f"workers.{name}", getattr(cfg.workers, name), ">= 1")
     for name in ("trainer_cpus", "trainer_gpus", "policy_cpus", "policy_gpus", "actor_cpus"):
         need(getattr(cfg.ray, name) >= 0, f"ray.{name}", getattr(cfg.ray, name), ">= 0")
+    splits, ring = cfg.workers.inference_splits, cfg.workers.ring_size
+    need(
+        splits == 0 or (splits >= 1 and ring % splits == 0),
+        "workers.inference_splits",
+        splits,
+        f"0 or a divisor of workers.ring_size ({ring})",
+    )
+    need(cfg.workers.max_restarts >= 0, "workers.max_restarts", cfg.workers.max_restarts, ">= 0")
     hb = cfg.workers.heartbeat_timeout_s
     need(hb > 0, "workers.heartbeat_timeout_s", hb, "> 0")
     sizes = cfg.model.hidden_sizes
@@ -342,6 +350,14 @@ def validate(cfg: ExperimentConfig) -> None:
     need(p.vf_coef >= 0, "ppo.vf_coef", p.vf_coef, ">= 0")
     need(p.max_grad_norm > 0, "ppo.max_grad_norm", p.max_grad_norm, "> 0")
     need(p.target_kl is None or p.target_kl > 0, "ppo.target_kl", p.target_kl, "> 0 (or null)")
+    a = cfg.env.atari
+    for name in ("frame_skip", "screen_size", "frame_stack"):
+        need(getattr(a, name) >= 1, f"env.atari.{name}", getattr(a, name), ">= 1")
+    need(a.noop_max >= 0, "env.atari.noop_max", a.noop_max, ">= 0")
+    rap = a.repeat_action_probability
+    need(0 <= rap < 1, "env.atari.repeat_action_probability", rap, "in [0, 1)")
+    need(cfg.appo.rho_bar > 0, "appo.rho_bar", cfg.appo.rho_bar, "> 0")
+    need(cfg.appo.c_bar > 0, "appo.c_bar", cfg.appo.c_bar, "> 0")
     need(cfg.total_env_steps >= 1, "total_env_steps", cfg.total_env_steps, ">= 1")
     need(cfg.return_window >= 1, "return_window", cfg.return_window, ">= 1")
     need(cfg.max_policy_lag >= 0, "max_policy_lag", cfg.max_policy_lag, ">= 0")

@@ -14,8 +14,40 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 RuntimeName = Literal["serial", "local", "ray"]
-AlgoName = Literal["ppo"]
+AlgoName = Literal["ppo", "appo"]
 Activation = Literal["tanh", "relu"]
+EnvBackend = Literal["auto", "gymnasium", "ale", "envpool"]
+EncoderName = Literal["auto", "flat", "nature_cnn"]
+InferenceMode = Literal["remote", "inline"]
+
+
+@dataclass
+class AtariConfig:
+    """Atari preprocessing (the standard DQN/PPO recipe), applied to `ALE/*` env ids."""
+
+    noop_max: int = 30
+    """Up to this many no-op actions after each reset, for varied starts."""
+
+    frame_skip: int = 4
+    """Repeat each action this many frames; the observation is the max of the last two."""
+
+    screen_size: int = 84
+    """Frames are resized to screen_size x screen_size greyscale."""
+
+    frame_stack: int = 4
+    """Consecutive frames stacked into one observation [frame_stack, H, W] uint8."""
+
+    episodic_life: bool = True
+    """A lost life ends the training episode (not the game, nor the reported return)."""
+
+    clip_rewards: bool = True
+    """Train on the sign of each reward; reported returns stay the raw game score."""
+
+    repeat_action_probability: float = 0.0
+    """Sticky actions (ALE v5 defaults to 0.25; CleanRL's ppo_atari uses 0)."""
+
+    full_action_space: bool = False
+    """Use all 18 Atari actions instead of the game's minimal set."""
 
 
 @dataclass
@@ -36,6 +68,14 @@ class EnvConfig:
     clip_actions: bool = True
     """Clip continuous (Box) actions to the action space bounds before stepping the env."""
 
+    backend: EnvBackend = "auto"
+    """How an env group is stepped: `gymnasium` (one `gymnasium.make` env per slot, stepped
+    in turn), `ale` (ale-py's native vectorised Atari env, threads in C++), `envpool` (if
+    installed). `auto`: `ale` for `ALE/*` ids, else `gymnasium`."""
+
+    atari: AtariConfig = field(default_factory=AtariConfig)
+    """Preprocessing for Atari (`ALE/*`) ids; ignored for other envs."""
+
 
 @dataclass
 class WorkersConfig:
@@ -51,7 +91,18 @@ class WorkersConfig:
     """Environments in one group. One inference request carries a whole group."""
 
     policy_workers: int = 1
-    """Number of policy (inference) workers; actor i is served by policy worker i % this."""
+    """Number of policy (inference) workers; actor i is served by policy worker i % this.
+    Ignored with `inference: inline`."""
+
+    inference: InferenceMode = "remote"
+    """`remote`: policy workers serve batched inference to actors over the inference stream;
+    `inline`: each actor runs the policy itself (SRL's CPU-inference mode), which saves a
+    process hop per step: best for cheap policies and small machines."""
+
+    inference_splits: int = 0
+    """Times per ring rotation the actor flushes its pending inference requests (must divide
+    `ring_size`). Fewer flushes mean fewer, larger messages; 0 means `ring_size` (send each
+    group's request as soon as it is stepped)."""
 
     actor_threads: int = 1
     """torch / OpenMP threads in each actor worker process."""
@@ -63,7 +114,18 @@ class WorkersConfig:
     """torch / OpenMP threads in the trainer process (1 is fastest for small MLPs)."""
 
     heartbeat_timeout_s: float = 60.0
-    """A worker that has not reported progress for this long is declared hung and the run stops."""
+    """A worker that has not reported progress for this long is declared hung: an actor or
+    policy worker is then killed and restarted (see `max_restarts`), the trainer stops the run."""
+
+    max_restarts: int = 3
+    """How many times each actor or policy worker may be restarted in place after it died
+    (e.g. killed) or hung. The run goes on; the segments a dead actor was writing are
+    discarded. 0: any worker failure stops the run. The trainer is never restarted: the run
+    stops with its last checkpoint, and `surge resume` continues it."""
+
+    restart_on_error: bool = False
+    """Also restart an actor or policy worker that raised an exception (e.g. its env raised).
+    Off by default: an exception is usually a bug, best reported at once with its traceback."""
 
 
 @dataclass
@@ -107,6 +169,11 @@ class ModelConfig:
 
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy for Box actions."""
+
+    encoder: EncoderName = "auto"
+    """How observations become features: `flat` (concatenate vector fields), `nature_cnn`
+    (the DQN Nature CNN for [C, 84, 84] uint8 images, scaled by 1/255). `auto`: `nature_cnn`
+    for uint8 image observations, else `flat`."""
 
 
 @dataclass
@@ -157,6 +224,19 @@ class PPOConfig:
 
     target_kl: float | None = None
     """Stop the epochs of an update early once the approximate KL exceeds this. None: never."""
+
+
+@dataclass
+class APPOConfig:
+    """APPO (asynchronous PPO, as in IMPALA and Sample Factory): PPO's clipped surrogate on
+    V-trace targets, which correct for actions chosen by an older policy (`max_policy_lag`).
+    The PPO settings (rollout, epochs, clipping, coefficients) apply as well."""
+
+    rho_bar: float = 1.0
+    """Truncation of the importance weights in the V-trace value targets (rho-bar)."""
+
+    c_bar: float = 1.0
+    """Truncation of the trace-cutting weights in V-trace (c-bar)."""
 
 
 @dataclass
@@ -211,10 +291,14 @@ class ExperimentConfig:
     0: synchronous on-policy training (actors wait for every update)."""
 
     algo: AlgoName = "ppo"
-    """The learning algorithm."""
+    """The learning algorithm: `ppo` (GAE advantages from the behaviour policy's values) or
+    `appo` (V-trace targets and advantages, corrected for policy lag)."""
 
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    """PPO settings."""
+    """PPO settings (also used by `appo`)."""
+
+    appo: APPOConfig = field(default_factory=APPOConfig)
+    """V-trace settings of `appo`."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     """Network settings."""

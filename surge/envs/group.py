@@ -20,6 +20,17 @@ from surge.errors import EnvSpecError
 
 
 class EnvGroup:
+    """Envs made with `gymnasium.make`, stepped one after another (backend `gymnasium`).
+
+    The contract every backend's group follows (the actor relies on nothing else):
+    `size`, `observation_space` / `action_space` (of one env), `reset()`, `step(actions)`,
+    `close()`, and after each step the arrays `rewards` (what the learner trains on),
+    `terminated` / `truncated` (ends of training episodes), `final_obs` (valid where an
+    episode ended), `score` (the raw reward, for reported returns) and `game_over` (the end
+    of a reported episode). They differ only when a wrapper reshapes the training signal,
+    as Atari's reward clipping and episodic life do.
+    """
+
     def __init__(
         self,
         cfg: EnvConfig,
@@ -35,6 +46,8 @@ class EnvGroup:
         self.rewards = np.zeros(self.size, np.float32)
         self.terminated = np.zeros(self.size, bool)
         self.truncated = np.zeros(self.size, bool)
+        self.score = self.rewards  # no reward shaping here: the same array
+        self.game_over = np.zeros(self.size, bool)
         self.observation_space: gym.Space[Any] = self.envs[0].observation_space
         self.action_space: gym.Space[Any] = self.envs[0].action_space
         self._to_env = action_converter(self.action_space, cfg.clip_actions)
@@ -55,6 +68,7 @@ class EnvGroup:
                 self._write(self.final_obs, i, obs, "step()")
                 obs, _ = env.reset()
             self._write(self.obs_out, i, obs, "step()")
+        np.logical_or(self.terminated, self.truncated, out=self.game_over)
 
     def _write(self, out: dict[str, np.ndarray], i: int, obs: Any, where: str) -> None:
         try:
@@ -68,6 +82,11 @@ class EnvGroup:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def make_group(cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> EnvGroup:
+    """The env group for `cfg.backend` (see EnvGroup for the contract)."""
+    return EnvGroup(cfg, seeds, obs_out)
 
 
 def action_converter(space: gym.Space[Any], clip: bool) -> Any:

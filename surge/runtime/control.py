@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from surge.streams.transport import BlockLayout, Field, Transport
+from surge.tracking import timing
 
 BLOCK = "control"
 
@@ -24,6 +25,7 @@ PROGRESS_FIELDS = (
     "policy_lag_mean",
     "policy_version",
     "episodes",
+    "restarts",  # written by the controller: worker restarts so far in this run
 )
 
 
@@ -33,6 +35,8 @@ def control_layout(workers: int) -> BlockLayout:
             "stop": Field((1,), "<i8"),
             "heartbeat": Field((workers,), "<f8"),
             "progress": Field((len(PROGRESS_FIELDS),), "<f8"),
+            # One row per worker, then one for the controller process.
+            "timing": Field((workers + 1, len(timing.FIELDS)), "<f8"),
         }
     )
 
@@ -43,7 +47,10 @@ class Control:
         self._stop = a["stop"]
         self._heartbeat = a["heartbeat"]
         self._progress = a["progress"]
+        self.timing = a["timing"]
+        """[workers + controller, timing.FIELDS]: CPU seconds by activity (tracking/timing.py)."""
         self._slot = worker_slot
+        self.timers = timing.Timers(self.timing[worker_slot] if worker_slot >= 0 else None)
 
     @property
     def stop_request(self) -> int:
@@ -54,6 +61,15 @@ class Control:
 
     def beat(self) -> None:
         self._heartbeat[self._slot] = time.monotonic()
+        self.timers.flush()
+
+    def note_controller_cpu(self) -> None:
+        """The controller's own CPU time, so a run's total counts every process."""
+        self.timing[-1, timing.CPU_TOTAL] = time.process_time()
+
+    def reset_worker(self, slot: int) -> None:
+        """A new process takes over `slot`: it is starting (no heartbeat yet)."""
+        self._heartbeat[slot] = 0.0
 
     def last_beat(self, slot: int) -> float:
         return float(self._heartbeat[slot])
@@ -69,4 +85,5 @@ class Control:
         self._stop[0] = RUN
         self._heartbeat[:] = 0.0  # 0: not started yet
         self._progress[:] = 0.0
+        self.timing[:] = 0.0
         self._progress[PROGRESS_FIELDS.index("episode_return_mean")] = np.nan

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import sys
 import time
@@ -12,21 +13,17 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from surge.config.load import dump_yaml, load_config
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import probe_env
+from surge.envs.make import EnvInfo, probe_env
 from surge.errors import ConfigError, UserError
-from surge.models.actor_critic import ActorCritic
+from surge.models.numpy_policy import layout_size, numpy_layout
 from surge.runtime.control import Control
 from surge.runtime.graph import WorkerSpec, build_graph
-from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
 from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress
 from surge.tracking.run_dir import create_run_dir
 from surge.workers.base import RunContext
-from surge.workers.weights import count_params
 
 # Sections and keys that define what a checkpoint holds: changing them on resume cannot work.
 RATE_WINDOW_S = 5.0  # the live display's steps/s is measured over this window
@@ -69,6 +66,8 @@ def resume(run_dir: Path, overrides: list[str]) -> TrainResult:
                 "start a new run with `surge train` instead",
             )
     cfg, _ = load_config(str(config_path), overrides)
+    from surge.tracking.checkpoint import latest_checkpoint
+
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise UserError(
@@ -85,11 +84,14 @@ def _run(
     save_config_to: Path | None = None,
 ) -> TrainResult:
     env = probe_env(cfg.env, cfg.seed)
-    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
-    n_params = count_params(model)
+    n_params = _count_params(cfg, env)
     start_version, resumes = 0, 0
     if checkpoint is not None:
+        from surge.models.actor_critic import ActorCritic
+        from surge.tracking.checkpoint import load_checkpoint
+
         state = load_checkpoint(checkpoint)
+        model = ActorCritic(env.observation_space, env.action_space, cfg.model)
         try:
             model.load_state_dict(state["model"])
         except RuntimeError as e:
@@ -116,6 +118,7 @@ def _run(
     recent: deque[tuple[float, float]] = deque()  # (time, env_steps) over the last seconds
 
     def on_tick(control: Control) -> None:
+        control.note_controller_cpu()
         p = control.progress()
         if p["policy_version"] > start_version:  # training has started
             now = time.monotonic()
@@ -154,6 +157,18 @@ def _run(
     return result
 
 
+def _count_params(cfg: ExperimentConfig, env: EnvInfo) -> int:
+    """Size of the flat parameter vector. MLP policies are counted without importing torch
+    (the controller stays small: it only watches); other models are built once to count."""
+    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
+    if layout is not None:
+        return layout_size(layout)
+    from surge.models.actor_critic import ActorCritic
+    from surge.workers.weights import count_params
+
+    return count_params(ActorCritic(env.observation_space, env.action_space, cfg.model))
+
+
 def _number(value: object) -> float:
     """A metric that may be null in metrics.jsonl (e.g. no episode finished yet)."""
     return float(value) if isinstance(value, (int, float)) else math.nan
@@ -170,7 +185,8 @@ def _print_header(
     )
     print(
         f"  workers: {names}; {cfg.total_envs} envs ({w.actors} actors x {w.ring_size} groups x "
-        f"{w.envs_per_group}); max_policy_lag={cfg.max_policy_lag}; torch {torch.__version__}",
+        f"{w.envs_per_group}); max_policy_lag={cfg.max_policy_lag}; inference {w.inference}; "
+        f"torch {importlib.metadata.version('torch')}",
         file=sys.stderr,
     )
     if checkpoint is not None:

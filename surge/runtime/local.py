@@ -1,9 +1,13 @@
 """The local runtime: one OS process per worker, streams over shared memory.
 
 The controller (this process) creates the run's shared memory, starts every worker, and then
-only watches: process exits, heartbeats, the trainer's progress. Any worker failure stops the
-run within a second with that worker's name and original traceback; whatever happens, every
-process is stopped and the shared memory removed before `run_local` returns.
+only watches: process exits, heartbeats, the trainer's progress. An actor or policy worker
+that dies or hangs is restarted in place (same slot, same shared memory, a new `life`) up to
+`workers.max_restarts` times; the streams keep their state in shared memory, so the new
+process picks up where the old one stopped (see streams/sample.py and streams/inference.py).
+Any other failure stops the run within a second with that worker's name and original
+traceback; whatever happens, every process is stopped and the shared memory removed before
+`run_local` returns.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
-from surge.runtime.graph import Graph, WorkerSpec, build_worker
+from surge.runtime.graph import Graph, WorkerSpec, build_worker, write_timing
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.tracking.run_dir import WorkersFile
 from surge.workers.base import RunContext
@@ -46,6 +50,8 @@ def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None])
     workers_file = WorkersFile(ctx.run_dir / "workers.json")
     host = socket.gethostname()
 
+    restarts = {spec.name: 0 for spec in graph.workers}
+
     def record(name: str, state: str) -> None:
         states[name] = state
         workers_file.write(
@@ -55,26 +61,50 @@ def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None])
                     "pid": procs[s.name].pid if s.name in procs else None,
                     "host": host,
                     "state": states.get(s.name, "pending"),
-                    "restarts": 0,
+                    "restarts": restarts[s.name],
                 }
                 for s in graph.workers
             ]
         )
 
+    def start(slot: int, spec: WorkerSpec) -> BaseProcess:
+        threads = _threads(ctx, spec)
+        with _env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
+            proc: BaseProcess = spawn.Process(
+                target=worker_main,
+                args=(spec, slot, ctx, shm, os.getpid(), restarts[spec.name]),
+                name=spec.name,
+            )
+            proc.start()
+        procs[spec.name] = proc
+        record(spec.name, "running")
+        return proc
+
+    def restart(slot: int, spec: WorkerSpec, cause: str) -> BaseProcess | None:
+        """Start a new life of a failed actor / policy worker, if the config allows it."""
+        allowed = spec.kind != "trainer" and restarts[spec.name] < ctx.cfg.workers.max_restarts
+        if not allowed:
+            return None
+        old = procs[spec.name]
+        if old.is_alive():  # hung: it has to go before its successor takes the slot
+            old.kill()
+        old.join()
+        Path(transport.error_path(spec.name)).unlink(missing_ok=True)
+        restarts[spec.name] += 1
+        control.reset_worker(slot)
+        control.set_progress(restarts=sum(restarts.values()))
+        print(
+            f"surge: {spec.name} failed ({_first_line(cause)}); restarting it "
+            f"({restarts[spec.name]}/{ctx.cfg.workers.max_restarts})",
+            file=sys.stderr,
+        )
+        return start(slot, spec)
+
     try:
         for slot, spec in enumerate(graph.workers):
-            threads = _threads(ctx, spec)
-            with _env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
-                proc: BaseProcess = spawn.Process(
-                    target=worker_main,
-                    args=(spec, slot, ctx, shm, os.getpid()),
-                    name=spec.name,
-                )
-                proc.start()
-            procs[spec.name] = proc
-            record(spec.name, "running")
+            start(slot, spec)
         try:
-            return _watch(ctx, graph, procs, control, transport, on_tick, record)
+            return _watch(ctx, graph, procs, control, transport, on_tick, record, restart)
         except WorkerFailure as failure:
             if failure.worker != TRAINER and _checkpoint_now(procs[TRAINER], control, transport):
                 record(TRAINER, "stopped")
@@ -89,6 +119,8 @@ def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None])
         for name, proc in procs.items():
             if states.get(name) == "running":
                 record(name, "stopped" if proc.exitcode == 0 else f"exited ({proc.exitcode})")
+        control.note_controller_cpu()
+        write_timing(ctx.run_dir, graph, control.timing)
         destroy_shm(shm)
 
 
@@ -100,11 +132,27 @@ def _watch(
     transport: ShmTransport,
     on_tick: Callable[[Control], None],
     record: Callable[[str, str], None],
+    restart: Callable[[int, WorkerSpec, str], BaseProcess | None],
 ) -> str:
     timeout = ctx.cfg.workers.heartbeat_timeout_s
-    started = time.monotonic()
+    started = {spec.name: time.monotonic() for spec in graph.workers}
+    slots = {spec.name: (slot, spec) for slot, spec in enumerate(graph.workers)}
     interrupted_at: float | None = None
     by_sentinel = {p.sentinel: name for name, p in procs.items()}
+
+    def fail_or_restart(name: str, state: str, cause: str, raised: bool) -> None:
+        """Restart the worker in place if allowed, else stop the run with its failure."""
+        slot, spec = slots[name]
+        record(name, state)
+        may = not raised or ctx.cfg.workers.restart_on_error
+        old = procs[name].sentinel
+        new = restart(slot, spec, cause) if may and interrupted_at is None else None
+        if new is None:
+            raise WorkerFailure(name, cause)
+        by_sentinel.pop(old, None)
+        by_sentinel[new.sentinel] = name
+        started[name] = time.monotonic()
+
     while True:
         try:
             exited = wait(list(by_sentinel), timeout=0.25)
@@ -116,26 +164,23 @@ def _watch(
                     record(name, "finished")
                     on_tick(control)
                     return Path(transport.error_path(name)).with_suffix(".done").read_text()
-                record(name, "failed")
-                raise WorkerFailure(name, _failure_detail(transport, name, proc))
+                raised = Path(transport.error_path(name)).exists()
+                fail_or_restart(name, "failed", _failure_detail(transport, name, proc), raised)
             now = time.monotonic()
             for slot, spec in enumerate(graph.workers):
                 last = control.last_beat(slot)
                 if last == 0.0:  # still starting: importing, building envs and networks
-                    if now - started > STARTUP_TIMEOUT_S:
-                        record(spec.name, "hung")
-                        raise WorkerFailure(
-                            spec.name, f"did not finish starting in {STARTUP_TIMEOUT_S:g} s"
-                        )
+                    if now - started[spec.name] > STARTUP_TIMEOUT_S:
+                        cause = f"did not finish starting in {STARTUP_TIMEOUT_S:g} s"
+                        fail_or_restart(spec.name, "hung", cause, raised=False)
                     continue
                 silent = now - last
                 if silent > timeout:
-                    record(spec.name, "hung")
-                    raise WorkerFailure(
-                        spec.name,
+                    cause = (
                         f"no heartbeat for {silent:.0f} s (workers.heartbeat_timeout_s="
-                        f"{timeout:g}): the worker is hung, e.g. inside env.step()",
+                        f"{timeout:g}): the worker is hung, e.g. inside env.step()"
                     )
+                    fail_or_restart(spec.name, "hung", cause, raised=False)
             if interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_S:
                 raise WorkerFailure(TRAINER, "did not save a checkpoint after Ctrl+C in time")
             on_tick(control)
@@ -171,6 +216,11 @@ def _failure_detail(transport: ShmTransport, name: str, proc: BaseProcess) -> st
         'was started from a Python script, put the call under `if __name__ == "__main__":`: '
         "worker processes are started with spawn and import the main module again."
     )
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "unknown cause"
 
 
 def _stop_all(procs: dict[str, BaseProcess]) -> None:
@@ -212,13 +262,15 @@ def _env(**values: str):  # type: ignore[no-untyped-def]
 # ----------------------------------------------------------------------------- in the worker
 
 
-def worker_main(spec: WorkerSpec, slot: int, ctx: RunContext, shm: ShmSpec, parent: int) -> None:
-    """Entry point of a worker process."""
+def worker_main(
+    spec: WorkerSpec, slot: int, ctx: RunContext, shm: ShmSpec, parent: int, life: int = 0
+) -> None:
+    """Entry point of a worker process (`life` > 0: a restart in place)."""
     _become_worker(spec.name, ctx)
     transport = ShmTransport(shm)
     control = Control(transport, slot)
     try:
-        worker = build_worker(spec, ctx, transport, control)
+        worker = build_worker(spec, ctx, transport, control, life)
         while not worker.finished:
             control.beat()
             if os.getppid() != parent:

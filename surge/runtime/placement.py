@@ -1,8 +1,9 @@
 """Where each worker of a `runtime=ray` run goes: decided by surge, from counts and resources.
 
 The unit of placement is a *pod*: policy worker p with every actor it serves (actor a is
-served by policy worker a % policy_workers). A pod always lands on one node, so the inference
-stream, which crosses between processes on every env step, stays in shared memory. Only the
+served by policy worker a % policy_workers), or a single actor with inline inference. A pod
+always lands on one node, so the inference stream, which crosses between processes on every
+env step, stays in shared memory. Only the
 sample stream (one message per finished segment) and the parameter service (one message per
 version) cross nodes.
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
-from surge.runtime.graph import WorkerSpec
+from surge.runtime.graph import WorkerSpec, policy_worker_count
 
 EPS = 1e-9
 
@@ -80,8 +81,11 @@ def demands(cfg: ExperimentConfig, workers: list[WorkerSpec]) -> dict[str, Deman
 
 
 def pods(cfg: ExperimentConfig) -> list[list[str]]:
-    """Policy worker p and the actors it serves, for every p."""
+    """Policy worker p and the actors it serves, for every p (with inline inference, where
+    actors run the policy themselves, every actor is a pod of its own)."""
     w = cfg.workers
+    if policy_worker_count(cfg) == 0:
+        return [[f"actor-{a}"] for a in range(w.actors)]
     return [
         [f"policy-{p}"] + [f"actor-{a}" for a in range(w.actors) if a % w.policy_workers == p]
         for p in range(w.policy_workers)

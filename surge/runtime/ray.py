@@ -4,9 +4,12 @@ The controller (this process, Ray's driver) connects to `ray.address` or starts 
 on this machine, decides placement (surge/runtime/placement.py), starts one `NodeAgent` per
 node used (shared memory and the cross-node forwarders) and one `WorkerHost` per worker
 (surge/runtime/ray_actors.py), and then watches as the local runtime does: worker exits,
-heartbeats, the trainer's progress. Any worker failure stops the run with that worker's name
-and traceback (or, for a process that died, Ray's account of why); whatever happens, every
-actor is stopped and every node's shared memory removed before `run_ray` returns.
+heartbeats, the trainer's progress. An actor or policy worker that dies or hangs is restarted
+in place as in `local` (a new Ray actor on the same node takes over its slot in that node's
+shared memory, with a new `life`), up to `workers.max_restarts` times. Any other failure stops
+the run with that worker's name and traceback (or, for a process that died, Ray's account of
+why); whatever happens, every actor is stopped and every node's shared memory removed before
+`run_ray` returns.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from surge.errors import UserError, WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control, control_layout
-from surge.runtime.graph import Graph
+from surge.runtime.graph import Graph, WorkerSpec, param_subscribers, write_timing
 from surge.runtime.placement import NodeInfo, Placement, demands, place
 from surge.runtime.ray_actors import NodeAgent, WorkerHost
 from surge.streams import sample
@@ -116,24 +119,44 @@ def worker_threads(ctx: RunContext, kind: str) -> int:
     return {"trainer": w.trainer_threads, "policy": w.policy_threads}.get(kind, w.actor_threads)
 
 
+def subscriber_channels(ctx: RunContext) -> dict[str, str]:
+    """Worker name -> the channel on which the trainer announces new parameters to it."""
+    w = ctx.cfg.workers
+    if w.inference == "inline":
+        names = [f"actor-{a}" for a in range(w.actors)]
+    else:
+        names = [f"policy-{p}" for p in range(w.policy_workers)]
+    return dict(zip(names, param_subscribers(ctx.cfg), strict=True))
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "unknown cause"
+
+
 class _Run:
     """One run on the cluster: start, watch, stop. Every Ray call of the controller is here."""
 
     def __init__(self, ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> None:
         self.ctx, self.graph, self.on_tick = ctx, graph, on_tick
         self.placement: Placement = place(ctx.cfg, graph.workers, cluster_nodes())
+        self.slots = {spec.name: (slot, spec) for slot, spec in enumerate(graph.workers)}
         self.agents: dict[str, Any] = {}  # node id -> NodeAgent handle
         self.shm: dict[str, Any] = {}  # node id -> ShmSpec
         self.hosts: dict[str, Any] = {}  # worker name -> WorkerHost handle
         self.runs: dict[Any, str] = {}  # ObjectRef of WorkerHost.run -> worker name
         self.info: dict[str, dict[str, Any]] = {}  # worker name -> pid, node_id, host
         self.states: dict[str, str] = {}
+        self.restarts = {spec.name: 0 for spec in graph.workers}
+        self.started: dict[str, float] = {}  # worker name -> when its current life started
+        self.interrupted_at: float | None = None
         self.workers_file = WorkersFile(ctx.run_dir / "workers.json")
         self.trainer_node = self.placement.node_of[TRAINER]
-        # The controller's copy of the trainer's progress, for `on_tick`.
+        # The controller's copy of the control block: the trainer's progress for `on_tick`,
+        # the workers' timing rows at the end.
         mirror = InlineTransport({"control": control_layout(len(graph.workers))}, [])
-        self.progress = Control(mirror)
-        self.progress.reset()
+        self.mirror = Control(mirror)
+        self.mirror.reset()
 
     # ------------------------------------------------------------------ start
 
@@ -143,7 +166,10 @@ class _Run:
             print(f"    {line}", file=sys.stderr)
         try:
             self._start_agents()
-            self._start_workers()
+            for slot, spec in enumerate(self.graph.workers):
+                self._start_worker(slot, spec)
+            for spec in self.graph.workers:
+                self._await_start(spec.name)
             try:
                 return self._watch()
             except WorkerFailure as failure:
@@ -179,71 +205,70 @@ class _Run:
 
     def _wire_bridges(self) -> None:
         """Sample forwarders on every node but the trainer's; a parameter forwarder on the
-        trainer's node if any policy worker lives elsewhere."""
+        trainer's node if any worker that runs the policy lives elsewhere."""
         import ray
 
         cfg, ctx = self.ctx.cfg, self.ctx
         depth, group_size = cfg.max_policy_lag + 1, cfg.workers.envs_per_group
+        ring = cfg.workers.ring_size
+        subscriber_of = subscriber_channels(ctx)
         trainer_agent = self.agents[self.trainer_node]
-        calls = [trainer_agent.serve_samples.remote(depth, group_size)]
-        remote_agents, remote_policies = [], []
+        calls = [trainer_agent.serve_samples.remote(depth, group_size, ctx.start_version)]
+        remote_agents, announced_on = [], []
         for node_id, agent in self.agents.items():
             if node_id == self.trainer_node:
                 continue
             names = self.placement.workers_on(node_id)
-            actors = [int(n.split("-")[1]) for n in names if n.startswith("actor-")]
-            policies = [int(n.split("-")[1]) for n in names if n.startswith("policy-")]
-            groups = [
-                a * cfg.workers.ring_size + k for a in actors for k in range(cfg.workers.ring_size)
-            ]
+            actors = [self.slots[n][1].index for n in names if n.startswith("actor-")]
+            groups = [a * ring + k for a in actors for k in range(ring)]
             if groups:
                 calls.append(
                     agent.start_segment_forwarder.remote(
                         trainer_agent, depth, group_size, groups, ctx.start_version
                     )
                 )
-            if policies:
-                calls.append(agent.serve_params.remote(policies))
+            subscribers = [subscriber_of[n] for n in names if n in subscriber_of]
+            if subscribers:
+                calls.append(agent.serve_params.remote(subscribers))
                 remote_agents.append(agent)
-                remote_policies += policies
+                announced_on += subscribers
         if remote_agents:
             calls.append(
                 trainer_agent.start_params_forwarder.remote(
-                    remote_agents, remote_policies, ctx.n_params
+                    remote_agents, announced_on, ctx.n_params
                 )
             )
         ray.get(calls, timeout=STARTUP_TIMEOUT_S)
 
-    def _start_workers(self) -> None:
+    def _start_worker(self, slot: int, spec: WorkerSpec) -> None:
+        """Start one life of a worker: a Ray actor on its node, then its `run` call."""
+        node_id = self.placement.node_of[spec.name]
+        need = self.placement.demands[spec.name]
+        host = self._on_node(WorkerHost, node_id, num_cpus=need.cpus, num_gpus=need.gpus)(
+            spec.name, self.ctx.run_dir.name, worker_threads(self.ctx, spec.kind)
+        )
+        self.hosts[spec.name] = host
+        self.info[spec.name] = {"ref": host.info.remote()}  # queued before `run`: answered first
+        life = self.restarts[spec.name]
+        self.runs[host.run.remote(spec, slot, self.ctx, self.shm[node_id], life)] = spec.name
+        self.started[spec.name] = time.monotonic()
+        self._record(spec.name, "starting")
+
+    def _await_start(self, name: str) -> None:
+        """Wait until Ray has started the worker's process, and record its pid."""
         import ray
 
-        need = self.placement.demands
-        info_refs = {}
-        for slot, spec in enumerate(self.graph.workers):
-            node_id = self.placement.node_of[spec.name]
-            threads = worker_threads(self.ctx, spec.kind)
-            host = self._on_node(
-                WorkerHost,
-                node_id,
-                num_cpus=need[spec.name].cpus,
-                num_gpus=need[spec.name].gpus,
-            )(spec.name, self.ctx.run_dir.name, threads)
-            self.hosts[spec.name] = host
-            info_refs[spec.name] = host.info.remote()  # queued before `run`, so answered first
-            self.runs[host.run.remote(spec, slot, self.ctx, self.shm[node_id])] = spec.name
-            self.states[spec.name] = "starting"
-        for name, ref in info_refs.items():
-            try:
-                self.info[name] = ray.get(ref, timeout=STARTUP_TIMEOUT_S)
-            except ray.exceptions.GetTimeoutError:
-                self._record(name, "hung")
-                raise WorkerFailure(
-                    name, f"Ray did not start its actor within {STARTUP_TIMEOUT_S:g} s"
-                ) from None
-            except ray.exceptions.RayActorError as e:
-                self._record(name, "failed")
-                raise WorkerFailure(name, f"its Ray actor could not start: {e}") from None
-            self._record(name, "running")
+        try:
+            self.info[name] = ray.get(self.info[name]["ref"], timeout=STARTUP_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            self._record(name, "hung")
+            raise WorkerFailure(
+                name, f"Ray did not start its actor within {STARTUP_TIMEOUT_S:g} s"
+            ) from None
+        except ray.exceptions.RayActorError as e:
+            self._record(name, "failed")
+            raise WorkerFailure(name, f"its Ray actor could not start: {e}") from None
+        self._record(name, "running")
 
     def _record(self, name: str, state: str) -> None:
         self.states[name] = state
@@ -257,7 +282,7 @@ class _Run:
                     "host": info.get("host"),
                     "node_id": info.get("node_id", self.placement.node_of[spec.name]),
                     "state": self.states.get(spec.name, "pending"),
-                    "restarts": 0,
+                    "restarts": self.restarts[spec.name],
                 }
             )
         self.workers_file.write(rows)
@@ -267,9 +292,6 @@ class _Run:
     def _watch(self) -> str:
         import ray
 
-        timeout = self.ctx.cfg.workers.heartbeat_timeout_s
-        started = time.monotonic()
-        interrupted_at: float | None = None
         while True:
             try:
                 ready, _ = ray.wait(list(self.runs), num_returns=1, timeout=TICK_S)
@@ -278,20 +300,22 @@ class _Run:
                     outcome, detail = self._outcome(ref, name)
                     if name == TRAINER and outcome == "finished":
                         self._record(name, "finished")
-                        self._refresh(timeout, started)
-                        self.on_tick(self.progress)
+                        self._refresh()
+                        self.on_tick(self.mirror)
                         return detail
-                    self._record(name, "failed")
-                    raise WorkerFailure(name, detail)
-                self._refresh(timeout, started)
+                    self._fail_or_restart(name, "failed", detail, raised=outcome == "failed")
+                self._refresh()
                 now = time.monotonic()
-                if interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_S:
+                if (
+                    self.interrupted_at is not None
+                    and now - self.interrupted_at > INTERRUPT_GRACE_S
+                ):
                     raise WorkerFailure(TRAINER, "did not save a checkpoint after Ctrl+C in time")
-                self.on_tick(self.progress)
+                self.on_tick(self.mirror)
             except KeyboardInterrupt:
-                if interrupted_at is not None:
+                if self.interrupted_at is not None:
                     raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
-                interrupted_at = time.monotonic()
+                self.interrupted_at = time.monotonic()
                 self._ask_trainer_to_checkpoint()
 
     def _outcome(self, ref: Any, name: str) -> tuple[str, str]:
@@ -307,16 +331,50 @@ class _Run:
             return "stopped", f"stopped before the run ended ({detail or 'no reason given'})"
         return outcome, detail
 
-    def _refresh(self, heartbeat_timeout: float, started: float) -> None:
+    def _fail_or_restart(self, name: str, state: str, cause: str, raised: bool) -> None:
+        """Restart an actor or policy worker in place if the config allows it (as `local`
+        does), else stop the run with its failure."""
+        import ray
+
+        self._record(name, state)
+        slot, spec = self.slots[name]
+        w = self.ctx.cfg.workers
+        allowed = (
+            spec.kind != "trainer"
+            and self.restarts[name] < w.max_restarts
+            and (not raised or w.restart_on_error)
+            and self.interrupted_at is None
+        )
+        if not allowed:
+            raise WorkerFailure(name, cause)
+        # The old life must be gone before the new one takes the slot (a hung one is killed).
+        ray.kill(self.hosts[name])
+        old = [ref for ref, n in self.runs.items() if n == name]
+        if old:
+            ray.wait(old, timeout=10.0)
+            for ref in old:
+                del self.runs[ref]
+        self.restarts[name] += 1
+        node_id = self.placement.node_of[name]
+        ray.get(self.agents[node_id].reset_worker.remote(slot), timeout=STATUS_TIMEOUT_S)
+        print(
+            f"surge: {name} failed ({_last_line(cause)}); restarting it on node {node_id[:8]} "
+            f"({self.restarts[name]}/{w.max_restarts})",
+            file=sys.stderr,
+        )
+        self._start_worker(slot, spec)
+        self._await_start(name)
+
+    def _refresh(self) -> None:
         """Heartbeats from every node (silences measured on each node's own clock), forwarder
         failures, and the trainer's progress for the display."""
         import ray
 
-        slots = {spec.name: i for i, spec in enumerate(self.graph.workers)}
+        timeout = self.ctx.cfg.workers.heartbeat_timeout_s
         node_ids = list(self.agents)
         refs = [
             self.agents[n].status.remote(
-                [slots[w] for w in self.placement.workers_on(n)], n == self.trainer_node
+                [self.slots[w][0] for w in self.placement.workers_on(n)], n == self.trainer_node
             )
             for n in node_ids
         ]
@@ -328,26 +386,25 @@ class _Run:
         for node_id, status in zip(node_ids, statuses, strict=True):
             if status["error"]:
                 names = ", ".join(self.placement.workers_on(node_id))
-                raise WorkerFailure(
-                    f"stream bridge on node {node_id[:8]} ({names})", status["error"]
-                )
+                where = f"stream bridge on node {node_id[:8]} ({names})"
+                raise WorkerFailure(where, status["error"])
             if status["progress"] is not None:
-                self.progress.set_progress(**status["progress"])
+                self.mirror.set_progress(**status["progress"])
+                self.mirror.set_progress(restarts=sum(self.restarts.values()))
             for slot, silent in status["silent"].items():
                 name = self.graph.workers[int(slot)].name
-                if silent is None:
-                    if now - started > STARTUP_TIMEOUT_S:
-                        self._record(name, "hung")
-                        raise WorkerFailure(
-                            name, f"did not finish starting in {STARTUP_TIMEOUT_S:g} s"
-                        )
-                elif silent > heartbeat_timeout:
-                    self._record(name, "hung")
-                    raise WorkerFailure(
-                        name,
+                if self.states.get(name) != "running":
+                    continue
+                if silent is None:  # still starting: importing, building envs and networks
+                    if now - self.started[name] > STARTUP_TIMEOUT_S:
+                        cause = f"did not finish starting in {STARTUP_TIMEOUT_S:g} s"
+                        self._fail_or_restart(name, "hung", cause, raised=False)
+                elif silent > timeout:
+                    cause = (
                         f"no heartbeat for {silent:.0f} s (workers.heartbeat_timeout_s="
-                        f"{heartbeat_timeout:g}): the worker is hung, e.g. inside env.step()",
+                        f"{timeout:g}): the worker is hung, e.g. inside env.step()"
                     )
+                    self._fail_or_restart(name, "hung", cause, raised=False)
 
     def _node_lost(self, node_ids: list[str], refs: list[Any], error: Exception) -> WorkerFailure:
         import ray
@@ -408,9 +465,25 @@ class _Run:
                 ray.kill(host)
             if self.states.get(name) in ("running", "starting"):
                 self._record(name, "stopped")
+        with contextlib.suppress(Exception):
+            self._write_timing()
         closing = [agent.close.remote() for agent in self.agents.values()]
         with contextlib.suppress(Exception):
             ray.wait(closing, num_returns=len(closing), timeout=10.0)
         for agent in self.agents.values():
             with contextlib.suppress(Exception):
                 ray.kill(agent)
+
+    def _write_timing(self) -> None:
+        """timing.json as in `local`: each node's agent holds the rows of its workers."""
+        import ray
+
+        refs = [
+            agent.timing.remote([self.slots[w][0] for w in self.placement.workers_on(node_id)])
+            for node_id, agent in self.agents.items()
+        ]
+        for rows in ray.get(refs, timeout=STATUS_TIMEOUT_S):
+            for slot, row in rows.items():
+                self.mirror.timing[int(slot)] = row
+        self.mirror.note_controller_cpu()
+        write_timing(self.ctx.run_dir, self.graph, self.mirror.timing)

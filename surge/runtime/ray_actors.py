@@ -24,7 +24,7 @@ from typing import Any
 
 from surge.runtime.control import STOP, Control
 from surge.runtime.graph import WorkerSpec, build_worker
-from surge.streams import inference, ray_bridge
+from surge.streams import ray_bridge
 from surge.streams.transport import (
     WAKE,
     BlockLayout,
@@ -54,8 +54,8 @@ class NodeAgent:
         ray_bridge.params.ParameterService(self.transport).reset()
         self.channels = channels
         self.forwarders: list[ray_bridge._Forwarder] = []
-        self.policy_channels: list[Any] = []
-        self.depth = self.group_size = 0
+        self.subscribers: list[Any] = []
+        self.depth = self.group_size = self.first = 0
 
     def info(self) -> dict[str, Any]:
         return {"shm": self.shm, "pid": os.getpid(), "node_id": _node_id()}
@@ -74,33 +74,33 @@ class NodeAgent:
         )
 
     def start_params_forwarder(
-        self, remote_agents: list[Any], remote_policies: list[int], n_params: int
+        self, remote_agents: list[Any], announced_on: list[str], n_params: int
     ) -> None:
-        """On the trainer's node: new versions go to the agents of nodes with policy workers."""
+        """On the trainer's node: new versions go to the agents of the other nodes that run
+        the policy; `announced_on` are the channels of those nodes' subscribers here."""
         import ray
 
         def ship(version: int, flat: Any) -> None:
             ref = ray.put(flat)  # stored once; each node's agent fetches it once
             ray.get([a.receive_params.remote(version, ref) for a in remote_agents])
 
-        announce = [self.transport.channel(inference.policy_channel(p)) for p in remote_policies]
+        announce = [self.transport.channel(name) for name in announced_on]
         self._start(ray_bridge.ParamsForwarder(self.transport, n_params, announce, ship))
 
-    def serve_samples(self, depth: int, group_size: int) -> None:
+    def serve_samples(self, depth: int, group_size: int, first: int) -> None:
         """On the trainer's node: accept forwarded segments."""
-        self.depth, self.group_size = depth, group_size
+        self.depth, self.group_size, self.first = depth, group_size, first
 
-    def serve_params(self, local_policies: list[int]) -> None:
-        """On a node with policy workers but no trainer: accept forwarded versions."""
-        self.policy_channels = [
-            self.transport.channel(inference.policy_channel(p)) for p in local_policies
-        ]
+    def serve_params(self, subscribers: list[str]) -> None:
+        """On a node that runs the policy but has no trainer: accept forwarded versions and
+        announce them on these channels."""
+        self.subscribers = [self.transport.channel(name) for name in subscribers]
 
     def receive_segments(self, segments: list[ray_bridge.Segment]) -> None:
-        ray_bridge.write_segments(self.transport, self.depth, self.group_size, segments)
+        ray_bridge.write_segments(self.transport, self.depth, self.group_size, self.first, segments)
 
     def receive_params(self, version: int, flat: Any) -> None:
-        ray_bridge.publish_params(self.transport, self.policy_channels, version, flat)
+        ray_bridge.publish_params(self.transport, self.subscribers, version, flat)
 
     def _start(self, forwarder: ray_bridge._Forwarder) -> None:
         forwarder.start()
@@ -119,6 +119,14 @@ class NodeAgent:
             "progress": self.control.progress() if with_progress else None,
             "error": next((f.error for f in self.forwarders if f.error), None),
         }
+
+    def timing(self, slots: list[int]) -> dict[int, list[float]]:
+        """CPU seconds by activity of the workers in these slots (tracking/timing.py)."""
+        return {slot: self.control.timing[slot].tolist() for slot in slots}
+
+    def reset_worker(self, slot: int) -> None:
+        """A new life of a worker takes over `slot`: it is starting (no heartbeat yet)."""
+        self.control.reset_worker(slot)
 
     def request_stop(self, kind: int, wake: list[str] | None = None) -> None:
         self.control.request_stop(kind)
@@ -148,12 +156,14 @@ class WorkerHost:
     def info(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "node_id": _node_id(), "host": socket.gethostname()}
 
-    def run(self, spec: WorkerSpec, slot: int, ctx: RunContext, shm: ShmSpec) -> tuple[str, str]:
-        """The worker's whole life: ("finished", reason) or ("failed", traceback)."""
+    def run(
+        self, spec: WorkerSpec, slot: int, ctx: RunContext, shm: ShmSpec, life: int = 0
+    ) -> tuple[str, str]:
+        """One life of the worker: ("finished", reason) or ("failed", traceback)."""
         transport = ShmTransport(shm)
         control = Control(transport, slot)
         try:
-            worker = build_worker(spec, ctx, transport, control)
+            worker = build_worker(spec, ctx, transport, control, life)
             while not worker.finished:
                 control.beat()
                 if spec.kind != "trainer" and control.stop_request == STOP:

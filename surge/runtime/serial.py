@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, Control
-from surge.runtime.graph import Graph, build_worker
+from surge.runtime.graph import Graph, build_worker, write_timing
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext, Worker
 from surge.workers.trainer import TrainerWorker
@@ -62,6 +62,11 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
     finally:
         for worker in workers:
             worker.close()
+        # One process: its CPU time (the controller row) is the total; the worker rows hold
+        # the per-activity split.
+        control.timing[:, -1] = 0.0
+        control.note_controller_cpu()
+        write_timing(ctx.run_dir, graph, control.timing)
 
 
 def _guarded(name: str, fn: Callable[..., T], *args: object) -> T:

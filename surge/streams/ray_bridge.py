@@ -5,18 +5,21 @@ channels as a `local` run, and workers on a node use it exactly as in `local`. P
 the inference stream inside a node, so only two edges of the graph cross nodes:
 
 - **sample stream** (actors -> trainer). On a node without the trainer, actors write segments
-  into that node's sample block and send the group id on that node's `trainer` channel, as
-  usual. A `SegmentForwarder` thread is the reader of that channel: it copies the group's
-  columns of the segment and ships them (a Ray actor call) to the trainer's node, where
-  `write_segments` puts them into the same place of the trainer's block and sends the group id
-  on the trainer's channel. The trainer cannot tell a forwarded segment from a local one.
+  into that node's sample block, count them in its `published` array and wake that node's
+  `trainer` channel, as usual. A `SegmentForwarder` thread is the reader of that channel: for
+  every segment counted there but not yet shipped it copies the group's columns and ships them
+  (a Ray actor call) to the trainer's node, where `write_segments` puts them into the same
+  place of the trainer's block, counts them in the trainer's `published` and wakes the trainer.
+  The trainer cannot tell a forwarded segment from a local one.
 - **parameter service** (trainer -> policy workers). On the trainer's node the trainer
-  announces each version on the policy channels, including those of policy workers on other
-  nodes, which nobody else reads there. A `ParamsForwarder` thread reads them, copies the
+  announces each version on the channels of the workers that run the policy (policy workers,
+  or actors with inline inference), including those of workers on other nodes, which nobody
+  else reads there. A `ParamsForwarder` thread reads them, copies the
   newest version once and ships it (one `ray.put`, fetched once per node) to each other node,
   where `publish_params` publishes it into that node's parameter block with the same seqlock,
-  waking the node's policy workers. Versions are never reloaded from disk, and a slow node
-  just gets the newest version (intermediate ones are skipped, as a local reader would).
+  waking the workers there that run the policy. Versions are never reloaded from disk, and a
+  slow node just gets the newest version (intermediate ones are skipped, as a local reader
+  would).
 
 Copying a segment before it is overwritten is safe for the same reason the local sample stream
 is: an actor reuses a slot only once the trainer published a version that needs the batch the
@@ -68,7 +71,7 @@ class _Forwarder(threading.Thread):
 
 
 class SegmentForwarder(_Forwarder):
-    """Reads a node's sample channel and ships each finished segment to the trainer's node."""
+    """Ships each segment a node's actors finish to the trainer's node, in order per group."""
 
     def __init__(
         self,
@@ -80,38 +83,45 @@ class SegmentForwarder(_Forwarder):
         ship: Callable[[list[Segment]], None],
     ) -> None:
         super().__init__("segment forwarder")
-        self._arrays = transport.block(sample.BLOCK)
+        arrays = transport.block(sample.BLOCK)
+        self._published = arrays[sample.PROGRESS]  # finished segments per group, this run
+        self._arrays = {k: v for k, v in arrays.items() if k != sample.PROGRESS}
         self._channel = transport.channel(sample.CHANNEL)
         self._depth = depth
         self._group_size = group_size
-        # Segments of a group arrive in order on the channel, so counting gives their index.
-        self._next = dict.fromkeys(groups, first_segment)
+        self._first = first_segment
+        self._shipped = dict.fromkeys(groups, 0)  # counted like `published`
         self._ship = ship
-        self.shipped = 0
 
     def step(self) -> None:
-        groups = [g for g in self._channel.recv(WAIT_S) if g >= 0]
-        if not groups:
-            return
+        self._channel.recv(WAIT_S)  # only a wake-up: the counts say what is new
         segments = []
-        for g in groups:
-            n = self._next[g]
-            self._next[g] = n + 1
-            cols = slice(g * self._group_size, (g + 1) * self._group_size)
-            slot = n % self._depth
-            data = {k: np.ascontiguousarray(v[slot, :, cols]) for k, v in self._arrays.items()}
-            segments.append((g, n, data))
-        self._ship(segments)
-        self.shipped += len(segments)
+        for g, shipped in self._shipped.items():
+            for k in range(shipped, int(self._published[g])):
+                n = self._first + k
+                cols = slice(g * self._group_size, (g + 1) * self._group_size)
+                slot = n % self._depth
+                data = {
+                    name: np.ascontiguousarray(v[slot, :, cols]) for name, v in self._arrays.items()
+                }
+                segments.append((g, n, data))
+        if segments:
+            self._ship(segments)
+            for g, _, _ in segments:
+                self._shipped[g] += 1
 
 
-def write_segments(transport: Transport, depth: int, group_size: int, segments: list[Segment]):  # type: ignore[no-untyped-def]
-    """On the trainer's node: put forwarded segments in place, then tell the trainer."""
+def write_segments(
+    transport: Transport, depth: int, group_size: int, first: int, segments: list[Segment]
+) -> None:
+    """On the trainer's node: put forwarded segments in place, count them, wake the trainer."""
     arrays = transport.block(sample.BLOCK)
+    published = arrays[sample.PROGRESS]
     for g, n, data in segments:
         cols = slice(g * group_size, (g + 1) * group_size)
         for k, v in data.items():
             arrays[k][n % depth, :, cols] = v
+        published[g] = max(int(published[g]), n - first + 1)  # after the data, as an actor does
     transport.channel(sample.CHANNEL).send(*(g for g, _, _ in segments))
 
 
@@ -128,8 +138,8 @@ class ParamsForwarder(_Forwarder):
         super().__init__("parameter forwarder")
         self._service = params.ParameterService(transport)
         self._flat = np.zeros(n_params, np.float32)
-        # The trainer announces each version on every policy channel; we are the reader of
-        # the ones whose policy worker lives on another node (left unread, they would fill).
+        # The trainer announces each version on the channel of every worker that runs the
+        # policy; we read those of workers on other nodes (left unread, they would fill).
         self._first, *self._others = announce_channels
         self._ship = ship
         self.sent = params.NONE
@@ -149,5 +159,5 @@ class ParamsForwarder(_Forwarder):
 def publish_params(
     transport: Transport, subscribers: list[Channel], version: int, flat: np.ndarray
 ) -> None:
-    """On another node: publish a forwarded version there and wake that node's policy workers."""
+    """On another node: publish a forwarded version there and wake the workers that use it."""
     params.ParameterService(transport, subscribers).publish(version, flat)

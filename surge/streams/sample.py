@@ -9,6 +9,13 @@ Flow control comes from versions, not locks. Segment n of a group goes into slot
 parameters of version >= n - max_policy_lag, which the trainer publishes only after it has
 finished training on batch n - depth, the previous tenant of that slot. So a slot is never
 written while the trainer reads it, and no sample is older than the lag allows.
+
+Completion is state, too: `published[g]` counts the segments group g has finished in this run
+(bumped after the segment's last write; the channel record only wakes the trainer). A
+restarted actor resumes each group at its first unfinished segment and rewrites it from the
+start, so a half-written segment is never read. Every step is stamped with the `life` of the
+actor process that wrote it (0, then 1 after a restart, ...), and the trainer checks that no
+segment mixes two lives.
 """
 
 from __future__ import annotations
@@ -22,10 +29,13 @@ BLOCK = "samples"
 CHANNEL = "trainer"
 
 
+PROGRESS = "published"
+
+
 def sample_layout(
-    obs: dict[str, ArraySpec], action: ArraySpec, depth: int, steps: int, envs: int
+    obs: dict[str, ArraySpec], action: ArraySpec, depth: int, steps: int, envs: int, groups: int
 ) -> BlockLayout:
-    fields: dict[str, Field] = {}
+    fields: dict[str, Field] = {PROGRESS: Field((groups,), "<i8")}
     for k, s in obs.items():
         # obs[:, T] is the observation after the last step, for bootstrapping.
         fields[f"obs/{k}"] = Field((depth, steps + 1, envs, *s.shape), s.dtype.str)
@@ -38,7 +48,9 @@ def sample_layout(
         ("terminated", "|b1"),
         ("truncated", "|b1"),
         ("version", "<i8"),  # policy version that chose each action
-        ("episode_return", "<f4"),  # valid where the episode ended at this step
+        ("life", "<i4"),  # which life of the writing actor process produced this step
+        ("game_over", "|b1"),  # a reported episode ended here (differs with episodic life)
+        ("episode_return", "<f4"),  # valid where game_over: the raw score of the episode
         ("episode_length", "<i8"),
     ]:
         fields[name] = Field((depth, steps, envs), dtype)
@@ -53,7 +65,9 @@ class SampleProducer:
     """An actor's writer: views of its groups' columns, and the publish notification."""
 
     def __init__(self, transport: Transport, depth: int, group_size: int) -> None:
-        self.arrays = transport.block(BLOCK)
+        arrays = transport.block(BLOCK)
+        self.published = arrays[PROGRESS]
+        self.arrays = {k: v for k, v in arrays.items() if k != PROGRESS}
         self.depth = depth
         self.group_size = group_size
         self._channel = transport.channel(CHANNEL)
@@ -65,28 +79,41 @@ class SampleProducer:
         return {k: v[slot, :, cols] for k, v in self.arrays.items()}
 
     def publish(self, group: int) -> None:
+        self.published[group] += 1  # after every write of the segment
         self._channel.send(group)
 
 
 class SampleConsumer:
     """The trainer's reader: batch u is ready once every group has published its segment u."""
 
-    def __init__(self, transport: Transport, depth: int, groups: int, first_batch: int) -> None:
-        self.arrays = transport.block(BLOCK)
+    def __init__(self, transport: Transport, depth: int, first_batch: int) -> None:
+        arrays = transport.block(BLOCK)
+        self._published = arrays[PROGRESS]  # counted from 0 in each run (fresh shared memory)
+        self.arrays = {k: v for k, v in arrays.items() if k != PROGRESS}
         self.depth = depth
+        self._first = first_batch
         self._channel = transport.channel(CHANNEL)
-        # Segments received per group, counted from the first batch of this run.
-        self._received = np.full(groups, first_batch, dtype=np.int64)
 
     def poll(self, timeout: float) -> None:
-        for g in self._channel.recv(timeout):
-            if g >= 0:
-                self._received[g] += 1
+        """Wait up to `timeout` for a wake-up from an actor (or the controller)."""
+        self._channel.recv(timeout)
 
     def ready(self, batch: int) -> bool:
-        return bool(self._received.min() > batch)
+        return bool(self._first + self._published.min() > batch)
 
     def batch(self, batch: int) -> dict[str, np.ndarray]:
         """Views of batch `batch`: `[T(+1), N, ...]` per field, valid until the next publish."""
         slot = batch % self.depth
         return {k: v[slot] for k, v in self.arrays.items()}
+
+
+def first_unfinished_segment(transport: Transport, group: int, first_batch: int) -> int:
+    """Where an actor (re)starts group `group`: the first segment it has not published."""
+    return first_batch + int(transport.block(BLOCK)[PROGRESS][group])
+
+
+def lives_are_unmixed(life: np.ndarray, group_size: int) -> bool:
+    """True if every group's segment in a batch `life` [T, N] was written by one actor life."""
+    per_group = life.reshape(life.shape[0], -1, group_size).transpose(1, 0, 2)
+    flat = per_group.reshape(per_group.shape[0], -1)
+    return bool((flat.min(axis=1) == flat.max(axis=1)).all())

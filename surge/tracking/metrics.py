@@ -50,11 +50,27 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _drop_records_after(path: Path, env_steps: int) -> None:
+    """Forget records logged after the checkpoint a run resumes from (a trainer that died
+    logged past its last checkpoint): the resumed run logs those steps again."""
+    from surge.tracking.files import atomic_writer
+
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)[STEP_KEY] <= env_steps]
+    if len(kept) != len(lines):
+        with atomic_writer(path) as f:
+            f.writelines(kept)
+
+
 class MetricsWriter:
     """Appends records to run_dir/metrics.jsonl (and TensorBoard if enabled)."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool) -> None:
+    def __init__(
+        self, run_dir: Path, tensorboard: bool, resume_at_steps: int | None = None
+    ) -> None:
         self.path = Path(run_dir) / METRICS_FILE
+        if resume_at_steps is not None and self.path.exists():
+            _drop_records_after(self.path, resume_at_steps)
         # Append: a resumed run continues the same file.
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._tb: Any = None

@@ -8,19 +8,23 @@ Per step of group k the actor copies the observation the policy saw and the poli
 observations straight into the inference slot), records rewards and episode ends, and posts
 the next request. After `rollout_len` steps the segment is published to the trainer.
 
-Actors do not import torch: they never run a network.
+With remote inference the actor never imports torch; with `workers.inference: inline` it runs
+the policy itself (workers/policy.py `InlineInference`) behind the same post/ready calls.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from surge.envs.group import EnvGroup
-from surge.streams.inference import InferenceClient, Routing
-from surge.streams.sample import SampleProducer
+from surge.envs.group import make_group
+from surge.streams.inference import BLOCK, InferenceClient, Routing, request_obs
+from surge.streams.sample import SampleProducer, first_unfinished_segment
 from surge.streams.transport import Transport
+from surge.tracking.timing import COPY, ENV, Timers
 from surge.workers.base import RunContext, derive_seed
 
 
@@ -28,52 +32,69 @@ from surge.workers.base import RunContext, derive_seed
 class _GroupState:
     segment: int  # index of the segment being filled (= the batch that will train on it)
     step: int  # position inside the segment
-    episode_return: np.ndarray
+    episode_return: np.ndarray  # of the reported episode (raw score until game over)
     episode_length: np.ndarray
     columns: dict[str, np.ndarray]  # views of this segment's slot in the sample stream
 
 
 class ActorWorker:
-    def __init__(self, ctx: RunContext, index: int, transport: Transport) -> None:
+    def __init__(
+        self, ctx: RunContext, index: int, transport: Transport, timers: Timers, life: int = 0
+    ) -> None:
         cfg = ctx.cfg
         self.name = f"actor-{index}"
+        self.life = life  # 0, then 1, 2, ... when the runtime restarts this actor in place
         self.finished = False
+        self.timers = timers
         self.ring_size = cfg.workers.ring_size
         self.rollout_len = cfg.ppo.rollout_len
         self.max_lag = cfg.max_policy_lag
         self.first_group = index * self.ring_size
-        routing = Routing(cfg.workers.ring_size, cfg.workers.policy_workers)
-        self.client = InferenceClient(transport, index, routing)
+        arrays = transport.block(BLOCK)
+        self.client: Any
+        self._remote = cfg.workers.inference == "remote"
+        if not self._remote:
+            from surge.workers.policy import InlineInference  # torch only in this mode
+
+            self.client = InlineInference(ctx, index, transport, arrays, timers)
+        else:
+            splits = cfg.workers.inference_splits or self.ring_size
+            routing = Routing(cfg.workers.ring_size, cfg.workers.policy_workers)
+            self.client = InferenceClient(transport, index, routing, self.ring_size // splits)
+        self.slot_obs = request_obs(arrays)  # [groups, G, ...] per field
+        self.action, self.logp = arrays["action"], arrays["logp"]
+        self.value, self.version = arrays["value"], arrays["version"]
         self.producer = SampleProducer(
             transport,
             depth=cfg.max_policy_lag + 1,
             group_size=cfg.workers.envs_per_group,
         )
         G = cfg.workers.envs_per_group
-        self.groups: list[EnvGroup] = []
+        self.groups: list[Any] = []
         self.state: list[_GroupState] = []
         for k in range(self.ring_size):
             g = self.first_group + k
-            seeds = [derive_seed(cfg.seed, "env", ctx.resumes, g, i) for i in range(G)]
-            self.groups.append(
-                EnvGroup(cfg.env, seeds, {n: o[g] for n, o in self.client.obs.items()})
-            )
+            seeds = [derive_seed(cfg.seed, "env", ctx.resumes, life, g, i) for i in range(G)]
+            segment = first_unfinished_segment(transport, g, ctx.start_version)
+            slot = {n: o[g] for n, o in self.slot_obs.items()}
+            self.groups.append(make_group(cfg.env, seeds, slot))
             self.state.append(
                 _GroupState(
-                    segment=ctx.start_version,
+                    segment=segment,
                     step=0,
                     episode_return=np.zeros(G, np.float32),
                     episode_length=np.zeros(G, np.int64),
-                    columns=self.producer.columns(g, ctx.start_version),
+                    columns=self.producer.columns(g, segment),
                 )
             )
         # (segment field, inference slot array) per observation field, for the per-step copy.
-        self._obs_fields = [(f"obs/{n}", o) for n, o in self.client.obs.items()]
+        self._obs_fields = [(f"obs/{n}", o) for n, o in self.slot_obs.items()]
         self.head = 0
         self._ready: set[int] = set()
         for k, group in enumerate(self.groups):
             group.reset()
             self._post(k)
+        self.client.flush()
 
     def _post(self, k: int) -> None:
         self.client.post(self.first_group + k, max(0, self.state[k].segment - self.max_lag))
@@ -81,7 +102,12 @@ class ActorWorker:
     def poll(self, timeout: float) -> bool:
         g = self.first_group + self.head
         if g not in self._ready:
-            self._ready.update(self.client.ready(timeout))
+            if self._remote:
+                waited = time.perf_counter()
+                self._ready.update(self.client.ready(timeout))
+                self.timers.add_wait(waited)
+            else:
+                self._ready.update(self.client.ready(timeout))  # times itself
             if g not in self._ready:
                 return False
         self._ready.discard(g)
@@ -91,30 +117,36 @@ class ActorWorker:
 
     def _advance(self, k: int) -> None:
         g = self.first_group + k
-        st, group, client = self.state[k], self.groups[k], self.client
+        st, group, timers = self.state[k], self.groups[k], self.timers
         seg, t = st.columns, st.step
+        clock = timers.now()
         for key, obs in self._obs_fields:
             seg[key][t] = obs[g]
-        seg["action"][t] = client.action[g]
-        seg["logp"][t] = client.logp[g]
-        seg["value"][t] = client.value[g]
-        seg["version"][t] = client.version[g]
+        seg["action"][t] = self.action[g]
+        seg["logp"][t] = self.logp[g]
+        seg["value"][t] = self.value[g]
+        seg["version"][t] = self.version[g]
+        seg["life"][t] = self.life
+        clock = timers.add(COPY, clock)
 
-        group.step(client.action[g])  # next observations land in the inference slot
+        group.step(self.action[g])  # next observations land in the inference slot
+        clock = timers.add(ENV, clock)
 
         seg["reward"][t] = group.rewards
         seg["terminated"][t] = group.terminated
         seg["truncated"][t] = group.truncated
-        st.episode_return += group.rewards
+        st.episode_return += group.score
         st.episode_length += 1
+        over = group.game_over
         seg["episode_return"][t] = st.episode_return
         seg["episode_length"][t] = st.episode_length
-        done = group.terminated | group.truncated
-        if done.any():
+        seg["game_over"][t] = over
+        ended = group.terminated | group.truncated
+        if ended.any():
             for name, final in group.final_obs.items():
-                seg["final_obs/" + name][t][done] = final[done]
-            st.episode_return[done] = 0.0
-            st.episode_length[done] = 0
+                seg["final_obs/" + name][t][ended] = final[ended]
+            st.episode_return[over] = 0.0
+            st.episode_length[over] = 0
 
         st.step += 1
         if st.step == self.rollout_len:
@@ -124,6 +156,7 @@ class ActorWorker:
             st.segment += 1
             st.step = 0
             st.columns = self.producer.columns(g, st.segment)
+        timers.add(COPY, clock)
         self._post(k)
 
     def close(self) -> None:

@@ -1,74 +1,197 @@
-"""The policy worker: batched inference for many actors, on versioned parameters.
+"""Inference on versioned parameters: the policy worker, and the same engine inline in an actor.
 
-Each poll takes every ready request (whole env groups from any of its actors), runs one
-forward pass over all of them, and answers each with the version it used. Requests that need
-a newer version than the one loaded wait in `pending`; the trainer's publish record wakes
-the worker, which loads the new parameters between batches, never during one.
+`PolicyEngine` holds a model, loads parameters from the parameter service when a newer
+version exists (between batches, never during one), and answers a list of env groups with one
+forward pass over all of them, writing actions, log-probs, values and the version it used
+into the groups' inference slots.
+
+- `PolicyWorker` (`workers.inference: remote`): a process serving many actors. Each poll
+  takes every ready request, runs one forward pass, and answers. Requests that need a newer
+  version than the one loaded wait in `pending`; the trainer's publish record wakes it.
+- `InlineInference` (`workers.inference: inline`, SRL's CPU-inference mode): the engine runs
+  inside the actor process, behind the same post/ready interface as the remote client, so the
+  actor's ring is unchanged. It saves a process hop per group step.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+import time
 
-from surge.models.actor_critic import ActorCritic
-from surge.streams.inference import InferenceServer, Routing
+import numpy as np
+
+from surge.models.numpy_policy import NumpyPolicy, numpy_layout
+from surge.streams.inference import InferenceServer, Routing, inline_channel, request_obs
 from surge.streams.params import ParameterService
 from surge.streams.transport import Transport
+from surge.tracking.timing import INFERENCE, Timers
 from surge.workers.base import RunContext, derive_seed
-from surge.workers.weights import flat_to_model
+
+
+class TorchPolicy:
+    """`ActorCritic.act` on numpy batches: for models the numpy path does not cover (CNNs)."""
+
+    def __init__(self, ctx: RunContext, seed: int) -> None:
+        import torch  # only processes that run a torch policy pay for the import
+
+        from surge.models.actor_critic import ActorCritic
+
+        self.torch = torch
+        self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, ctx.cfg.model)
+        self.model.eval()
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def load(self, flat: np.ndarray) -> None:
+        from surge.workers.weights import flat_to_model
+
+        flat_to_model(flat, self.model)
+
+    def act(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        torch = self.torch
+        with torch.inference_mode():
+            t_obs = {k: torch.from_numpy(v) for k, v in obs.items()}
+            action, logp, value = self.model.act(t_obs, generator=self.generator)
+        return action.numpy(), logp.numpy(), value.numpy()
+
+
+class PolicyEngine:
+    """Acts for env groups whose observations sit in inference slots, on versioned params."""
+
+    def __init__(
+        self, ctx: RunContext, arrays: dict[str, np.ndarray], transport: Transport, seed: int
+    ) -> None:
+        cfg = ctx.cfg
+        self.params = ParameterService(transport)
+        self.flat = np.zeros(ctx.n_params, np.float32)
+        self.loaded = -1  # version of the parameters in use; -1: none yet
+        layout = numpy_layout(ctx.env.observation_space, ctx.env.action_space, cfg.model)
+        self.policy: NumpyPolicy | TorchPolicy
+        if layout is not None:  # weights are views of self.flat: a reload needs no copy
+            self.policy = NumpyPolicy(layout, self.flat, np.random.default_rng(seed))
+        else:
+            self.policy = TorchPolicy(ctx, seed)
+        self.group_size = cfg.workers.envs_per_group
+        self.obs = request_obs(arrays)
+        self.action, self.logp = arrays["action"], arrays["logp"]
+        self.value, self.version = arrays["value"], arrays["version"]
+        self.min_version = arrays["min_version"]
+        self.request_id, self.response_id = arrays["request_id"], arrays["response_id"]
+
+    def refresh(self) -> bool:
+        """Load the newest parameters if they are newer than the loaded ones."""
+        if self.params.latest_version() <= self.loaded:
+            return False
+        self.loaded = self.params.read(self.flat)
+        if isinstance(self.policy, TorchPolicy):
+            self.policy.load(self.flat)
+        return True
+
+    def servable(self, groups: set[int]) -> list[int]:
+        return sorted(g for g in groups if self.min_version[g] <= self.loaded)
+
+    def infer(self, groups: list[int]) -> None:
+        k, n = len(groups), len(groups) * self.group_size
+        contiguous = groups == list(range(groups[0], groups[0] + k))
+        rows = slice(groups[0], groups[0] + k) if contiguous else groups  # a view, not a copy
+        ids = self.request_id[rows].copy()  # before the observations: see streams/inference.py
+        obs = {key: v[rows].reshape(n, *v.shape[2:]) for key, v in self.obs.items()}
+        action, logp, value = self.policy.act(obs)
+        self.action[rows] = action.reshape(k, self.group_size, *self.action.shape[2:])
+        self.logp[rows] = logp.reshape(k, self.group_size)
+        self.value[rows] = value.reshape(k, self.group_size)
+        self.version[rows] = self.loaded
+        self.response_id[rows] = ids
 
 
 class PolicyWorker:
-    def __init__(self, ctx: RunContext, index: int, transport: Transport) -> None:
+    def __init__(self, ctx: RunContext, index: int, transport: Transport, timers: Timers) -> None:
         cfg = ctx.cfg
         self.name = f"policy-{index}"
         self.finished = False
-        torch.set_num_threads(cfg.workers.policy_threads)
-        self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
-        self.model.eval()
-        self.generator = torch.Generator().manual_seed(
-            derive_seed(cfg.seed, "policy", ctx.resumes, index)
-        )
-        self.params = ParameterService(transport)
+        self.timers = timers
+        _limit_threads(cfg.workers.policy_threads)
         self.server = InferenceServer(
-            transport, index, Routing(cfg.workers.ring_size, cfg.workers.policy_workers)
+            transport,
+            index,
+            Routing(cfg.workers.ring_size, cfg.workers.policy_workers),
+            cfg.workers.actors,
         )
-        self.flat = np.zeros(ctx.n_params, np.float32)
-        self.loaded = -1  # version of the parameters in self.model; -1: none yet
-        self.pending: set[int] = set()
-        self.group_size = cfg.workers.envs_per_group
-
-    def _servable(self) -> list[int]:
-        return sorted(g for g in self.pending if self.server.min_version[g] <= self.loaded)
+        seed = derive_seed(cfg.seed, "policy", ctx.resumes, index)
+        self.engine = PolicyEngine(ctx, self.server.arrays, transport, seed)
+        self._woken = True  # look at the slots once at start: a restart finds requests there
 
     def poll(self, timeout: float) -> bool:
-        groups, _ = self.server.receive(0.0 if self._servable() else timeout)
-        self.pending.update(groups)
-        if self.params.latest_version() > self.loaded:
-            self.loaded = self.params.read(self.flat)
-            flat_to_model(self.flat, self.model)
-        serve = self._servable()
+        if not self._woken:
+            waited = time.perf_counter()
+            self._woken = self.server.receive(timeout)
+            self.timers.add_wait(waited)
+        t = self.timers.now()
+        self.engine.refresh()
+        serve = self.engine.servable(self.server.pending())
         if not serve:
-            return bool(groups)
-        self.pending.difference_update(serve)
-        self._infer(serve)
+            self._woken = False  # nothing servable until a request or new parameters come
+            return False
+        self._woken = self.server.receive(0.0)  # drain wake-ups; the slots say what to do
+        self.engine.infer(serve)
         self.server.respond(serve)
+        self.timers.add(INFERENCE, t)
         return True
-
-    def _infer(self, groups: list[int]) -> None:
-        n = len(groups) * self.group_size
-        obs = {
-            k: torch.from_numpy(v[groups]).reshape(n, *v.shape[2:])
-            for k, v in self.server.obs.items()
-        }
-        with torch.inference_mode():
-            action, logp, value = self.model.act(obs, generator=self.generator)
-        s = self.server
-        s.action[groups] = action.reshape(len(groups), self.group_size, *s.action.shape[2:]).numpy()
-        s.logp[groups] = logp.reshape(len(groups), self.group_size).numpy()
-        s.value[groups] = value.reshape(len(groups), self.group_size).numpy()
-        s.version[groups] = self.loaded
 
     def close(self) -> None:
         pass
+
+
+class InlineInference:
+    """The actor-side inference client of `workers.inference: inline`.
+
+    `post` only records the request; `ready` answers every posted group whose `min_version`
+    the loaded parameters satisfy in one forward pass, and when none is servable, waits for
+    the trainer's next publish on this actor's channel (the trainer notifies it directly).
+    """
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        actor: int,
+        transport: Transport,
+        arrays: dict[str, np.ndarray],
+        timers: Timers,
+    ) -> None:
+        _limit_threads(ctx.cfg.workers.actor_threads)
+        seed = derive_seed(ctx.cfg.seed, "inline-policy", ctx.resumes, actor)
+        self.engine = PolicyEngine(ctx, arrays, transport, seed)
+        self._published = transport.channel(inline_channel(actor))
+        self._pending: set[int] = set()
+        self.timers = timers
+
+    def post(self, group: int, min_version: int) -> None:
+        self.engine.min_version[group] = min_version
+        self.engine.request_id[group] += 1
+        self._pending.add(group)
+
+    def flush(self) -> None:
+        pass  # nothing is sent anywhere
+
+    def ready(self, timeout: float) -> list[int]:
+        self.engine.refresh()
+        serve = self.engine.servable(self._pending)
+        if not serve:
+            waited = time.perf_counter()
+            self._published.recv(timeout)  # PARAMS_UPDATED records; content does not matter
+            self.timers.add_wait(waited)
+            self.engine.refresh()
+            serve = self.engine.servable(self._pending)
+            if not serve:
+                return []
+        t = self.timers.now()
+        self._pending.difference_update(serve)
+        self.engine.infer(serve)
+        self.timers.add(INFERENCE, t)
+        return serve
+
+
+def _limit_threads(n: int) -> None:
+    """torch's intra-op threads, if this process runs torch (OMP_NUM_THREADS covers the rest)."""
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)

@@ -20,10 +20,11 @@ import torch
 from surge.algos.ppo import PPOLearner, RolloutBatch
 from surge.models.actor_critic import ActorCritic
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
-from surge.streams.inference import policy_channel
+from surge.runtime.graph import param_subscribers
 from surge.streams.params import ParameterService
-from surge.streams.sample import SampleConsumer, prefixed
+from surge.streams.sample import SampleConsumer, lives_are_unmixed, prefixed
 from surge.streams.transport import Transport
+from surge.tracking import timing
 from surge.tracking.checkpoint import (
     load_checkpoint,
     restore_rng_state,
@@ -31,6 +32,7 @@ from surge.tracking.checkpoint import (
     save_checkpoint,
 )
 from surge.tracking.metrics import MetricsWriter
+from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import RunContext, derive_seed
 from surge.workers.weights import model_to_flat
 
@@ -45,15 +47,15 @@ class TrainerWorker:
         self.finish_reason = ""
         self.ctx = ctx
         self.control = control
+        self.timers = control.timers
         torch.set_num_threads(cfg.workers.trainer_threads)
         torch.manual_seed(derive_seed(cfg.seed, "model"))
         self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
         self.generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "trainer"))
-        self.learner = PPOLearner(self.model, cfg.ppo, self.generator)
-        self.consumer = SampleConsumer(
-            transport, cfg.max_policy_lag + 1, cfg.total_groups, ctx.start_version
-        )
-        channels = [transport.channel(policy_channel(p)) for p in range(cfg.workers.policy_workers)]
+        vtrace = cfg.appo if cfg.algo == "appo" else None
+        self.learner = PPOLearner(self.model, cfg.ppo, self.generator, vtrace)
+        self.consumer = SampleConsumer(transport, cfg.max_policy_lag + 1, ctx.start_version)
+        channels = [transport.channel(name) for name in param_subscribers(cfg)]
         self.params = ParameterService(transport, subscribers=channels)
 
         self.version = 0  # = updates done; the parameters of version v trained batches 0..v-1
@@ -64,14 +66,17 @@ class TrainerWorker:
         self.recent_lengths: deque[float] = deque(maxlen=cfg.return_window)
         if ctx.checkpoint is not None:
             self._restore(load_checkpoint(Path(ctx.checkpoint)))
-        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard)
+        resumed_at = self.env_steps if ctx.checkpoint is not None else None
+        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at)
         self._started = time.monotonic()
         self._last_log = (self._started, self.env_steps)
         self._last_checkpoint = self._started
         self._lag_sum = 0.0
         self._lag_count = 0
         self._lag_max = 0
+        self._life_max = 0  # highest actor life seen in a batch (> 0: restarted actors' data)
         self._latest_stats: dict[str, float] = {}
+        self._timing_at_last_log = self.control.timing.sum(axis=0)
         self.params.reset()
         self.params.publish(self.version, model_to_flat(self.model))
 
@@ -87,7 +92,9 @@ class TrainerWorker:
         if request == STOP:
             return self._finish("stopped")
         if not self.consumer.ready(self.version):
+            waited = time.perf_counter()
             self.consumer.poll(timeout)
+            self.timers.add_wait(waited)
             if not self.consumer.ready(self.version):
                 return False
         self._train(self.consumer.batch(self.version))
@@ -96,11 +103,16 @@ class TrainerWorker:
     def _train(self, arrays: dict[str, np.ndarray]) -> None:
         cfg = self.cfg
         # Read everything needed from the slot before publishing: actors refill it right after.
+        if not lives_are_unmixed(arrays["life"], cfg.workers.envs_per_group):
+            raise RuntimeError(  # a broken invariant of the sample stream, never a user error
+                f"batch {self.version} holds a segment written by two lives of an actor"
+            )
+        self._life_max = max(self._life_max, int(arrays["life"].max()))
         lag = self.version - arrays["version"]
         self._lag_sum += float(lag.mean())
         self._lag_max = max(self._lag_max, int(lag.max()))
         self._lag_count += 1
-        done = arrays["terminated"] | arrays["truncated"]
+        done = arrays["game_over"]
         if done.any():
             self.recent_returns.extend(arrays["episode_return"][done].tolist())
             self.recent_lengths.extend(arrays["episode_length"][done].tolist())
@@ -108,10 +120,13 @@ class TrainerWorker:
         lr = cfg.ppo.lr * (
             max(0.0, 1.0 - self.env_steps / cfg.total_env_steps) if cfg.ppo.anneal_lr else 1.0
         )
+        clock = self.timers.now()
         self._latest_stats = self.learner.update(_rollout_batch(arrays, cfg.ppo.rollout_len), lr)
+        clock = self.timers.add(LEARN, clock)
         self.version += 1
         self.env_steps += cfg.batch_steps
         self.params.publish(self.version, model_to_flat(self.model))
+        self.timers.add(COPY, clock)
         self.control.set_progress(  # every update, for a live display; rates come with logs
             env_steps=self.env_steps,
             episode_return_mean=self.return_mean,
@@ -157,12 +172,28 @@ class TrainerWorker:
             "policy_lag_mean": lag,
             "policy_lag_max": self._lag_max,
             "policy_version": self.version,
+            "restarts": int(self.control.progress()["restarts"]),
+            "actor_life_max": self._life_max,
             **self._latest_stats,
         }
+        record.update(self._time_shares())
         self.metrics.write(record)
         self.control.set_progress(steps_per_s=sps, policy_lag_mean=lag)
         self._last_log = (now, self.env_steps)
         self._lag_sum, self._lag_count, self._lag_max = 0.0, 0, 0
+
+    def _time_shares(self) -> dict[str, float]:
+        """Where the CPU time of every process went since the last log (tracking/timing.py)."""
+        totals = self.control.timing.sum(axis=0)
+        window = totals - self._timing_at_last_log
+        self._timing_at_last_log = totals
+        cpu = float(window[timing.CPU_TOTAL])
+        if cpu <= 0:
+            return {}
+        shares = {f"time_{name}": float(window[i]) / cpu for i, name in timing.SHARES}
+        work = sum(float(window[i]) for i in timing.WORK)
+        shares["time_overhead"] = max(0.0, cpu - work) / cpu
+        return shares
 
     # ------------------------------------------------------------------ checkpoints
 

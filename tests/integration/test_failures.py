@@ -69,9 +69,13 @@ def test_crashing_env_reports_worker_and_traceback(run_dir: Path, runtime: str) 
 def test_hung_worker_is_detected_by_heartbeat(run_dir: Path) -> None:
     result = run_surge(
         "train", "env.id=surge.envs.testing:surge/Hanging-v0", "env.kwargs={hang_after: 50}",
-        "workers.heartbeat_timeout_s=3", f"run_dir={run_dir}", "total_env_steps=100000", *QUICK,
+        "workers.heartbeat_timeout_s=3", "workers.max_restarts=1", f"run_dir={run_dir}",
+        "total_env_steps=100000", *QUICK,
     )  # fmt: skip
     assert result.returncode == 1
+    # Handled like a dead worker: restarted in place once, then (hung again) the run stops.
+    assert "actor-0 failed (no heartbeat" in result.stderr
+    assert "restarting it (1/1)" in result.stderr
     assert "worker actor-0 failed" in result.stderr
     assert "no heartbeat" in result.stderr
     assert wait_for(lambda: not worker_processes(run_dir), timeout=5)
@@ -79,7 +83,10 @@ def test_hung_worker_is_detected_by_heartbeat(run_dir: Path) -> None:
 
 def test_killed_worker_is_named(run_dir: Path) -> None:
     proc = subprocess.Popen(
-        [*SURGE, "train", f"run_dir={run_dir}", "total_env_steps=10000000", *QUICK],
+        [
+            *SURGE, "train", f"run_dir={run_dir}", "total_env_steps=10000000",
+            "workers.max_restarts=0", *QUICK,
+        ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert wait_for(lambda: len(metrics_so_far(run_dir)) > 2, timeout=60)

@@ -149,20 +149,41 @@ def test_cartpole_solves_on_a_three_node_cluster(cluster: str, run_dir: Path) ->
     print(f"three-node CartPole: {records[-1]['env_steps']} steps, {elapsed:.0f} s")
 
 
-def test_killed_worker_on_another_node_is_named(cluster: str, run_dir: Path) -> None:
-    proc = _start(run_dir, f"ray.address={cluster}", "total_env_steps=10000000", *TWO_PODS, *QUICK)
+def test_killed_actor_on_another_node_is_restarted_then_named(cluster: str, run_dir: Path) -> None:
+    # Inline inference: each actor runs the policy itself, so parameters are forwarded to the
+    # actors' own nodes. One restart allowed: the first kill is survived, the second is not.
+    proc = _start(
+        run_dir, f"ray.address={cluster}", "total_env_steps=10000000", "workers.max_restarts=1",
+        "workers.inference=inline", *TWO_PODS, *QUICK,
+    )  # fmt: skip
     try:
         assert wait_for(lambda: len(metrics_so_far(run_dir)) > 2, timeout=90)
-        victim = _workers(run_dir)["actor-1"]
-        os.kill(int(victim["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+        first = _workers(run_dir)["actor-1"]
+        os.kill(int(first["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+
+        def restarted() -> bool:
+            w = _workers(run_dir)["actor-1"]
+            return w["restarts"] == 1 and w["state"] == "running"
+
+        assert wait_for(restarted, timeout=60)
+        second = _workers(run_dir)["actor-1"]
+        assert second["pid"] != first["pid"] and second["node_id"] == first["node_id"]
+        # Training goes on with the new life: new updates need actor-1's segments.
+        steps = len(metrics_so_far(run_dir))
+        assert wait_for(lambda: len(metrics_so_far(run_dir)) > steps + 3, timeout=60)
+        os.kill(int(second["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+    assert "surge: actor-1 failed" in err and "restarting it" in err
     assert proc.returncode == 1, err
     assert "worker actor-1 failed" in err
-    assert "died" in err and str(victim["pid"]) in err
+    assert "died" in err and str(second["pid"]) in err
     assert "the trainer saved a checkpoint" in err
-    assert _workers(run_dir)["actor-1"]["state"] == "failed"
+    workers = _workers(run_dir)
+    assert workers["actor-1"]["state"] == "failed" and workers["actor-1"]["restarts"] == 1
+    assert "policy-0" not in workers  # inline: no policy workers
+    assert workers["actor-0"]["node_id"] != workers["actor-1"]["node_id"]
 
 
 def test_crashing_worker_on_a_ray_instance_started_for_the_run(run_dir: Path) -> None:

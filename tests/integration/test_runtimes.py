@@ -126,3 +126,40 @@ def test_multiple_actors_and_policy_workers(run_dir: Path) -> None:
         "actor-0",
         "actor-1",
     }
+
+
+@pytest.mark.parametrize("runtime", ["serial", "local"])
+def test_inline_inference_keeps_versions_exact(run_dir: Path, runtime: str) -> None:
+    result = _train(
+        run_dir, f"runtime={runtime}", "total_env_steps=2048", "workers.inference=inline"
+    )
+    assert result.reason == "budget"
+    records = read_metrics(run_dir)
+    # Synchronous: the actor's own policy waited for every new version before acting.
+    assert all(r["policy_lag_max"] == 0 for r in records)
+    timing = json.loads((run_dir / "timing.json").read_text())
+    assert set(timing["processes"]) == {"trainer-0", "actor-0", "controller"}  # no policy worker
+    actor = timing["processes"]["actor-0"]
+    assert actor["inference"] > 0 and actor["env"] > 0
+    assert timing["processes"]["trainer-0"]["learn"] > 0
+    total = timing["total"]
+    assert 0 <= total["overhead_frac"] < 1
+    assert total["cpu_total_s"] >= total["env_s"] + total["inference_s"] + total["learn_s"]
+
+
+def test_appo_with_lag_and_split_requests(run_dir: Path) -> None:
+    result = _train(
+        run_dir,
+        "runtime=local",
+        "algo=appo",
+        "max_policy_lag=2",
+        "total_env_steps=8192",
+        "workers.ring_size=4",
+        "workers.envs_per_group=1",
+        "workers.inference_splits=2",
+    )
+    assert result.reason == "budget"
+    records = read_metrics(run_dir)
+    assert max(r["policy_lag_max"] for r in records) <= 2
+    assert all(r["vtrace_rho_mean"] > 0 for r in records)
+    assert all(0 <= r["vtrace_clipped_frac"] <= 1 for r in records)

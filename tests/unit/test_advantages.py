@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from surge.algos.advantages import gae, normalize
+from surge.algos.advantages import gae, normalize, vtrace
 
 F64 = torch.float64
 
@@ -95,3 +95,51 @@ def test_normalize() -> None:
     torch.testing.assert_close(out, expected)
     assert out.mean().abs().item() < 1e-6
     assert normalize(torch.tensor([3.0])).item() == 0.0
+
+
+def test_vtrace_hand_computed_off_policy() -> None:
+    # T=2, N=1; rhos 2 (clipped to 1) and 0.5; gamma .9, lambda 1, no episode end.
+    rewards = torch.tensor([[1.0], [2.0]])
+    values = torch.tensor([[0.5], [1.0]])
+    next_values = torch.tensor([[1.0], [3.0]])
+    no = torch.zeros(2, 1, dtype=torch.bool)
+    log_rhos = torch.log(torch.tensor([[2.0], [0.5]]))
+    adv, targets = vtrace(rewards, values, next_values, no, no, log_rhos, 0.9)
+    # D1 = .5 * (2 + .9 * 3 - 1) = 1.85; D0 = 1 * (1 + .9 * 1 - .5) + .9 * 1 * D1 = 3.065
+    assert torch.allclose(targets, torch.tensor([[3.565], [2.85]]))
+    # A0 uses the next state's target 1 + 1.85; A1 the plain bootstrap 3.
+    assert torch.allclose(adv, torch.tensor([[1 + 0.9 * 2.85 - 0.5], [2 + 0.9 * 3 - 1.0]]))
+
+
+def test_vtrace_on_policy_equals_gae_with_episode_ends() -> None:
+    g = torch.Generator().manual_seed(0)
+    T, N = 16, 3
+    rewards = torch.randn(T, N, generator=g)
+    values = torch.randn(T, N, generator=g)
+    next_values = torch.randn(T, N, generator=g)
+    terminated = torch.rand(T, N, generator=g) < 0.1
+    truncated = (torch.rand(T, N, generator=g) < 0.1) & ~terminated
+    dones = terminated | truncated
+    assert terminated.any() and truncated.any()
+    adv_g, ret_g = gae(rewards, values, next_values, terminated, dones, 0.97, 0.9)
+    zeros = torch.zeros(T, N)
+    adv_v, ret_v = vtrace(rewards, values, next_values, terminated, dones, zeros, 0.97, 0.9)
+    assert torch.allclose(ret_v, ret_g, atol=1e-5)
+    # GAE's advantage is the lambda-return minus V; V-trace's is the one-step advantage on the
+    # next target, which with lambda = 1 is the same thing.
+    adv_g1, _ = gae(rewards, values, next_values, terminated, dones, 0.97, 1.0)
+    adv_v1, _ = vtrace(rewards, values, next_values, terminated, dones, zeros, 0.97, 1.0)
+    assert torch.allclose(adv_v1, adv_g1, atol=1e-5)
+    assert not torch.allclose(adv_v, adv_g, atol=1e-3)  # lambda < 1: they differ, as they should
+
+
+def test_vtrace_cuts_traces_at_small_rhos() -> None:
+    # With rho -> 0 at t=1, nothing after t=1 reaches the target of t=0.
+    rewards = torch.tensor([[0.0], [5.0], [7.0]])
+    values = torch.zeros(3, 1)
+    next_values = torch.zeros(3, 1)
+    no = torch.zeros(3, 1, dtype=torch.bool)
+    log_rhos = torch.tensor([[0.0], [-50.0], [0.0]])
+    _, targets = vtrace(rewards, values, next_values, no, no, log_rhos, 1.0)
+    assert abs(targets[0, 0].item()) < 1e-6 and abs(targets[1, 0].item()) < 1e-6
+    assert targets[2, 0].item() == 7.0

@@ -1,0 +1,107 @@
+"""Numbers from a common JSONL log, computed the same way for every contender.
+
+    python benchmarks/peers/analyze.py LOG.jsonl [--target 475] [--window 20]
+
+- `sps_steady`: env steps per second between the first record at >= 10% of the run's
+  logged steps and the last record (startup and warm-up excluded);
+- `solved_s` / `solved_steps`: wall time since launch and env steps when the mean of the
+  last `window` finished episodes first reaches `target` (null if never); a log that carries
+  the library's own windowed mean (`return_mean`, e.g. surge's metrics) is read directly;
+- `final_return_mean`: mean of the last `window` episodes at the end;
+- also `steps`, `duration_s` (last record), `first_step_s` (first record with steps > 0:
+  startup cost) and `episodes`.
+
+Prints one JSON object; importable as `analyze(path)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    records = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill
+        if isinstance(rec, dict) and "t" in rec and "steps" in rec:
+            records.append(rec)
+    records.sort(key=lambda r: (r["t"], r["steps"]))
+    return records
+
+
+def analyze_records(
+    records: list[dict[str, Any]], target: float | None = 475.0, window: int = 20
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "steps": 0,
+        "duration_s": None,
+        "first_step_s": None,
+        "sps_steady": None,
+        "episodes": 0,
+        "final_return_mean": None,
+        "solved_s": None,
+        "solved_steps": None,
+    }
+    if not records:
+        return out
+    steps_max = max(r["steps"] for r in records)
+    last = max(records, key=lambda r: (r["steps"], r["t"]))
+    out["steps"] = steps_max
+    out["duration_s"] = round(records[-1]["t"], 2)
+    first = next((r for r in records if r["steps"] > 0), None)
+    out["first_step_s"] = round(first["t"], 2) if first else None
+
+    start = next(r for r in records if r["steps"] >= 0.1 * steps_max)
+    if last["t"] > start["t"] and last["steps"] > start["steps"]:
+        out["sps_steady"] = round((last["steps"] - start["steps"]) / (last["t"] - start["t"]), 1)
+
+    recent: collections.deque[float] = collections.deque(maxlen=window)
+    final_mean = None
+    for r in records:
+        mean = None
+        if "return" in r:
+            out["episodes"] += 1
+            recent.append(float(r["return"]))
+            if len(recent) == window:
+                mean = statistics.fmean(recent)
+            final_mean = statistics.fmean(recent)
+        elif r.get("return_mean") is not None:
+            mean = float(r["return_mean"])
+            final_mean = mean
+            if "episodes" in r:
+                out["episodes"] = int(r["episodes"])
+        if target is not None and mean is not None and out["solved_s"] is None and mean >= target:
+            out["solved_s"] = round(r["t"], 2)
+            out["solved_steps"] = r["steps"]
+    out["final_return_mean"] = None if final_mean is None else round(final_mean, 2)
+    return out
+
+
+def analyze(path: Path, target: float | None = 475.0, window: int = 20) -> dict[str, Any]:
+    return analyze_records(read_log(path), target, window)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("log", type=Path)
+    parser.add_argument("--target", type=float, default=475.0, help="solve threshold")
+    parser.add_argument("--no-target", action="store_true", help="do not look for a solve")
+    parser.add_argument("--window", type=int, default=20)
+    args = parser.parse_args()
+    target = None if args.no_target else args.target
+    print(json.dumps(analyze(args.log, target, args.window)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Fault tolerance: actors and policy workers restart in place; a dead trainer resumes.
+
+These runs train CartPole to the solved score while workers are killed under them, so they
+check the whole contract: the run goes on, restarts are reported and counted, the trainer
+never trains on a segment written by two lives of an actor (it checks every batch and would
+fail the run), and the target is still reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from surge.tracking.checkpoint import latest_checkpoint
+from surge.tracking.metrics import read_metrics
+from tests.conftest import SURGE, metrics_so_far, run_surge, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _workers(run_dir: Path) -> dict[str, dict[str, object]]:
+    return {w["name"]: w for w in json.loads((run_dir / "workers.json").read_text())["workers"]}
+
+
+def _kill(run_dir: Path, name: str) -> int:
+    pid = _workers(run_dir)[name]["pid"]
+    assert isinstance(pid, int)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _steps(run_dir: Path) -> int:
+    records = metrics_so_far(run_dir)
+    return int(records[-1]["env_steps"]) if records else 0  # type: ignore[call-overload]
+
+
+def test_killed_actor_and_policy_worker_restart_and_the_run_still_solves(run_dir: Path) -> None:
+    proc = subprocess.Popen(
+        [*SURGE, "train", f"run_dir={run_dir}", "log.interval_s=0.5", "log.progress=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: _steps(run_dir) > 10_000, timeout=90)
+        old_actor = _kill(run_dir, "actor-0")  # in the middle of writing its segments
+        assert wait_for(lambda: _workers(run_dir)["actor-0"]["restarts"] == 1, timeout=10)
+        assert _workers(run_dir)["actor-0"]["pid"] != old_actor
+        at_kill = _steps(run_dir)
+        assert wait_for(lambda: _steps(run_dir) > at_kill + 5_000, timeout=60)
+        _kill(run_dir, "policy-0")  # with requests in flight: the new one finds them
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "actor-0 failed (process" in err and "SIGKILL" in err
+    assert "policy-0 failed (process" in err and "restarting it (1/3)" in err
+    last = read_metrics(run_dir)[-1]
+    assert last["episode_return_mean"] >= 475
+    assert last["restarts"] == 2
+    assert last["actor_life_max"] == 1  # batches from the restarted actor were trained on
+    workers = _workers(run_dir)
+    assert workers["actor-0"]["restarts"] == 1 and workers["policy-0"]["restarts"] == 1
+    assert workers["trainer-0"]["state"] == "finished"
+
+
+def test_killed_trainer_stops_the_run_and_resume_reaches_the_target(run_dir: Path) -> None:
+    proc = subprocess.Popen(
+        [
+            *SURGE, "train", f"run_dir={run_dir}", "log.interval_s=0.5", "log.progress=false",
+            "log.checkpoint_interval_s=1",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: _steps(run_dir) > 20_000, timeout=90)
+        assert wait_for(lambda: latest_checkpoint(run_dir) is not None, timeout=10)
+        _kill(run_dir, "trainer-0")
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    assert "worker trainer-0 failed" in err and "SIGKILL" in err
+    assert "restarting" not in err  # the trainer is never restarted in place
+    ckpt = latest_checkpoint(run_dir)
+    assert ckpt is not None  # written atomically: the last one is whole
+
+    resumed = run_surge("resume", str(run_dir), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from" in resumed.stderr
+    records = read_metrics(run_dir)
+    assert records[-1]["episode_return_mean"] >= 475
+    steps = [r["env_steps"] for r in records]
+    assert steps == sorted(steps)  # the resumed run continues the step count

@@ -1,0 +1,99 @@
+"""The numpy inference path computes what the torch ActorCritic computes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from surge.config.schema import ModelConfig
+from surge.envs.spaces import flatten_obs_space
+from surge.models.actor_critic import ActorCritic
+from surge.models.numpy_policy import NumpyPolicy, numpy_layout
+from surge.workers.weights import model_to_flat
+
+Box = gym.spaces.Box
+SPACES: list[tuple[str, gym.Space[Any], gym.Space[Any], ModelConfig]] = [
+    ("cartpole", Box(-1, 1, (4,)), gym.spaces.Discrete(2), ModelConfig()),
+    (
+        "shared-relu-start",
+        Box(-1, 1, (3, 2)),
+        gym.spaces.Discrete(5, start=-2),
+        ModelConfig(hidden_sizes=[32], activation="relu", shared=True),
+    ),
+    (
+        "multidiscrete",
+        Box(-1, 1, (6,)),
+        gym.spaces.MultiDiscrete([3, 4], start=[1, 0]),
+        ModelConfig(),
+    ),
+    ("gaussian", Box(-1, 1, (3,)), Box(-2, 2, (2,)), ModelConfig(log_std_init=-0.5)),
+    (
+        "dict-with-discrete",
+        gym.spaces.Dict({"pos": Box(-1, 1, (2,)), "cell": gym.spaces.Discrete(4, start=1)}),
+        gym.spaces.Discrete(3),
+        ModelConfig(hidden_sizes=[16, 16]),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "obs_space", "action_space", "cfg"), SPACES)
+def test_numpy_policy_matches_torch(
+    name: str, obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
+) -> None:
+    torch.manual_seed(0)
+    model = ActorCritic(obs_space, action_space, cfg)
+    layout = numpy_layout(obs_space, action_space, cfg)
+    assert layout is not None
+    assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == layout.params
+    flat = model_to_flat(model)
+    policy = NumpyPolicy(layout, flat, np.random.default_rng(0))
+
+    obs_space.seed(1)
+    batch = [obs_space.sample() for _ in range(7)]
+    leaves = flatten_obs_space(obs_space)
+    if isinstance(obs_space, gym.spaces.Dict):
+        np_obs = {k: np.stack([np.asarray(b[k]) for b in batch]) for k in leaves}
+    else:
+        np_obs = {k: np.stack(batch).astype(np.float32) for k in leaves}
+    t_obs = {k: torch.from_numpy(v) for k, v in np_obs.items()}
+
+    action, logp, value = policy.act(np_obs, deterministic=True)
+    t_action, t_logp, t_value = model.act(t_obs, deterministic=True)
+    np.testing.assert_allclose(action, t_action.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logp, t_logp.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value, t_value.numpy(), rtol=1e-5, atol=1e-5)
+
+    # Sampled actions: valid, and their log-probs are the torch model's for those actions.
+    action, logp, _ = policy.act(np_obs)
+    assert all(action_space.contains(np.asarray(a, dtype=action_space.dtype)) for a in action)
+    t_logp_of, _, _ = model.evaluate(t_obs, torch.from_numpy(action))
+    np.testing.assert_allclose(logp, t_logp_of.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+    # New parameters written into the flat vector in place are used at once.
+    flat *= 0.0
+    _, _, value = policy.act(np_obs, deterministic=True)
+    assert np.all(value == 0.0)
+
+
+def test_categorical_sampling_follows_the_probabilities() -> None:
+    cfg = ModelConfig(hidden_sizes=[8])
+    obs_space, action_space = Box(-1, 1, (2,)), gym.spaces.Discrete(3)
+    layout = numpy_layout(obs_space, action_space, cfg)
+    assert layout is not None
+    model = ActorCritic(obs_space, action_space, cfg)
+    with torch.no_grad():
+        model.action_head.linear.weight.zero_()
+        model.action_head.linear.bias.copy_(torch.log(torch.tensor([0.2, 0.3, 0.5])))
+    policy = NumpyPolicy(layout, model_to_flat(model), np.random.default_rng(3))
+    action, _, _ = policy.act({"obs": np.zeros((20_000, 2), np.float32)})
+    freq = np.bincount(action, minlength=3) / len(action)
+    np.testing.assert_allclose(freq, [0.2, 0.3, 0.5], atol=0.015)
+
+
+def test_images_are_left_to_torch() -> None:
+    images = Box(0, 255, (4, 84, 84), np.uint8)
+    assert numpy_layout(images, gym.spaces.Discrete(6), ModelConfig()) is None
