@@ -8,8 +8,8 @@ applied by surge/runtime/ray.py).
 - `WorkerHost`, one per worker: a Ray actor process (with the CPUs/GPUs its config declares)
   whose `run` drives the worker's poll loop on the node's shared memory exactly as a `local`
   worker process does. `run` returns ("finished", reason) or ("failed", traceback); if the
-  process dies instead, the controller gets a RayActorError naming the cause. The host
-  outlives its worker, so a failed worker could later be rebuilt in the same place.
+  process dies instead, the controller gets a RayActorError naming the cause. A restart is a
+  new host on the same node, running the next `life` (a fresh process, as in `local`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 from surge.runtime.control import STOP, Control
 from surge.runtime.graph import WorkerSpec, build_worker
 from surge.streams import ray_bridge
+from surge.streams.params import ParameterService
 from surge.streams.transport import (
     WAKE,
     BlockLayout,
@@ -51,9 +52,9 @@ class NodeAgent:
         self.control = Control(self.transport)
         self.control.reset()
         # An unwritten parameter block reads as version 0 of all-zero weights: mark it empty.
-        ray_bridge.params.ParameterService(self.transport).reset()
+        ParameterService(self.transport).reset()
         self.channels = channels
-        self.forwarders: list[ray_bridge._Forwarder] = []
+        self.forwarders: list[ray_bridge.Forwarder] = []
         self.subscribers: list[Any] = []
         self.depth = self.group_size = self.first = 0
 
@@ -102,7 +103,7 @@ class NodeAgent:
     def receive_params(self, version: int, flat: Any) -> None:
         ray_bridge.publish_params(self.transport, self.subscribers, version, flat)
 
-    def _start(self, forwarder: ray_bridge._Forwarder) -> None:
+    def _start(self, forwarder: ray_bridge.Forwarder) -> None:
         forwarder.start()
         self.forwarders.append(forwarder)
 

@@ -47,7 +47,7 @@ Segment = tuple[int, int, dict[str, np.ndarray]]
 WAIT_S = 0.5
 
 
-class _Forwarder(threading.Thread):
+class Forwarder(threading.Thread):
     """A daemon thread that remembers the first exception it hit, for the controller."""
 
     def __init__(self, name: str) -> None:
@@ -70,7 +70,7 @@ class _Forwarder(threading.Thread):
         self.join(5.0)
 
 
-class SegmentForwarder(_Forwarder):
+class SegmentForwarder(Forwarder):
     """Ships each segment a node's actors finish to the trainer's node, in order per group."""
 
     def __init__(
@@ -125,7 +125,7 @@ def write_segments(
     transport.channel(sample.CHANNEL).send(*(g for g, _, _ in segments))
 
 
-class ParamsForwarder(_Forwarder):
+class ParamsForwarder(Forwarder):
     """On the trainer's node: ships every newly published version to the other nodes."""
 
     def __init__(
