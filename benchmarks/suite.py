@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -137,6 +138,7 @@ LABELS = {
 STARTUP_SLACK = 45.0  # seconds past --secs before memmon interrupts a peer that overran
 GRACE = 15.0  # SIGINT -> SIGKILL
 SOLVED_RETURN = 475.0  # CartPole-v1: mean of the last 20 episodes
+NOISY_FOREIGN_CORES = 0.3  # a run during which other processes used this much CPU is noisy
 
 
 @dataclass
@@ -301,8 +303,6 @@ def run_one(
         ]
         timeout = task.secs + STARTUP_SLACK
     if run_dir.exists():
-        import shutil
-
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     (run_dir / "cmd.txt").write_text(" ".join(cmd) + "\n")
@@ -326,17 +326,7 @@ def run_one(
     if tail is not None:
         tail.poll()
         tail.common_log(log_path)
-    run.mem = mem
-    target = SOLVED_RETURN if task.env == "cartpole" else None
-    run.analysis = analyze.analyze(log_path, target=target) if log_path.exists() else {}
-    if not run.analysis.get("steps"):
-        run.status, run.note = "failed", f"no env steps logged (exit {mem['exit_code']})"
-    elif mem["exit_code"] not in (0, 130, -2):  # 130 / -2: stopped by SIGINT at --secs
-        run.note = f"exit code {mem['exit_code']}"
-    if mem["timed_out"] and contender != "surge":
-        run.note = (run.note + "; " if run.note else "") + "overran: stopped by the harness"
-    if task.mode == "solve" and run.analysis.get("solved_s") is None:
-        run.note = (run.note + "; " if run.note else "") + "not solved"
+    judge(run, task, mem, log_path)
     a = run.analysis
     print(
         f"[suite]   sps {a.get('sps_steady')} solved_s {a.get('solved_s')} "
@@ -345,6 +335,42 @@ def run_one(
         flush=True,
     )
     return run
+
+
+def judge(run: Run, task: Task, mem: dict[str, Any], log_path: Path) -> None:
+    """Fills a run's analysis, status and note from its memmon result and common log."""
+    run.mem = mem
+    target = SOLVED_RETURN if task.env == "cartpole" else None
+    run.analysis = analyze.analyze(log_path, target=target) if log_path.exists() else {}
+    notes = []
+    foreign = mem.get("foreign_cores", 0.0)
+    if not run.analysis.get("steps"):
+        run.status = "failed"
+        notes.append(f"no env step logged in {mem['wall_s']:.0f} s (exit {mem['exit_code']})")
+    elif mem["exit_code"] not in (0, 130, -2):  # 130 / -2: stopped by SIGINT at --secs
+        notes.append(f"exit code {mem['exit_code']}")
+    if mem["timed_out"] and run.contender != "surge":
+        notes.append("overran: stopped by the harness")
+    if task.mode == "solve" and run.analysis.get("solved_s") is None:
+        notes.append("not solved")
+    if foreign >= NOISY_FOREIGN_CORES:
+        notes.append(f"noisy: other processes used {foreign:.1f} cores")
+    run.note = "; ".join(notes)
+
+
+def from_disk(out: Path, tasks: list[str], contenders: list[str]) -> list[Run]:
+    """The runs a previous invocation left in out/suite_runs, judged again (--report-only)."""
+    runs = []
+    for task_name in tasks:
+        for run_dir in sorted((out / "suite_runs" / task_name).glob("*-s*")):
+            contender, _, seed = run_dir.name.rpartition("-s")
+            if contender not in contenders or not (run_dir / "mem.json").exists():
+                continue
+            run = Run(task_name, contender, int(seed), run_dir=str(run_dir))
+            mem = json.loads((run_dir / "mem.json").read_text())
+            judge(run, TASKS[task_name], mem, run_dir / "log.jsonl")
+            runs.append(run)
+    return runs
 
 
 # ------------------------------------------------------------------------ report
@@ -484,7 +510,7 @@ def markdown(
     for name, versions in meta["versions"].items():
         lines.append(f"- {name}: {versions}")
     surge_table = ", ".join(
-        f"{t}: `{p} {' '.join(o)}`" for t, (p, o) in SURGE.items() if t in summary
+        f"{t}: `{' '.join([p, *o])}`" for t, (p, o) in SURGE.items() if t in summary
     )
     lines += ["", f"surge presets and overrides per task: {surge_table}", ""]
     return "\n".join(lines)
@@ -573,6 +599,11 @@ def main() -> int:
         "--surge-python", help="Python with surge installed (default: this one, or .venv)"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rebuild suite.md/json/png from the runs already in OUT/suite_runs",
+    )
     args = parser.parse_args()
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -587,6 +618,7 @@ def main() -> int:
     runs: list[Run] = []
     summary: dict[str, list[dict[str, Any]]] = {}
     started = time.time()
+    interrupted = False
     for task_name in tasks:
         task = TASKS[task_name]
         secs = args.secs if (args.secs and task.mode == "throughput") else task.secs
@@ -603,14 +635,23 @@ def main() -> int:
             task.note,
         )
         TASKS[task_name] = task
-        task_runs = []
-        for seed in seeds:  # seeds outermost: a slow period of the machine hits every contender
-            for contender in task.contenders:
-                task_runs.append(
-                    run_one(task_name, task, contender, seed, args.out, surge_py, presets)
-                )
+        if args.report_only:
+            task_runs = from_disk(args.out, [task_name], list(task.contenders))
+        else:
+            task_runs = []
+            try:
+                for seed in seeds:  # seeds outermost: a slow period hits every contender alike
+                    for contender in task.contenders:
+                        task_runs.append(
+                            run_one(task_name, task, contender, seed, args.out, surge_py, presets)
+                        )
+            except KeyboardInterrupt:
+                interrupted = True
+                print("[suite] interrupted: writing the report of the runs done", flush=True)
         runs += task_runs
         summary[task_name] = summarize(task_name, task, task_runs)
+        if interrupted:
+            break
 
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
@@ -631,7 +672,7 @@ def main() -> int:
         f"[suite] wrote {args.out / 'suite.md'}, suite.json"
         + (f" ({problem})" if problem else ", suite.png")
     )
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

@@ -10,5 +10,5 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet "torch==2.13.0" -e ".[dev,ray]"
+.venv/bin/python -m pip install --quiet "torch==2.13.0" -e ".[dev,atari,ray]"
 echo "surge installed in .venv ($(.venv/bin/python -c 'import torch, surge; print("torch", torch.__version__)'))"

@@ -2,13 +2,15 @@
 
     python benchmarks/peers/analyze.py LOG.jsonl [--target 475] [--window 20]
 
-- `sps_steady`: env steps per second between the first record at >= 10% of the run's
-  logged steps and the last record (startup and warm-up excluded);
+- `sps_steady`: env steps per second from the moment 10% of the run's logged steps were done
+  (interpolated between records) to the last record: startup and warm-up excluded; null
+  with fewer than 3 records;
 - `solved_s` / `solved_steps`: wall time since launch and env steps when the mean of the
   last `window` finished episodes first reaches `target` (null if never); a log that carries
   the library's own windowed mean (`return_mean`, e.g. surge's metrics) is read directly;
 - `final_return_mean`: mean of the last `window` episodes at the end;
-- also `steps`, `duration_s` (last record), `first_step_s` (first record with steps > 0:
+- also `steps`, `duration_s` (last record; records after the first `end` record, written
+  when the run was told to stop, are ignored), `first_step_s` (first record with steps > 0:
   startup cost) and `episodes`.
 
 Prints one JSON object; importable as `analyze(path)`.
@@ -37,6 +39,11 @@ def read_log(path: Path) -> list[dict[str, Any]]:
         if isinstance(rec, dict) and "t" in rec and "steps" in rec:
             records.append(rec)
     records.sort(key=lambda r: (r["t"], r["steps"]))
+    # steps taken after the run was told to stop (workers still shutting down) are not
+    # training: cut at the first `end` record
+    for i, rec in enumerate(records):
+        if rec.get("end"):
+            return records[: i + 1]
     return records
 
 
@@ -62,9 +69,19 @@ def analyze_records(
     first = next((r for r in records if r["steps"] > 0), None)
     out["first_step_s"] = round(first["t"], 2) if first else None
 
-    start = next(r for r in records if r["steps"] >= 0.1 * steps_max)
-    if last["t"] > start["t"] and last["steps"] > start["steps"]:
-        out["sps_steady"] = round((last["steps"] - start["steps"]) / (last["t"] - start["t"]), 1)
+    # the time at which 10% of the steps were done, interpolated between the records around it
+    # (heartbeats are ~1,000 steps apart: a short run has few records)
+    tenth = 0.1 * steps_max
+    i = next(i for i, r in enumerate(records) if r["steps"] >= tenth)
+    after = records[i]
+    before = records[i - 1] if i > 0 else after
+    if after["steps"] > before["steps"]:
+        frac = (tenth - before["steps"]) / (after["steps"] - before["steps"])
+        t10 = before["t"] + frac * (after["t"] - before["t"])
+    else:
+        t10 = after["t"]
+    if sum(1 for r in records if r["steps"] > 0) >= 3 and last["t"] > t10:
+        out["sps_steady"] = round((last["steps"] - tenth) / (last["t"] - t10), 1)
 
     recent: collections.deque[float] = collections.deque(maxlen=window)
     final_mean = None

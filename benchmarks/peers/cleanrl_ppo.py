@@ -116,7 +116,7 @@ def make_vec_env(name: str, n: int) -> gym.vector.SyncVectorEnv:
 def main() -> None:
     parser = common.common_args(__doc__.split("\n\n")[0])
     args = parser.parse_args()
-    target = common.CARTPOLE_TARGET if args.env == "cartpole" else None
+    target = args.target if args.env == "cartpole" else None
     log = common.setup(args, target)
     s = SETTINGS[args.env]
     num_envs, num_steps = s["num_envs"], s["num_steps"]

@@ -75,6 +75,12 @@ def common_args(description: str) -> argparse.ArgumentParser:
         help="torch threads in the learner (default: $OMP_NUM_THREADS or 1)",
     )
     p.add_argument(
+        "--target",
+        type=float,
+        default=CARTPOLE_TARGET,
+        help="CartPole: solved when the mean of the last 20 episodes reaches this",
+    )
+    p.add_argument(
         "--sticky",
         type=float,
         default=0.25,

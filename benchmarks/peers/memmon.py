@@ -154,31 +154,39 @@ def run(
     timed_out = False
     killed_at: float | None = None
     exit_code = None
-    while True:
-        members = tree.refresh()
-        rss = pss = 0
-        for pid in members:
-            r, p = _memory_kb(pid)
-            rss += r
-            pss += p
-        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
-        peak_procs = max(peak_procs, len(members))
-        samples += 1
-        elapsed = time.monotonic() - started
-        if on_sample is not None:
-            on_sample(elapsed)
-        exit_code = proc.poll()
-        if exit_code is not None:
-            break
-        if not timed_out and elapsed >= timeout:
-            timed_out = True
-            killed_at = elapsed
-            tree.signal(signal.SIGINT)
-        elif killed_at is not None and elapsed >= killed_at + grace:
-            tree.signal(signal.SIGKILL)
-            killed_at = float("inf")
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=interval)
+    try:
+        while True:
+            members = tree.refresh()
+            rss = pss = 0
+            for pid in members:
+                r, p = _memory_kb(pid)
+                rss += r
+                pss += p
+            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+            peak_procs = max(peak_procs, len(members))
+            samples += 1
+            elapsed = time.monotonic() - started
+            if on_sample is not None:
+                on_sample(elapsed)
+            exit_code = proc.poll()
+            if exit_code is not None:
+                break
+            if not timed_out and elapsed >= timeout:
+                timed_out = True
+                killed_at = elapsed
+                tree.signal(signal.SIGINT)
+            elif killed_at is not None and elapsed >= killed_at + grace:
+                tree.signal(signal.SIGKILL)
+                killed_at = float("inf")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=interval)
+    except BaseException:  # Ctrl+C (or any error) in the monitor: the run must not outlive it
+        tree.signal(signal.SIGINT)
+        deadline = time.monotonic() + 5.0
+        while tree.refresh() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        tree.signal(signal.SIGKILL)
+        raise
     wall = time.monotonic() - started
     # whatever the command left behind (daemons, orphaned workers) is part of the run
     leftovers = len(tree.refresh())

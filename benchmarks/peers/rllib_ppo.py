@@ -103,7 +103,7 @@ def build_config(args, env_name: str):  # type: ignore[no-untyped-def]
 
 def main() -> None:
     args = common.common_args(__doc__.split("\n\n")[0]).parse_args()
-    target = common.CARTPOLE_TARGET if args.env == "cartpole" else None
+    target = args.target if args.env == "cartpole" else None
     log = common.setup(args, target)  # sets this process's torch threads (the learner)
     os.environ.update(
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",

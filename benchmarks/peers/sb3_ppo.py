@@ -107,7 +107,7 @@ class StopCallback(BaseCallback):
 
 def main() -> None:
     args = common.common_args(__doc__.split("\n\n")[0]).parse_args()
-    target = common.CARTPOLE_TARGET if args.env == "cartpole" else None
+    target = args.target if args.env == "cartpole" else None
     log = common.setup(args, target)
     spec = ZOO_CARTPOLE if (args.mode == "solve" and args.env == "cartpole") else MATCHED[args.env]
     env = DummyVecEnv([lambda: common.make_env(args.env) for _ in range(spec["n_envs"])])

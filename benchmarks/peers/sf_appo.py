@@ -116,7 +116,7 @@ def main() -> int:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1 :]
     args = common.common_args(__doc__.split("\n\n")[0]).parse_args(argv)
-    target = common.CARTPOLE_TARGET if args.env == "cartpole" else None
+    target = args.target if args.env == "cartpole" else None
     log = common.setup(args, target)
 
     from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args

@@ -18,6 +18,7 @@ AlgoName = Literal["ppo", "appo"]
 Activation = Literal["tanh", "relu"]
 EnvBackend = Literal["auto", "gymnasium", "ale", "envpool"]
 EncoderName = Literal["auto", "flat", "nature_cnn"]
+Precision = Literal["auto", "float32", "bfloat16"]
 InferenceMode = Literal["remote", "inline"]
 
 
@@ -49,6 +50,11 @@ class AtariConfig:
     full_action_space: bool = False
     """Use all 18 Atari actions instead of the game's minimal set."""
 
+    fire_reset: bool = True
+    """Press FIRE for one frame at each reset in games that have it (Breakout waits for it to
+    serve the ball), as ale-py's vector env does; after a lost life the agent must fire
+    itself."""
+
 
 @dataclass
 class EnvConfig:
@@ -59,7 +65,8 @@ class EnvConfig:
     can register a user's own env."""
 
     kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments passed to `gymnasium.make`."""
+    """Extra keyword arguments passed to `gymnasium.make` (for `ALE/*` ids on the `ale`
+    backend: to `ale_py.vector_env.AtariVectorEnv`)."""
 
     max_episode_steps: int | None = None
     """Override the env's time limit (episodes are truncated, not terminated, after this many
@@ -75,6 +82,11 @@ class EnvConfig:
 
     atari: AtariConfig = field(default_factory=AtariConfig)
     """Preprocessing for Atari (`ALE/*`) ids; ignored for other envs."""
+
+    threads: int = 1
+    """C++ threads stepping the envs of one group with the `ale` backend (0: one per core).
+    1 is fastest on small machines: the other core runs the policy and the trainer, and
+    threads only pay off for groups of many envs."""
 
 
 @dataclass
@@ -158,22 +170,32 @@ class ModelConfig:
     """The actor-critic network."""
 
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    """Widths of the hidden layers of the MLP torso (one torso each for actor and critic
-    unless `shared` is set)."""
+    """Widths of the hidden layers of the MLP torso on the `flat` encoder's features (one
+    torso each for actor and critic unless `shared` is set). Not used with `nature_cnn`: the
+    CNN is the torso, and the heads sit on its 512 features."""
 
     activation: Activation = "tanh"
-    """Non-linearity between hidden layers."""
+    """Non-linearity between hidden layers of the MLP torso (the CNN always uses ReLU)."""
 
     shared: bool = False
-    """Share one torso between the policy and value heads."""
+    """Share one MLP torso between the policy and value heads. With `nature_cnn` the CNN is
+    always shared by both heads (as in CleanRL's ppo_atari)."""
 
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy for Box actions."""
 
     encoder: EncoderName = "auto"
-    """How observations become features: `flat` (concatenate vector fields), `nature_cnn`
-    (the DQN Nature CNN for [C, 84, 84] uint8 images, scaled by 1/255). `auto`: `nature_cnn`
-    for uint8 image observations, else `flat`."""
+    """How observations become features: `flat` (concatenate vector fields, then the MLP
+    torso), `nature_cnn` (the DQN Nature CNN for one uint8 image field [C, H, W], scaled by
+    1/255: conv 32 8x8/4, 64 4x4/2, 64 3x3/1, linear 512, ReLU). `auto`: `nature_cnn` for
+    one uint8 image observation [C, H, W], else `flat`."""
+
+    precision: Precision = "auto"
+    """Compute dtype of the CNN encoder (bfloat16 autocast around its convolutions and linear
+    layer; parameters, gradients, Adam state and the heads stay float32). `bfloat16` makes a
+    Nature CNN PPO update about 2x cheaper on CPUs with native bf16 (AVX512-BF16 or AMX)
+    and emulates it slowly elsewhere; `auto`: `bfloat16` on such CPUs, else `float32`. The
+    flat encoder always computes in float32."""
 
 
 @dataclass

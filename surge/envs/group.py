@@ -8,12 +8,13 @@ bootstrap episodes cut by a time limit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 
 from surge.config.schema import EnvConfig
+from surge.envs.atari import AleGroup, is_atari_id, resolve_backend
 from surge.envs.make import check_observation, make_env
 from surge.envs.spaces import split_obs
 from surge.errors import EnvSpecError
@@ -84,8 +85,74 @@ class EnvGroup:
             env.close()
 
 
-def make_group(cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> EnvGroup:
-    """The env group for `cfg.backend` (see EnvGroup for the contract)."""
+class GymAtariGroup(EnvGroup):
+    """Atari through Gymnasium wrappers, stepped in turn (backend `gymnasium` for `ALE/*`).
+
+    The wrapped env (`surge.envs.atari.make_atari_env`) gives raw rewards and real game
+    ends; this group clips the rewards and ends training episodes on lost lives (then the
+    game goes on, without a reset), like `AleGroup`.
+    """
+
+    def __init__(self, cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> None:
+        super().__init__(cfg, seeds, obs_out)
+        if cfg.atari.clip_rewards:
+            self.rewards = np.zeros(self.size, np.float32)  # score stays the raw reward
+        self._lives = np.zeros(self.size, np.int64)
+        self._obs, self._final = self.obs_out["obs"], self.final_obs["obs"]
+
+    def reset(self) -> None:
+        for i, (env, seed) in enumerate(zip(self.envs, self.seeds, strict=True)):
+            self._obs[i], info = env.reset(seed=seed)
+            self._lives[i] = info["lives"]
+
+    def step(self, actions: np.ndarray) -> None:
+        episodic_life = self.cfg.atari.episodic_life
+        for i, env in enumerate(self.envs):
+            obs, reward, terminated, truncated, info = env.step(int(actions[i]))
+            self.score[i] = reward
+            life_lost = info["lives"] < self._lives[i]
+            self._lives[i] = info["lives"]
+            self.game_over[i] = terminated or truncated
+            self.terminated[i] = terminated or (episodic_life and life_lost)
+            self.truncated[i] = truncated
+            if self.terminated[i] or truncated:
+                self._final[i] = obs
+            if self.game_over[i]:
+                obs, info = env.reset()
+                self._lives[i] = info["lives"]
+            self._obs[i] = obs
+        if self.rewards is not self.score:
+            np.sign(self.score, out=self.rewards)
+
+
+class Group(Protocol):
+    """The env group contract (documented on `EnvGroup`), which every backend's group meets."""
+
+    size: int
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: dict[str, np.ndarray]
+    score: np.ndarray
+    game_over: np.ndarray
+
+    def reset(self) -> None: ...
+
+    def step(self, actions: np.ndarray) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def make_group(cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> Group:
+    """The env group for `cfg.backend` (see EnvGroup for the contract): `auto` is `ale` for
+    `ALE/*` ids, else `gymnasium`; Atari ids on `gymnasium` get `GymAtariGroup`."""
+    backend = resolve_backend(cfg)
+    if backend == "ale":
+        return AleGroup(cfg, seeds, obs_out)
+    if is_atari_id(cfg.id):
+        return GymAtariGroup(cfg, seeds, obs_out)
     return EnvGroup(cfg, seeds, obs_out)
 
 

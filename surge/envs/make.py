@@ -10,6 +10,13 @@ import gymnasium as gym
 import numpy as np
 
 from surge.config.schema import EnvConfig
+from surge.envs.atari import (
+    AleGroup,
+    atari_observation_space,
+    is_atari_id,
+    make_atari_env,
+    resolve_backend,
+)
 from surge.envs.spaces import ArraySpec, action_spec, flatten_obs_space, obs_specs, split_obs
 from surge.errors import EnvSpecError
 
@@ -31,7 +38,12 @@ class EnvInfo:
 
 
 def make_env(cfg: EnvConfig) -> gym.Env[Any, Any]:
-    """`gymnasium.make(cfg.id)`; `module:Env-v0` imports `module` first (gymnasium's own syntax)."""
+    """`gymnasium.make(cfg.id)`; `module:Env-v0` imports `module` first (gymnasium's own syntax).
+
+    `ALE/*` ids get the Atari preprocessing of `env.atari` (raw rewards, real game ends:
+    clipping and episodic life belong to the env group)."""
+    if is_atari_id(cfg.id):
+        return make_atari_env(cfg)
     kwargs = dict(cfg.kwargs)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
@@ -55,7 +67,12 @@ def make_env(cfg: EnvConfig) -> gym.Env[Any, Any]:
 
 
 def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
-    """Build one env, check its spaces and that reset/step return what they declare."""
+    """Build one env, check its spaces and that reset/step return what they declare.
+
+    For the `ale` backend: build a one-env group, step it once, and return its spaces
+    (the preprocessed frame stack and the game's action set)."""
+    if resolve_backend(cfg) == "ale":
+        return _probe_ale(cfg, seed)
     env = make_env(cfg)
     try:
         info = EnvInfo(env.observation_space, env.action_space)
@@ -89,6 +106,19 @@ def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
         return info
     finally:
         env.close()
+
+
+def _probe_ale(cfg: EnvConfig, seed: int) -> EnvInfo:
+    space = atari_observation_space(cfg.atari)
+    obs = {"obs": np.zeros((1, *space.shape), np.uint8)}
+    group = AleGroup(cfg, [seed], obs)
+    try:
+        group.reset()
+        group.step(np.zeros(1, np.int64))
+        check_observation(cfg.id, "step()", obs["obs"][0], group.observation_space)
+        return EnvInfo(group.observation_space, group.action_space)
+    finally:
+        group.close()
 
 
 def check_observation(env_id: str, where: str, obs: Any, space: gym.Space[Any]) -> None:

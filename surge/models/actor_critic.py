@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from surge.config.schema import ModelConfig
 from surge.models.distributions import ActionHead, make_action_head
-from surge.models.encoders import Encoder, FlatEncoder
+from surge.models.encoders import Encoder, make_encoder
 from surge.models.layers import VALUE_GAIN, mlp, mlp_out_dim, orthogonal_linear
 
 
@@ -24,9 +24,10 @@ class ActorCritic(nn.Module):
 
     Actor and critic have separate torsos unless `cfg.shared` (then the critic reuses the
     actor's torso and `critic_torso` is None, so the state dict holds each weight once).
-    `encoder` defaults to `FlatEncoder(obs_space)`; pass another `Encoder` (e.g. a CNN for
-    image fields) to change how observations become features. The encoder is shared by both
-    torsos.
+    `encoder` defaults to `make_encoder(obs_space, cfg)` (`model.encoder`); pass another
+    `Encoder` to change how observations become features. The encoder is shared by both
+    torsos. An encoder that `is_torso` (the Nature CNN) is the shared torso itself: the
+    heads sit on its features, as in CleanRL's ppo_atari.
 
     Timing (CartPole, hidden [64, 64], 1 torch thread, B=4, on the shared 2-core dev box):
     `act` takes about 135 us, of which the bare MLP forward is about 80 us; the same step
@@ -42,11 +43,14 @@ class ActorCritic(nn.Module):
         encoder: Encoder | None = None,
     ) -> None:
         super().__init__()
-        self.encoder: Encoder = encoder if encoder is not None else FlatEncoder(obs_space)
+        self.encoder: Encoder = encoder if encoder is not None else make_encoder(obs_space, cfg)
         in_dim = self.encoder.out_dim
-        feat_dim = mlp_out_dim(in_dim, cfg.hidden_sizes)
-        self.actor_torso = mlp(in_dim, cfg.hidden_sizes, cfg.activation)
-        self.critic_torso = None if cfg.shared else mlp(in_dim, cfg.hidden_sizes, cfg.activation)
+        # A CNN's features feed the heads directly (CleanRL's ppo_atari): no MLP torso.
+        sizes = [] if self.encoder.is_torso else cfg.hidden_sizes
+        feat_dim = mlp_out_dim(in_dim, sizes)
+        self.actor_torso = mlp(in_dim, sizes, cfg.activation)
+        shared = cfg.shared or self.encoder.is_torso
+        self.critic_torso = None if shared else mlp(in_dim, sizes, cfg.activation)
         self.action_head: ActionHead = make_action_head(action_space, feat_dim, cfg.log_std_init)
         self.value_head = orthogonal_linear(feat_dim, 1, VALUE_GAIN)
 

@@ -9,8 +9,9 @@ version) cross nodes.
 
 - The trainer goes where its GPUs are, preferring the controller's node: the trainer writes
   the run directory (metrics, checkpoints) and the controller reads it.
-- Pods spread: each goes to the node with the most CPUs still free after the ones placed
-  before it (ties: the node with fewer pods, then the node not hosting the trainer).
+- Pods spread: each goes to a node with the fewest pods so far (ties: the most CPUs still
+  free, then a node without the trainer), so k pods use k nodes when k nodes have room, even
+  when one node is much bigger than the others.
 
 This module is plain Python (no Ray), so placement is testable on its own.
 """
@@ -130,8 +131,8 @@ def place(cfg: ExperimentConfig, workers: list[WorkerSpec], nodes: list[NodeInfo
         best = max(
             candidates,
             key=lambda n: (
-                round(free_cpus[n.node_id], 6),
                 -pods_on[n.node_id],
+                round(free_cpus[n.node_id], 6),
                 n.node_id != trainer_node,
             ),
         )

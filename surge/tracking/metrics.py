@@ -7,6 +7,7 @@ stays strict JSON for other tools.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 from pathlib import Path
@@ -62,6 +63,12 @@ def _drop_records_after(path: Path, env_steps: int) -> None:
             f.writelines(kept)
 
 
+def _summary_writer(log_dir: Path) -> Any:
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(log_dir=str(log_dir))
+
+
 class MetricsWriter:
     """Appends records to run_dir/metrics.jsonl (and TensorBoard if enabled)."""
 
@@ -74,16 +81,20 @@ class MetricsWriter:
         # Append: a resumed run continues the same file.
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._tb: Any = None
+        self._tb_ready: concurrent.futures.Future[Any] | None = None
         if tensorboard:
-            # Imported lazily: it is slow and only needed when enabled.
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+            # TensorBoard's import takes seconds; it runs in a thread so that training (whose
+            # torch kernels release the GIL) starts at once. The first write waits for it.
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tensorboard")
+            self._tb_ready = pool.submit(_summary_writer, Path(run_dir) / "tensorboard")
+            pool.shutdown(wait=False)
 
     def write(self, record: dict[str, float | int]) -> None:
         line = json.dumps({k: _clean(v) for k, v in record.items()}, allow_nan=False)
         self._file.write(line + "\n")
         self._file.flush()
+        if self._tb_ready is not None:
+            self._tb, self._tb_ready = self._tb_ready.result(), None
         if self._tb is not None:
             if STEP_KEY not in record:
                 raise ValueError(f"a metrics record needs '{STEP_KEY}' for TensorBoard's x axis")
@@ -97,6 +108,8 @@ class MetricsWriter:
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+        if self._tb_ready is not None:
+            self._tb, self._tb_ready = self._tb_ready.result(), None
         if self._tb is not None:
             self._tb.close()
             self._tb = None

@@ -37,3 +37,21 @@ def test_default_preset_solves_cartpole(tmp_path: Path, runtime: str) -> None:
 @pytest.mark.parametrize("runtime", ["serial", "local"])
 def test_default_preset_solves_cartpole_more_seeds(tmp_path: Path, runtime: str, seed: int) -> None:
     _solve(tmp_path / "run", runtime, seed)
+
+
+@pytest.mark.learning
+@pytest.mark.parametrize("runtime", ["serial", "local"])
+def test_fast_appo_preset_solves_cartpole(tmp_path: Path, runtime: str) -> None:
+    """cartpole-appo: lag 1 with V-trace, inline numpy inference."""
+    run_dir = tmp_path / "run"
+    cfg, name = load_config(
+        "cartpole-appo", [f"runtime={runtime}", f"run_dir={run_dir}", "log.progress=false"]
+    )
+    result = train(cfg, name)
+    assert result.reason == "solved", f"not solved in {result.env_steps} steps"
+    records = read_metrics(run_dir)
+    assert records[-1]["episode_return_mean"] >= 475
+    lag = max(r["policy_lag_max"] for r in records)
+    # In processes, acting overlaps learning; serial polls the trainer first, so no lag.
+    assert lag == (1 if runtime == "local" else 0)
+    assert result.env_steps <= 200_000

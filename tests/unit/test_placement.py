@@ -48,6 +48,21 @@ def test_pods_are_whole_and_spread_over_nodes() -> None:
     assert len(placement.describe()) == 4
 
 
+def test_pods_spread_even_when_one_node_is_much_bigger() -> None:
+    cfg = _cfg("workers.actors=8", "workers.policy_workers=4")  # pods of 1.5 CPUs
+    placement = place(cfg, _workers(cfg), _nodes(8, 16))
+    policies = [placement.node_of[f"policy-{p}"] for p in range(4)]
+    assert sorted(policies) == ["n0", "n0", "n1", "n1"]
+
+
+def test_inline_inference_makes_every_actor_a_pod() -> None:
+    cfg = _cfg("workers.inference=inline", "workers.actors=3")
+    assert pods(cfg) == [["actor-0"], ["actor-1"], ["actor-2"]]
+    workers = [WorkerSpec("trainer", 0)] + [WorkerSpec("actor", a) for a in range(3)]
+    placement = place(cfg, workers, _nodes(1, 1, 1, controller=0))
+    assert [placement.node_of[f"actor-{a}"] for a in range(3)] == ["n1", "n2", "n1"]
+
+
 def test_one_node_holds_everything_when_it_fits() -> None:
     cfg = _cfg()
     placement = place(cfg, _workers(cfg), _nodes(2))

@@ -1,0 +1,125 @@
+"""The limits of a preset on this machine: how fast its envs step and its learner learns alone.
+
+- env: random actions through the preset's own env group (`make_group`: the backend, the
+  preprocessing and resets the actor runs), one group holding all of the preset's envs, one
+  process, no policy. The end-to-end rate cannot beat this.
+- learner: the preset's learner (`PPOLearner`, APPO when the preset says so) updating on a
+  synthetic batch of the preset's shape (rollout_len x total envs, its model, epochs and
+  minibatches), with the trainer's thread count. Samples/s = batch steps / update time.
+
+    python benchmarks/limits.py cartpole-ppo pong-ppo --secs 10 [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from surge.config.load import load_config
+from surge.config.schema import ExperimentConfig
+from surge.envs.group import make_group
+from surge.envs.make import probe_env
+
+
+def env_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
+    env = probe_env(cfg.env, cfg.seed)
+    n = cfg.total_envs
+    obs = {k: np.zeros((n, *s.shape), s.dtype) for k, s in env.obs.items()}
+    group = make_group(cfg.env, list(range(1, n + 1)), obs)
+    group.reset()
+    space = group.action_space
+    space.seed(0)
+    actions = np.stack([np.stack([space.sample() for _ in range(n)]) for _ in range(256)])
+    steps, i = 0, 0
+    start = time.perf_counter()
+    cpu = time.process_time()
+    while time.perf_counter() - start < secs:
+        group.step(actions[i % len(actions)])
+        steps += n
+        i += 1
+    wall = time.perf_counter() - start
+    cpu_used = time.process_time() - cpu
+    group.close()
+    return {"env_steps_per_s": steps / wall, "envs": n, "cpu_per_wall": cpu_used / wall}
+
+
+def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
+    import torch
+
+    from surge.algos.ppo import PPOLearner, RolloutBatch
+    from surge.models.actor_critic import ActorCritic
+
+    torch.set_num_threads(cfg.workers.trainer_threads)
+    env = probe_env(cfg.env, cfg.seed)
+    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    T, N = cfg.ppo.rollout_len, cfg.total_envs
+    g = torch.Generator().manual_seed(0)
+
+    def field(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
+        if np.issubdtype(dtype, np.integer):
+            return torch.randint(0, 255, shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+        return torch.randn(shape, generator=g)
+
+    obs = {k: field((T, N, *s.shape), s.dtype) for k, s in env.obs.items()}
+    space = env.action_space
+    space.seed(0)
+    actions = torch.from_numpy(np.stack([space.sample() for _ in range(T * N)]).reshape(T, N, -1))
+    actions = actions.squeeze(-1) if actions.shape[-1] == 1 and not env.action.shape else actions
+    with torch.no_grad():
+        flat = {k: v.reshape(T * N, *v.shape[2:]) for k, v in obs.items()}
+        logp, _, values = model.evaluate(flat, actions.reshape(T * N, *actions.shape[2:]))
+    batch = RolloutBatch(
+        obs=obs,
+        last_obs={k: v[-1] for k, v in obs.items()},
+        final_obs={k: torch.zeros_like(v) for k, v in obs.items()},
+        actions=actions,
+        logp=logp.reshape(T, N),
+        values=values.reshape(T, N),
+        rewards=torch.randn(T, N, generator=g),
+        terminated=torch.rand(T, N, generator=g) < 0.01,
+        truncated=torch.zeros(T, N, dtype=torch.bool),
+    )
+    vtrace = cfg.appo if cfg.algo == "appo" else None
+    learner = PPOLearner(model, cfg.ppo, g, vtrace)
+    learner.update(batch, cfg.ppo.lr)  # warm-up (allocator, kernels)
+    updates, start, cpu = 0, time.perf_counter(), time.process_time()
+    while updates < 3 or time.perf_counter() - start < secs:
+        learner.update(batch, cfg.ppo.lr)
+        updates += 1
+    wall = time.perf_counter() - start
+    return {
+        "samples_per_s": updates * T * N / wall,
+        "update_ms": 1000 * wall / updates,
+        "threads": cfg.workers.trainer_threads,
+        "cpu_per_wall": (time.process_time() - cpu) / wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("presets", nargs="+")
+    parser.add_argument("--secs", type=float, default=10.0)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    out: dict[str, Any] = {}
+    for preset in args.presets:
+        cfg, _ = load_config(preset, [])
+        out[preset] = {"env": env_rate(cfg, args.secs), "learner": learner_rate(cfg, args.secs)}
+        e, lrn = out[preset]["env"], out[preset]["learner"]
+        print(
+            f"{preset}: env {e['env_steps_per_s']:,.0f} steps/s ({e['envs']} envs); learner "
+            f"{lrn['samples_per_s']:,.0f} samples/s ({lrn['update_ms']:.1f} ms/update, "
+            f"{lrn['threads']} threads)",
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
