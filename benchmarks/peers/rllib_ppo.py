@@ -3,7 +3,8 @@
     benchmarks/.venvs/rllib/bin/python benchmarks/peers/rllib_ppo.py \
         --env cartpole|pong --mode throughput|solve --max-secs 60 --log /tmp/rllib.jsonl
 
-Ray runs locally on 127.0.0.1 with 2 CPUs, no dashboard, no usage stats. CPU accounting:
+Ray runs as a private local cluster (never joins another one on the machine) on 127.0.0.1
+with 2 CPUs, no dashboard, no usage stats. CPU accounting:
 the driver (which also hosts the local learner, num_learners=0) takes 1 CPU and the env
 runners share the other (1 runner: 1 CPU; 2 runners: 0.5 each). Env runner processes get
 OMP_NUM_THREADS=1 (two runners with 2 threads each collapse throughput on 2 cores).
@@ -118,7 +119,11 @@ def main() -> None:
     env_name = f"peer_{args.env}"
     float_hwc = args.env == "pong"
     tune.register_env(env_name, lambda _cfg: common.make_env(args.env, float_hwc=float_hwc))
+    # address="local": always start a private cluster. Without it ray.init() joins any
+    # cluster another user started on this machine (`ray start`), with its CPU budget.
+    os.environ.pop("RAY_ADDRESS", None)
     ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
