@@ -84,9 +84,9 @@ def _is_loopback(ip: str) -> bool:
 
 
 class ConnectionSampler(threading.Thread):
-    """Every internet socket of this process's descendants (the cluster, the run's driver,
-    its Ray workers), sampled every second while the run lasts: one scan of the system's
-    socket table per sample, kept to the descendants' pids."""
+    """Every internet socket of this process and its descendants (the cluster, the run's
+    driver, its Ray workers), sampled every second while the run lasts: one scan of the
+    system's socket table per sample, kept to those pids."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -98,7 +98,7 @@ class ConnectionSampler(threading.Thread):
     def run(self) -> None:
         me = psutil.Process()
         while not self.done.is_set():
-            pids = {p.pid for p in me.children(recursive=True)}
+            pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
             self.pids |= pids
             for c in psutil.net_connections(kind="inet"):
                 if c.pid in pids:
