@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-RuntimeName = Literal["serial", "local"]
+RuntimeName = Literal["serial", "local", "ray"]
 AlgoName = Literal["ppo", "appo"]
 Activation = Literal["tanh", "relu"]
 EnvBackend = Literal["auto", "gymnasium", "ale", "envpool"]
@@ -94,7 +94,7 @@ class WorkersConfig:
     """How many workers of each kind, and how actors lay out their environments."""
 
     actors: int = 1
-    """Number of actor workers (processes in the `local` runtime)."""
+    """Number of actor workers (processes in the `local` runtime, Ray actors in `ray`)."""
 
     ring_size: int = 2
     """Env groups per actor. The actor steps group k+1 while group k waits for its actions."""
@@ -138,6 +138,31 @@ class WorkersConfig:
     restart_on_error: bool = False
     """Also restart an actor or policy worker that raised an exception (e.g. its env raised).
     Off by default: an exception is usually a bug, best reported at once with its traceback."""
+
+
+@dataclass
+class RayConfig:
+    """Where a `runtime=ray` run places its workers (docs/scaling.md). Ignored by other runtimes."""
+
+    address: str | None = None
+    """Address of a running Ray cluster (`HOST:PORT` of its head, or `auto`). None: start a
+    Ray instance on this machine for the run and stop it at the end."""
+
+    trainer_cpus: float = 1.0
+    """Ray CPUs the trainer declares (fractions allowed). Ray CPUs are a scheduling budget:
+    the trainer still uses `workers.trainer_threads` threads."""
+
+    trainer_gpus: float = 0.0
+    """GPUs the trainer declares; above 0 it is placed on a node with a free GPU."""
+
+    policy_cpus: float = 0.5
+    """Ray CPUs each policy worker declares."""
+
+    policy_gpus: float = 0.0
+    """GPUs each policy worker declares; fractions let several policy workers share a device."""
+
+    actor_cpus: float = 0.5
+    """Ray CPUs each actor worker declares."""
 
 
 @dataclass
@@ -268,7 +293,8 @@ class ExperimentConfig:
 
     runtime: RuntimeName = "local"
     """`serial`: every worker in this process (deterministic, for debugging); `local`: one
-    process per worker, streams over shared memory."""
+    process per worker, streams over shared memory; `ray`: one Ray actor per worker on a Ray
+    cluster (see `ray` and docs/scaling.md)."""
 
     run_dir: str | None = None
     """Where the run writes everything. None: `runs/<preset>-<timestamp>`."""
@@ -304,6 +330,9 @@ class ExperimentConfig:
 
     log: LogConfig = field(default_factory=LogConfig)
     """Logging, progress and checkpoints."""
+
+    ray: RayConfig = field(default_factory=RayConfig)
+    """The Ray cluster and the resources each worker declares (`runtime=ray` only)."""
 
     # Derived values: computed, never configured.
     @property

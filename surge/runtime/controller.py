@@ -136,6 +136,8 @@ def _run(
 
     if cfg.runtime == "serial":
         from surge.runtime.serial import run_serial as runner
+    elif cfg.runtime == "ray":
+        from surge.runtime.ray import run_ray as runner
     else:
         from surge.runtime.local import run_local as runner
     try:

@@ -6,7 +6,7 @@ runs/<name>-<YYYYmmdd-HHMMSS>/
     metrics.jsonl      see tracking/metrics.py
     tensorboard/       TensorBoard event files
     checkpoints/       see tracking/checkpoint.py
-    workers.json       live worker table (name, pid, host, state, restarts)
+    workers.json       live worker table (name, pid, host, state, restarts; node_id on Ray)
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def test_type_errors(override: str, expected: str) -> None:
 
 def test_literal_error_lists_choices() -> None:
     text = error_text(None, ["runtime=gpu"])
-    assert "runtime: expected one of 'serial', 'local', got 'gpu'" in text
+    assert "runtime: expected one of 'serial', 'local', 'ray', got 'gpu'" in text
 
 
 def test_unknown_key_suggests_and_lists() -> None:

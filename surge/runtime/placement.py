@@ -1,0 +1,154 @@
+"""Where each worker of a `runtime=ray` run goes: decided by surge, from counts and resources.
+
+The unit of placement is a *pod*: policy worker p with every actor it serves (actor a is
+served by policy worker a % policy_workers), or a single actor with inline inference. A pod
+always lands on one node, so the inference stream, which crosses between processes on every
+env step, stays in shared memory. Only the
+sample stream (one message per finished segment) and the parameter service (one message per
+version) cross nodes.
+
+- The trainer goes where its GPUs are, preferring the controller's node: the trainer writes
+  the run directory (metrics, checkpoints) and the controller reads it.
+- Pods spread: each goes to a node with the fewest pods so far (ties: the most CPUs still
+  free, then a node without the trainer), so k pods use k nodes when k nodes have room, even
+  when one node is much bigger than the others.
+
+This module is plain Python (no Ray), so placement is testable on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from surge.config.schema import ExperimentConfig
+from surge.errors import UserError
+from surge.runtime.graph import WorkerSpec, policy_worker_count
+
+EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str
+    address: str
+    cpus: float
+    gpus: float
+    is_controller_node: bool = False
+
+
+@dataclass(frozen=True)
+class Demand:
+    cpus: float
+    gpus: float
+
+
+@dataclass
+class Placement:
+    node_of: dict[str, str]
+    """Worker name -> node id."""
+    nodes: list[NodeInfo]
+    demands: dict[str, Demand] = field(default_factory=dict)
+
+    def workers_on(self, node_id: str) -> list[str]:
+        return [name for name, n in self.node_of.items() if n == node_id]
+
+    @property
+    def used_nodes(self) -> list[NodeInfo]:
+        used = set(self.node_of.values())
+        return [n for n in self.nodes if n.node_id in used]
+
+    def describe(self) -> list[str]:
+        """One line per node that hosts workers, for the start-up banner."""
+        lines = []
+        for node in self.used_nodes:
+            names = self.workers_on(node.node_id)
+            cpus = sum(self.demands[n].cpus for n in names) if self.demands else 0.0
+            where = " (this machine's node)" if node.is_controller_node else ""
+            lines.append(
+                f"node {node.node_id[:8]} {node.address}{where}: {', '.join(names)} "
+                f"[{cpus:g}/{node.cpus:g} CPUs]"
+            )
+        return lines
+
+
+def demands(cfg: ExperimentConfig, workers: list[WorkerSpec]) -> dict[str, Demand]:
+    r = cfg.ray
+    per_kind = {
+        "trainer": Demand(r.trainer_cpus, r.trainer_gpus),
+        "policy": Demand(r.policy_cpus, r.policy_gpus),
+        "actor": Demand(r.actor_cpus, 0.0),
+    }
+    return {w.name: per_kind[w.kind] for w in workers}
+
+
+def pods(cfg: ExperimentConfig) -> list[list[str]]:
+    """Policy worker p and the actors it serves, for every p (with inline inference, where
+    actors run the policy themselves, every actor is a pod of its own)."""
+    w = cfg.workers
+    if policy_worker_count(cfg) == 0:
+        return [[f"actor-{a}"] for a in range(w.actors)]
+    return [
+        [f"policy-{p}"] + [f"actor-{a}" for a in range(w.actors) if a % w.policy_workers == p]
+        for p in range(w.policy_workers)
+    ]
+
+
+def place(cfg: ExperimentConfig, workers: list[WorkerSpec], nodes: list[NodeInfo]) -> Placement:
+    if not nodes:
+        raise UserError("the Ray cluster has no alive nodes", "start the cluster (docs/scaling.md)")
+    need = demands(cfg, workers)
+    free_cpus = {n.node_id: n.cpus for n in nodes}
+    free_gpus = {n.node_id: n.gpus for n in nodes}
+    pods_on = {n.node_id: 0 for n in nodes}
+    node_of: dict[str, str] = {}
+
+    def fits(node: NodeInfo, d: Demand) -> bool:
+        return free_cpus[node.node_id] + EPS >= d.cpus and free_gpus[node.node_id] + EPS >= d.gpus
+
+    def take(node: NodeInfo, names: list[str]) -> None:
+        for name in names:
+            free_cpus[node.node_id] -= need[name].cpus
+            free_gpus[node.node_id] -= need[name].gpus
+            node_of[name] = node.node_id
+
+    trainer = need["trainer-0"]
+    candidates = [n for n in nodes if fits(n, trainer)]
+    if not candidates:
+        raise _no_room(cfg, "trainer-0", trainer, nodes)
+    # GPUs first (when asked for), then the controller's node, then the most free CPUs.
+    best = max(
+        candidates,
+        key=lambda n: (trainer.gpus > 0 and n.gpus, n.is_controller_node, free_cpus[n.node_id]),
+    )
+    take(best, ["trainer-0"])
+    trainer_node = best.node_id
+
+    for pod in pods(cfg):
+        total = Demand(sum(need[n].cpus for n in pod), sum(need[n].gpus for n in pod))
+        candidates = [n for n in nodes if fits(n, total)]
+        if not candidates:
+            raise _no_room(cfg, f"the pod {', '.join(pod)}", total, nodes)
+        best = max(
+            candidates,
+            key=lambda n: (
+                -pods_on[n.node_id],
+                round(free_cpus[n.node_id], 6),
+                n.node_id != trainer_node,
+            ),
+        )
+        take(best, pod)
+        pods_on[best.node_id] += 1
+    ordered = {w.name: node_of[w.name] for w in workers}
+    return Placement(ordered, nodes, need)
+
+
+def _no_room(cfg: ExperimentConfig, what: str, d: Demand, nodes: list[NodeInfo]) -> UserError:
+    sizes = ", ".join(f"{n.node_id[:8]}: {n.cpus:g} CPUs {n.gpus:g} GPUs" for n in nodes)
+    r = cfg.ray
+    return UserError(
+        f"no Ray node has room for {what} ({d.cpus:g} CPUs, {d.gpus:g} GPUs) after the "
+        f"workers placed before it; nodes: {sizes}",
+        "lower the declared resources (ray.trainer_cpus="
+        f"{r.trainer_cpus:g}, ray.policy_cpus={r.policy_cpus:g}, ray.actor_cpus="
+        f"{r.actor_cpus:g}, ray.*_gpus), use more policy workers (smaller pods), or add nodes",
+    )

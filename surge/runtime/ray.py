@@ -1,0 +1,489 @@
+"""The Ray runtime: every worker a Ray actor on a Ray cluster, streams in each node's shared memory.
+
+The controller (this process, Ray's driver) connects to `ray.address` or starts a Ray instance
+on this machine, decides placement (surge/runtime/placement.py), starts one `NodeAgent` per
+node used (shared memory and the cross-node forwarders) and one `WorkerHost` per worker
+(surge/runtime/ray_actors.py), and then watches as the local runtime does: worker exits,
+heartbeats, the trainer's progress. An actor or policy worker that dies or hangs is restarted
+in place as in `local` (a new Ray actor on the same node takes over its slot in that node's
+shared memory, with a new `life`), up to `workers.max_restarts` times. Any other failure stops
+the run with that worker's name and traceback (or, for a process that died, Ray's account of
+why); whatever happens, every actor is stopped and every node's shared memory removed before
+`run_ray` returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from surge.errors import UserError, WorkerFailure
+from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control, control_layout
+from surge.runtime.graph import Graph, WorkerSpec, param_subscribers, write_timing
+from surge.runtime.placement import NodeInfo, Placement, demands, place
+from surge.runtime.ray_actors import NodeAgent, WorkerHost
+from surge.streams import sample
+from surge.streams.transport import InlineTransport
+from surge.tracking.run_dir import WorkersFile
+from surge.workers.base import RunContext
+
+INTERRUPT_GRACE_S = 30.0
+STARTUP_TIMEOUT_S = 300.0
+CHECKPOINT_TIMEOUT_S = 30.0
+STATUS_TIMEOUT_S = 30.0
+TICK_S = 0.25
+TRAINER = "trainer-0"
+
+# For a Ray instance surge starts itself: keep all of Ray's traffic on 127.0.0.1 (without
+# this Ray advertises the machine's outward address), no usage reporting, no token auth.
+LOCAL_RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+}
+
+
+def run_ray(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
+    if ctx.cfg.ray.address is None:
+        for key, value in LOCAL_RAY_ENV.items():
+            os.environ.setdefault(key, value)  # before `import ray`, which reads them
+    try:
+        import ray
+    except ImportError:
+        raise UserError(
+            "runtime=ray needs Ray, which is not installed",
+            "install it with `pip install 'surge-rl[ray]'` (on every node of the cluster)",
+        ) from None
+
+    connected_here = not ray.is_initialized()
+    if connected_here:
+        _connect(ctx, graph)
+    try:
+        return _Run(ctx, graph, on_tick).run()
+    finally:
+        if connected_here:
+            ray.shutdown()
+
+
+def _connect(ctx: RunContext, graph: Graph) -> None:
+    import ray
+
+    address = ctx.cfg.ray.address
+    quiet = {"logging_level": logging.WARNING, "include_dashboard": False}
+    if address is None:
+        # Ray CPUs are a scheduling budget. Like `local`, a run on one machine may declare
+        # more than it has cores; it then shares them.
+        declared = sum(d.cpus for d in demands(ctx.cfg, graph.workers).values())
+        cpus = max(os.cpu_count() or 1, math.ceil(declared))
+        # "local": a new instance even if this machine is part of a cluster (ray.init()
+        # alone would join it).
+        ray.init(address="local", num_cpus=cpus, **quiet)  # type: ignore[arg-type]
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        ray.init(address=address, **quiet)  # type: ignore[arg-type]
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise UserError(
+            f"cannot connect to the Ray cluster at ray.address={address}: {e}",
+            "start it first (`ray start --head`, docs/scaling.md) and pass its GCS address "
+            "HOST:PORT, or leave ray.address unset to start Ray on this machine",
+        ) from None
+
+
+def cluster_nodes() -> list[NodeInfo]:
+    """The alive nodes of the connected cluster, with their total CPUs and GPUs."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    return [
+        NodeInfo(
+            node_id=n["NodeID"],
+            address=n["NodeManagerAddress"],
+            cpus=float(n["Resources"].get("CPU", 0.0)),
+            gpus=float(n["Resources"].get("GPU", 0.0)),
+            is_controller_node=n["NodeID"] == here,
+        )
+        for n in ray.nodes()
+        if n["Alive"]
+    ]
+
+
+def worker_threads(ctx: RunContext, kind: str) -> int:
+    w = ctx.cfg.workers
+    return {"trainer": w.trainer_threads, "policy": w.policy_threads}.get(kind, w.actor_threads)
+
+
+def subscriber_channels(ctx: RunContext) -> dict[str, str]:
+    """Worker name -> the channel on which the trainer announces new parameters to it."""
+    w = ctx.cfg.workers
+    if w.inference == "inline":
+        names = [f"actor-{a}" for a in range(w.actors)]
+    else:
+        names = [f"policy-{p}" for p in range(w.policy_workers)]
+    return dict(zip(names, param_subscribers(ctx.cfg), strict=True))
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "unknown cause"
+
+
+class _Run:
+    """One run on the cluster: start, watch, stop. Every Ray call of the controller is here."""
+
+    def __init__(self, ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> None:
+        self.ctx, self.graph, self.on_tick = ctx, graph, on_tick
+        self.placement: Placement = place(ctx.cfg, graph.workers, cluster_nodes())
+        self.slots = {spec.name: (slot, spec) for slot, spec in enumerate(graph.workers)}
+        self.agents: dict[str, Any] = {}  # node id -> NodeAgent handle
+        self.shm: dict[str, Any] = {}  # node id -> ShmSpec
+        self.hosts: dict[str, Any] = {}  # worker name -> WorkerHost handle
+        self.runs: dict[Any, str] = {}  # ObjectRef of WorkerHost.run -> worker name
+        self.info: dict[str, dict[str, Any]] = {}  # worker name -> pid, node_id, host
+        self.states: dict[str, str] = {}
+        self.restarts = {spec.name: 0 for spec in graph.workers}
+        self.started: dict[str, float] = {}  # worker name -> when its current life started
+        self.interrupted_at: float | None = None
+        self.workers_file = WorkersFile(ctx.run_dir / "workers.json")
+        self.trainer_node = self.placement.node_of[TRAINER]
+        # The controller's copy of the control block: the trainer's progress for `on_tick`,
+        # the workers' timing rows at the end.
+        mirror = InlineTransport({"control": control_layout(len(graph.workers))}, [])
+        self.mirror = Control(mirror)
+        self.mirror.reset()
+
+    # ------------------------------------------------------------------ start
+
+    def run(self) -> str:
+        print("  placement:", file=sys.stderr)
+        for line in self.placement.describe():
+            print(f"    {line}", file=sys.stderr)
+        try:
+            self._start_agents()
+            for slot, spec in enumerate(self.graph.workers):
+                self._start_worker(slot, spec)
+            for spec in self.graph.workers:
+                self._await_start(spec.name)
+            try:
+                return self._watch()
+            except WorkerFailure as failure:
+                if failure.worker != TRAINER and self._checkpoint_now():
+                    failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
+                raise
+        finally:
+            self._stop_all()
+
+    def _on_node(self, actor_class: Any, node_id: str, **options: Any) -> Any:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+        return (
+            ray.remote(actor_class)
+            .options(scheduling_strategy=strategy, max_restarts=0, **options)
+            .remote
+        )
+
+    def _start_agents(self) -> None:
+        import ray
+
+        g = self.graph
+        for node in self.placement.used_nodes:
+            self.agents[node.node_id] = self._on_node(NodeAgent, node.node_id, num_cpus=0)(
+                g.layouts, g.channels
+            )
+        infos = ray.get([a.info.remote() for a in self.agents.values()], timeout=STARTUP_TIMEOUT_S)
+        for node_id, info in zip(self.agents, infos, strict=True):
+            self.shm[node_id] = info["shm"]
+        self._wire_bridges()
+
+    def _wire_bridges(self) -> None:
+        """Sample forwarders on every node but the trainer's; a parameter forwarder on the
+        trainer's node if any worker that runs the policy lives elsewhere."""
+        import ray
+
+        cfg, ctx = self.ctx.cfg, self.ctx
+        depth, group_size = cfg.max_policy_lag + 1, cfg.workers.envs_per_group
+        ring = cfg.workers.ring_size
+        subscriber_of = subscriber_channels(ctx)
+        trainer_agent = self.agents[self.trainer_node]
+        calls = [trainer_agent.serve_samples.remote(depth, group_size, ctx.start_version)]
+        remote_agents, announced_on = [], []
+        for node_id, agent in self.agents.items():
+            if node_id == self.trainer_node:
+                continue
+            names = self.placement.workers_on(node_id)
+            actors = [self.slots[n][1].index for n in names if n.startswith("actor-")]
+            groups = [a * ring + k for a in actors for k in range(ring)]
+            if groups:
+                calls.append(
+                    agent.start_segment_forwarder.remote(
+                        trainer_agent, depth, group_size, groups, ctx.start_version
+                    )
+                )
+            subscribers = [subscriber_of[n] for n in names if n in subscriber_of]
+            if subscribers:
+                calls.append(agent.serve_params.remote(subscribers))
+                remote_agents.append(agent)
+                announced_on += subscribers
+        if remote_agents:
+            calls.append(
+                trainer_agent.start_params_forwarder.remote(
+                    remote_agents, announced_on, ctx.n_params
+                )
+            )
+        ray.get(calls, timeout=STARTUP_TIMEOUT_S)
+
+    def _start_worker(self, slot: int, spec: WorkerSpec) -> None:
+        """Start one life of a worker: a Ray actor on its node, then its `run` call."""
+        node_id = self.placement.node_of[spec.name]
+        need = self.placement.demands[spec.name]
+        host = self._on_node(WorkerHost, node_id, num_cpus=need.cpus, num_gpus=need.gpus)(
+            spec.name, self.ctx.run_dir.name, worker_threads(self.ctx, spec.kind)
+        )
+        self.hosts[spec.name] = host
+        self.info[spec.name] = {"ref": host.info.remote()}  # queued before `run`: answered first
+        life = self.restarts[spec.name]
+        self.runs[host.run.remote(spec, slot, self.ctx, self.shm[node_id], life)] = spec.name
+        self.started[spec.name] = time.monotonic()
+        self._record(spec.name, "starting")
+
+    def _await_start(self, name: str) -> None:
+        """Wait until Ray has started the worker's process, and record its pid."""
+        import ray
+
+        try:
+            self.info[name] = ray.get(self.info[name]["ref"], timeout=STARTUP_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            self._record(name, "hung")
+            raise WorkerFailure(
+                name, f"Ray did not start its actor within {STARTUP_TIMEOUT_S:g} s"
+            ) from None
+        except ray.exceptions.RayActorError as e:
+            self._record(name, "failed")
+            raise WorkerFailure(name, f"its Ray actor could not start: {e}") from None
+        self._record(name, "running")
+
+    def _record(self, name: str, state: str) -> None:
+        self.states[name] = state
+        rows = []
+        for spec in self.graph.workers:
+            info = self.info.get(spec.name, {})
+            rows.append(
+                {
+                    "name": spec.name,
+                    "pid": info.get("pid"),
+                    "host": info.get("host"),
+                    "node_id": info.get("node_id", self.placement.node_of[spec.name]),
+                    "state": self.states.get(spec.name, "pending"),
+                    "restarts": self.restarts[spec.name],
+                }
+            )
+        self.workers_file.write(rows)
+
+    # ------------------------------------------------------------------ watch
+
+    def _watch(self) -> str:
+        import ray
+
+        while True:
+            try:
+                ready, _ = ray.wait(list(self.runs), num_returns=1, timeout=TICK_S)
+                for ref in ready:
+                    name = self.runs.pop(ref)
+                    outcome, detail = self._outcome(ref, name)
+                    if name == TRAINER and outcome == "finished":
+                        self._record(name, "finished")
+                        self._refresh()
+                        self.on_tick(self.mirror)
+                        return detail
+                    self._fail_or_restart(name, "failed", detail, raised=outcome == "failed")
+                self._refresh()
+                now = time.monotonic()
+                if (
+                    self.interrupted_at is not None
+                    and now - self.interrupted_at > INTERRUPT_GRACE_S
+                ):
+                    raise WorkerFailure(TRAINER, "did not save a checkpoint after Ctrl+C in time")
+                self.on_tick(self.mirror)
+            except KeyboardInterrupt:
+                if self.interrupted_at is not None:
+                    raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
+                self.interrupted_at = time.monotonic()
+                self._ask_trainer_to_checkpoint()
+
+    def _outcome(self, ref: Any, name: str) -> tuple[str, str]:
+        import ray
+
+        try:
+            outcome, detail = ray.get(ref)
+        except ray.exceptions.RayActorError as e:
+            info = self.info.get(name, {})
+            where = f"pid {info.get('pid')} on node {str(info.get('node_id', '?'))[:8]}"
+            return "died", f"its Ray actor ({where}) died: {e}"
+        if outcome == "finished" and name != TRAINER:
+            return "stopped", f"stopped before the run ended ({detail or 'no reason given'})"
+        return outcome, detail
+
+    def _fail_or_restart(self, name: str, state: str, cause: str, raised: bool) -> None:
+        """Restart an actor or policy worker in place if the config allows it (as `local`
+        does), else stop the run with its failure."""
+        import ray
+
+        self._record(name, state)
+        slot, spec = self.slots[name]
+        w = self.ctx.cfg.workers
+        allowed = (
+            spec.kind != "trainer"
+            and self.restarts[name] < w.max_restarts
+            and (not raised or w.restart_on_error)
+            and self.interrupted_at is None
+        )
+        if not allowed:
+            raise WorkerFailure(name, cause)
+        # The old life must be gone before the new one takes the slot (a hung one is killed).
+        ray.kill(self.hosts[name])
+        old = [ref for ref, n in self.runs.items() if n == name]
+        if old:
+            ray.wait(old, timeout=10.0)
+            for ref in old:
+                del self.runs[ref]
+        self.restarts[name] += 1
+        node_id = self.placement.node_of[name]
+        ray.get(self.agents[node_id].reset_worker.remote(slot), timeout=STATUS_TIMEOUT_S)
+        print(
+            f"surge: {name} failed ({_last_line(cause)}); restarting it on node {node_id[:8]} "
+            f"({self.restarts[name]}/{w.max_restarts})",
+            file=sys.stderr,
+        )
+        self._start_worker(slot, spec)
+        self._await_start(name)
+
+    def _refresh(self) -> None:
+        """Heartbeats from every node (silences measured on each node's own clock), forwarder
+        failures, and the trainer's progress for the display."""
+        import ray
+
+        timeout = self.ctx.cfg.workers.heartbeat_timeout_s
+        node_ids = list(self.agents)
+        refs = [
+            self.agents[n].status.remote(
+                [self.slots[w][0] for w in self.placement.workers_on(n)], n == self.trainer_node
+            )
+            for n in node_ids
+        ]
+        try:
+            statuses = ray.get(refs, timeout=STATUS_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+            raise self._node_lost(node_ids, refs, e) from None
+        now = time.monotonic()
+        for node_id, status in zip(node_ids, statuses, strict=True):
+            if status["error"]:
+                names = ", ".join(self.placement.workers_on(node_id))
+                where = f"stream bridge on node {node_id[:8]} ({names})"
+                raise WorkerFailure(where, status["error"])
+            if status["progress"] is not None:
+                self.mirror.set_progress(**status["progress"])
+                self.mirror.set_progress(restarts=sum(self.restarts.values()))
+            for slot, silent in status["silent"].items():
+                name = self.graph.workers[int(slot)].name
+                if self.states.get(name) != "running":
+                    continue
+                if silent is None:  # still starting: importing, building envs and networks
+                    if now - self.started[name] > STARTUP_TIMEOUT_S:
+                        cause = f"did not finish starting in {STARTUP_TIMEOUT_S:g} s"
+                        self._fail_or_restart(name, "hung", cause, raised=False)
+                elif silent > timeout:
+                    cause = (
+                        f"no heartbeat for {silent:.0f} s (workers.heartbeat_timeout_s="
+                        f"{timeout:g}): the worker is hung, e.g. inside env.step()"
+                    )
+                    self._fail_or_restart(name, "hung", cause, raised=False)
+
+    def _node_lost(self, node_ids: list[str], refs: list[Any], error: Exception) -> WorkerFailure:
+        import ray
+
+        for node_id, ref in zip(node_ids, refs, strict=True):
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:
+                names = self.placement.workers_on(node_id)
+                return WorkerFailure(
+                    names[0],
+                    f"lost contact with node {node_id[:8]} (hosting {', '.join(names)}): {error}",
+                )
+        return WorkerFailure(TRAINER, f"lost contact with the cluster: {error}")
+
+    # ------------------------------------------------------------------ stop
+
+    def _ask_trainer_to_checkpoint(self) -> None:
+        with contextlib.suppress(Exception):
+            self.agents[self.trainer_node].request_stop.remote(
+                CHECKPOINT_AND_STOP, [sample.CHANNEL]
+            )
+
+    def _checkpoint_now(self) -> bool:
+        """Ask a healthy trainer to save a checkpoint and stop; True once it has."""
+        import ray
+
+        trainer_ref = next((ref for ref, name in self.runs.items() if name == TRAINER), None)
+        if trainer_ref is None:
+            return False
+        self._ask_trainer_to_checkpoint()
+        ready, _ = ray.wait([trainer_ref], timeout=CHECKPOINT_TIMEOUT_S)
+        if not ready:
+            return False
+        del self.runs[trainer_ref]
+        try:
+            saved = ray.get(trainer_ref)[0] == "finished"
+        except ray.exceptions.RayError:
+            saved = False
+        self._record(TRAINER, "stopped" if saved else "failed")
+        return saved
+
+    def _stop_all(self) -> None:
+        import ray
+
+        for agent in self.agents.values():
+            with contextlib.suppress(Exception):
+                agent.request_stop.remote(STOP)
+        if self.runs:
+            done, _ = ray.wait(list(self.runs), num_returns=len(self.runs), timeout=5.0)
+            for ref in done:
+                name = self.runs[ref]
+                if self.states.get(name) == "running":
+                    with contextlib.suppress(Exception):
+                        self._record(name, "stopped" if ray.get(ref)[0] == "finished" else "failed")
+        for name, host in self.hosts.items():
+            with contextlib.suppress(Exception):
+                ray.kill(host)
+            if self.states.get(name) in ("running", "starting"):
+                self._record(name, "stopped")
+        with contextlib.suppress(Exception):
+            self._write_timing()
+        closing = [agent.close.remote() for agent in self.agents.values()]
+        with contextlib.suppress(Exception):
+            ray.wait(closing, num_returns=len(closing), timeout=10.0)
+        for agent in self.agents.values():
+            with contextlib.suppress(Exception):
+                ray.kill(agent)
+
+    def _write_timing(self) -> None:
+        """timing.json as in `local`: each node's agent holds the rows of its workers."""
+        import ray
+
+        refs = [
+            agent.timing.remote([self.slots[w][0] for w in self.placement.workers_on(node_id)])
+            for node_id, agent in self.agents.items()
+        ]
+        for rows in ray.get(refs, timeout=STATUS_TIMEOUT_S):
+            for slot, row in rows.items():
+                self.mirror.timing[int(slot)] = row
+        self.mirror.note_controller_cpu()
+        write_timing(self.ctx.run_dir, self.graph, self.mirror.timing)

@@ -1,0 +1,176 @@
+"""The two kinds of Ray actor a `runtime=ray` run creates (plain classes; `ray.remote` is
+applied by surge/runtime/ray.py).
+
+- `NodeAgent`, one per node that hosts workers (0 CPUs): owns the node's shared memory
+  (created at start, removed at the end), runs the cross-node forwarders of
+  surge/streams/ray_bridge.py, and answers the controller: heartbeats measured on the node's
+  own clock, the trainer's progress, stop requests.
+- `WorkerHost`, one per worker: a Ray actor process (with the CPUs/GPUs its config declares)
+  whose `run` drives the worker's poll loop on the node's shared memory exactly as a `local`
+  worker process does. `run` returns ("finished", reason) or ("failed", traceback); if the
+  process dies instead, the controller gets a RayActorError naming the cause. A restart is a
+  new host on the same node, running the next `life` (a fresh process, as in `local`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+import traceback
+from typing import Any
+
+from surge.runtime.control import STOP, Control
+from surge.runtime.graph import WorkerSpec, build_worker
+from surge.streams import ray_bridge
+from surge.streams.params import ParameterService
+from surge.streams.transport import (
+    WAKE,
+    BlockLayout,
+    ShmSpec,
+    ShmTransport,
+    create_shm,
+    destroy_shm,
+)
+from surge.workers.base import RunContext
+
+POLL_S = 0.5
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
+class NodeAgent:
+    def __init__(self, layouts: dict[str, BlockLayout], channels: list[str]) -> None:
+        self.shm = create_shm(layouts, channels)
+        self.transport = ShmTransport(self.shm)
+        self.control = Control(self.transport)
+        self.control.reset()
+        # An unwritten parameter block reads as version 0 of all-zero weights: mark it empty.
+        ParameterService(self.transport).reset()
+        self.channels = channels
+        self.forwarders: list[ray_bridge.Forwarder] = []
+        self.subscribers: list[Any] = []
+        self.depth = self.group_size = self.first = 0
+
+    def info(self) -> dict[str, Any]:
+        return {"shm": self.shm, "pid": os.getpid(), "node_id": _node_id()}
+
+    def start_segment_forwarder(
+        self, trainer_agent: Any, depth: int, group_size: int, groups: list[int], first: int
+    ) -> None:
+        """On a node without the trainer: its actors' segments go to `trainer_agent`."""
+        import ray
+
+        def ship(segments: list[ray_bridge.Segment]) -> None:
+            ray.get(trainer_agent.receive_segments.remote(segments))
+
+        self._start(
+            ray_bridge.SegmentForwarder(self.transport, depth, group_size, groups, first, ship)
+        )
+
+    def start_params_forwarder(
+        self, remote_agents: list[Any], announced_on: list[str], n_params: int
+    ) -> None:
+        """On the trainer's node: new versions go to the agents of the other nodes that run
+        the policy; `announced_on` are the channels of those nodes' subscribers here."""
+        import ray
+
+        def ship(version: int, flat: Any) -> None:
+            ref = ray.put(flat)  # stored once; each node's agent fetches it once
+            ray.get([a.receive_params.remote(version, ref) for a in remote_agents])
+
+        announce = [self.transport.channel(name) for name in announced_on]
+        self._start(ray_bridge.ParamsForwarder(self.transport, n_params, announce, ship))
+
+    def serve_samples(self, depth: int, group_size: int, first: int) -> None:
+        """On the trainer's node: accept forwarded segments."""
+        self.depth, self.group_size, self.first = depth, group_size, first
+
+    def serve_params(self, subscribers: list[str]) -> None:
+        """On a node that runs the policy but has no trainer: accept forwarded versions and
+        announce them on these channels."""
+        self.subscribers = [self.transport.channel(name) for name in subscribers]
+
+    def receive_segments(self, segments: list[ray_bridge.Segment]) -> None:
+        ray_bridge.write_segments(self.transport, self.depth, self.group_size, self.first, segments)
+
+    def receive_params(self, version: int, flat: Any) -> None:
+        ray_bridge.publish_params(self.transport, self.subscribers, version, flat)
+
+    def _start(self, forwarder: ray_bridge.Forwarder) -> None:
+        forwarder.start()
+        self.forwarders.append(forwarder)
+
+    def status(self, slots: list[int], with_progress: bool) -> dict[str, Any]:
+        """Seconds since each worker slot's last heartbeat (None: still starting), on this
+        node's clock, plus the trainer's progress numbers and any forwarder failure."""
+        now = time.monotonic()
+        silent = {}
+        for slot in slots:
+            last = self.control.last_beat(slot)
+            silent[slot] = None if last == 0.0 else now - last
+        return {
+            "silent": silent,
+            "progress": self.control.progress() if with_progress else None,
+            "error": next((f.error for f in self.forwarders if f.error), None),
+        }
+
+    def timing(self, slots: list[int]) -> dict[int, list[float]]:
+        """CPU seconds by activity of the workers in these slots (tracking/timing.py)."""
+        return {slot: self.control.timing[slot].tolist() for slot in slots}
+
+    def reset_worker(self, slot: int) -> None:
+        """A new life of a worker takes over `slot`: it is starting (no heartbeat yet)."""
+        self.control.reset_worker(slot)
+
+    def request_stop(self, kind: int, wake: list[str] | None = None) -> None:
+        self.control.request_stop(kind)
+        for name in self.channels if wake is None else wake:
+            with contextlib.suppress(OSError):
+                self.transport.channel(name).send(WAKE)
+
+    def close(self) -> None:
+        for forwarder in self.forwarders:
+            forwarder.stop()
+        destroy_shm(self.shm)
+
+
+class WorkerHost:
+    def __init__(self, name: str, run_name: str, threads: int) -> None:
+        self.name = name
+        # Before the worker imports torch (OpenMP reads these once). Set here rather than
+        # through a Ray runtime_env, which would rule out Ray's pre-started worker processes.
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+        with contextlib.suppress(ValueError):  # only possible on the main thread
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the controller's
+        with contextlib.suppress(ImportError):
+            import setproctitle
+
+            setproctitle.setproctitle(f"surge {name} [{run_name}]")
+
+    def info(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "node_id": _node_id(), "host": socket.gethostname()}
+
+    def run(
+        self, spec: WorkerSpec, slot: int, ctx: RunContext, shm: ShmSpec, life: int = 0
+    ) -> tuple[str, str]:
+        """One life of the worker: ("finished", reason) or ("failed", traceback)."""
+        transport = ShmTransport(shm)
+        control = Control(transport, slot)
+        try:
+            worker = build_worker(spec, ctx, transport, control, life)
+            while not worker.finished:
+                control.beat()
+                if spec.kind != "trainer" and control.stop_request == STOP:
+                    break
+                worker.poll(POLL_S)
+            worker.close()
+            return "finished", str(getattr(worker, "finish_reason", ""))
+        except Exception:
+            return "failed", traceback.format_exc()

@@ -1,0 +1,163 @@
+"""Carrying the two cross-node streams between the shared memory of different nodes.
+
+In a `runtime=ray` run every node has its own shared-memory directory with the same blocks and
+channels as a `local` run, and workers on a node use it exactly as in `local`. Placement keeps
+the inference stream inside a node, so only two edges of the graph cross nodes:
+
+- **sample stream** (actors -> trainer). On a node without the trainer, actors write segments
+  into that node's sample block, count them in its `published` array and wake that node's
+  `trainer` channel, as usual. A `SegmentForwarder` thread is the reader of that channel: for
+  every segment counted there but not yet shipped it copies the group's columns and ships them
+  (a Ray actor call) to the trainer's node, where `write_segments` puts them into the same
+  place of the trainer's block, counts them in the trainer's `published` and wakes the trainer.
+  The trainer cannot tell a forwarded segment from a local one.
+- **parameter service** (trainer -> policy workers). On the trainer's node the trainer
+  announces each version on the channels of the workers that run the policy (policy workers,
+  or actors with inline inference), including those of workers on other nodes, which nobody
+  else reads there. A `ParamsForwarder` thread reads them, copies the
+  newest version once and ships it (one `ray.put`, fetched once per node) to each other node,
+  where `publish_params` publishes it into that node's parameter block with the same seqlock,
+  waking the workers there that run the policy. Versions are never reloaded from disk, and a
+  slow node just gets the newest version (intermediate ones are skipped, as a local reader
+  would).
+
+Copying a segment before it is overwritten is safe for the same reason the local sample stream
+is: an actor reuses a slot only once the trainer published a version that needs the batch the
+forwarded segment belongs to, and the forwarder's ship call returns after the segment is on the
+trainer's node.
+
+The forwarders take a `ship` callable, so they hold no Ray code; each waits by blocking on a
+channel (0.5 s at a time, to notice `stop`), never by spinning.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+
+import numpy as np
+
+from surge.streams import params, sample
+from surge.streams.transport import PARAMS_UPDATED, Channel, Transport
+
+Segment = tuple[int, int, dict[str, np.ndarray]]
+"""(env group, segment index, that group's columns of every sample field)."""
+
+WAIT_S = 0.5
+
+
+class Forwarder(threading.Thread):
+    """A daemon thread that remembers the first exception it hit, for the controller."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.stopping = threading.Event()
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                self.step()
+        except Exception:
+            self.error = f"{self.name} failed:\n{traceback.format_exc()}"
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(5.0)
+
+
+class SegmentForwarder(Forwarder):
+    """Ships each segment a node's actors finish to the trainer's node, in order per group."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        depth: int,
+        group_size: int,
+        groups: list[int],
+        first_segment: int,
+        ship: Callable[[list[Segment]], None],
+    ) -> None:
+        super().__init__("segment forwarder")
+        arrays = transport.block(sample.BLOCK)
+        self._published = arrays[sample.PROGRESS]  # finished segments per group, this run
+        self._arrays = {k: v for k, v in arrays.items() if k != sample.PROGRESS}
+        self._channel = transport.channel(sample.CHANNEL)
+        self._depth = depth
+        self._group_size = group_size
+        self._first = first_segment
+        self._shipped = dict.fromkeys(groups, 0)  # counted like `published`
+        self._ship = ship
+
+    def step(self) -> None:
+        self._channel.recv(WAIT_S)  # only a wake-up: the counts say what is new
+        segments = []
+        for g, shipped in self._shipped.items():
+            for k in range(shipped, int(self._published[g])):
+                n = self._first + k
+                cols = slice(g * self._group_size, (g + 1) * self._group_size)
+                slot = n % self._depth
+                data = {
+                    name: np.ascontiguousarray(v[slot, :, cols]) for name, v in self._arrays.items()
+                }
+                segments.append((g, n, data))
+        if segments:
+            self._ship(segments)
+            for g, _, _ in segments:
+                self._shipped[g] += 1
+
+
+def write_segments(
+    transport: Transport, depth: int, group_size: int, first: int, segments: list[Segment]
+) -> None:
+    """On the trainer's node: put forwarded segments in place, count them, wake the trainer."""
+    arrays = transport.block(sample.BLOCK)
+    published = arrays[sample.PROGRESS]
+    for g, n, data in segments:
+        cols = slice(g * group_size, (g + 1) * group_size)
+        for k, v in data.items():
+            arrays[k][n % depth, :, cols] = v
+        published[g] = max(int(published[g]), n - first + 1)  # after the data, as an actor does
+    transport.channel(sample.CHANNEL).send(*(g for g, _, _ in segments))
+
+
+class ParamsForwarder(Forwarder):
+    """On the trainer's node: ships every newly published version to the other nodes."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        n_params: int,
+        announce_channels: list[Channel],
+        ship: Callable[[int, np.ndarray], None],
+    ) -> None:
+        super().__init__("parameter forwarder")
+        self._service = params.ParameterService(transport)
+        self._flat = np.zeros(n_params, np.float32)
+        # The trainer announces each version on the channel of every worker that runs the
+        # policy; we read those of workers on other nodes (left unread, they would fill).
+        self._first, *self._others = announce_channels
+        self._ship = ship
+        self.sent = params.NONE
+
+    def step(self) -> None:
+        announced = PARAMS_UPDATED in self._first.recv(WAIT_S)
+        for channel in self._others:
+            channel.recv(0.0)
+        # Checked even without an announcement: version 0 may predate this thread.
+        if announced or self._service.latest_version() > self.sent:
+            version = self._service.read(self._flat)
+            if version > self.sent:
+                self._ship(version, self._flat)
+                self.sent = version
+
+
+def publish_params(
+    transport: Transport, subscribers: list[Channel], version: int, flat: np.ndarray
+) -> None:
+    """On another node: publish a forwarded version there and wake the workers that use it."""
+    params.ParameterService(transport, subscribers).publish(version, flat)

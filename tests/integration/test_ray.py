@@ -1,0 +1,203 @@
+"""The Ray runtime on a real multi-node Ray cluster: a head and two worker nodes, each its own
+raylet, all on 127.0.0.1 and started by these tests; plus a Ray instance surge starts itself.
+
+The tests run `surge train` as a separate process (Ray's driver), as a user would.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from surge.streams.transport import shm_root
+from tests.conftest import QUICK, SURGE, metrics_so_far, wait_for
+
+# Ray's traffic stays on 127.0.0.1; these are read when `ray` is imported, and inherited by
+# every process of the cluster and of the runs.
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+os.environ.update(RAY_ENV)
+
+pytestmark = pytest.mark.integration
+
+CRASHING = "env.id=surge.envs.testing:surge/Crashing-v0"
+# Two pods (a policy worker and its actor) of 0.5 + 0.5 CPUs, one per 1-CPU worker node; the
+# trainer (1 CPU) fits only on the head. 4 envs in all, as in the default preset.
+TWO_PODS = [
+    "runtime=ray",
+    "workers.actors=2",
+    "workers.policy_workers=2",
+    "workers.ring_size=2",
+    "workers.envs_per_group=1",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+        shutdown_at_exit=True,
+    )
+    try:
+        for i in (1, 2):
+            c.add_node(num_cpus=1, resources={f"node{i}": 1})
+        c.wait_for_nodes()
+        yield str(c.address)
+    finally:
+        c.shutdown()
+
+
+def _start(run_dir: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, **RAY_ENV, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [*SURGE, "train", f"run_dir={run_dir}", "log.progress=false", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def _workers(run_dir: Path) -> dict[str, dict[str, object]]:
+    rows = json.loads((run_dir / "workers.json").read_text())["workers"]
+    return {w["name"]: w for w in rows}
+
+
+def _is_loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip.split("%")[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped  # ::ffff:127.0.0.1
+    return addr.is_loopback
+
+
+class ConnectionSampler(threading.Thread):
+    """Every internet socket of this process and its descendants (the cluster, the run's
+    driver, its Ray workers), sampled every second while the run lasts: one scan of the
+    system's socket table per sample, kept to those pids."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.done = threading.Event()
+        self.sockets: set[tuple[int, str, str]] = set()  # (pid, local ip, remote ip)
+        self.pids: set[int] = set()
+        self.samples = 0
+
+    def run(self) -> None:
+        me = psutil.Process()
+        while not self.done.is_set():
+            pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
+            self.pids |= pids
+            for c in psutil.net_connections(kind="inet"):
+                if c.pid in pids:
+                    self.sockets.add((c.pid, c.laddr.ip, c.raddr.ip if c.raddr else ""))
+            self.samples += 1
+            self.done.wait(1.0)
+
+    def outside_loopback(self) -> list[tuple[int, str, str]]:
+        return [s for s in self.sockets if not all(_is_loopback(ip) for ip in s[1:] if ip)]
+
+
+@pytest.mark.learning
+def test_cartpole_solves_on_a_three_node_cluster(cluster: str, run_dir: Path) -> None:
+    sampler = ConnectionSampler()
+    sampler.start()
+    started = time.monotonic()
+    proc = _start(run_dir, f"ray.address={cluster}", *TWO_PODS)
+    try:
+        _, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+        sampler.done.set()
+        sampler.join()
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, err
+    assert "surge: solved" in err, err
+    records = metrics_so_far(run_dir)
+    assert records[-1]["episode_return_mean"] >= 475
+    assert all(r["policy_lag_max"] == 0 for r in records)  # synchronous PPO across nodes
+
+    # Placement: the trainer, and each pod on a node of its own, printed at start.
+    workers = _workers(run_dir)
+    nodes = {name: w["node_id"] for name, w in workers.items()}
+    assert len(set(nodes.values())) == 3, nodes
+    assert nodes["actor-0"] == nodes["policy-0"] != nodes["trainer-0"]
+    assert nodes["actor-1"] == nodes["policy-1"] != nodes["trainer-0"]
+    assert nodes["actor-0"] != nodes["actor-1"]
+    assert all(isinstance(w["pid"], int) for w in workers.values())
+    assert workers["trainer-0"]["state"] == "finished"
+    assert "placement:" in err and str(nodes["actor-1"])[:8] in err
+
+    # Every socket of the run and the cluster stayed on 127.0.0.0/8.
+    assert sampler.samples >= 3 and sampler.sockets
+    assert sampler.outside_loopback() == []
+    # Each node's shared memory was removed at the end (named after its agent's pid).
+    left = [p for p in shm_root().glob("surge-*-*") if int(p.name.split("-")[1]) in sampler.pids]
+    assert left == []
+    print(f"three-node CartPole: {records[-1]['env_steps']} steps, {elapsed:.0f} s")
+
+
+def test_killed_actor_on_another_node_is_restarted_then_named(cluster: str, run_dir: Path) -> None:
+    # Inline inference: each actor runs the policy itself, so parameters are forwarded to the
+    # actors' own nodes. One restart allowed: the first kill is survived, the second is not.
+    proc = _start(
+        run_dir, f"ray.address={cluster}", "total_env_steps=10000000", "workers.max_restarts=1",
+        "workers.inference=inline", *TWO_PODS, *QUICK,
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: len(metrics_so_far(run_dir)) > 2, timeout=90)
+        first = _workers(run_dir)["actor-1"]
+        os.kill(int(first["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+
+        def restarted() -> bool:
+            w = _workers(run_dir)["actor-1"]
+            return w["restarts"] == 1 and w["state"] == "running"
+
+        assert wait_for(restarted, timeout=60)
+        second = _workers(run_dir)["actor-1"]
+        assert second["pid"] != first["pid"] and second["node_id"] == first["node_id"]
+        # Training goes on with the new life: new updates need actor-1's segments.
+        steps = len(metrics_so_far(run_dir))
+        assert wait_for(lambda: len(metrics_so_far(run_dir)) > steps + 3, timeout=60)
+        os.kill(int(second["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert "surge: actor-1 failed" in err and "restarting it" in err
+    assert proc.returncode == 1, err
+    assert "worker actor-1 failed" in err
+    assert "died" in err and str(second["pid"]) in err
+    assert "the trainer saved a checkpoint" in err
+    workers = _workers(run_dir)
+    assert workers["actor-1"]["state"] == "failed" and workers["actor-1"]["restarts"] == 1
+    assert "policy-0" not in workers  # inline: no policy workers
+    assert workers["actor-0"]["node_id"] != workers["actor-1"]["node_id"]
+
+
+def test_crashing_worker_on_a_ray_instance_started_for_the_run(run_dir: Path) -> None:
+    # No ray.address: surge starts Ray on this machine for the run, and stops it.
+    proc = _start(
+        run_dir, "runtime=ray", CRASHING, "env.kwargs={crash_after: 400}",
+        "total_env_steps=100000", *QUICK,
+    )  # fmt: skip
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "worker actor-0 failed" in err
+    assert "Traceback (most recent call last)" in err
+    assert "CrashingEnv: simulated failure at step 401" in err
+    assert "the trainer saved a checkpoint" in err
+    workers = _workers(run_dir)
+    assert workers["actor-0"]["state"] == "failed"
+    assert len({w["node_id"] for w in workers.values()}) == 1
