@@ -245,6 +245,7 @@ def run_one(
     out: Path,
     surge_py: str | None,
     presets: set[str],
+    quiet_wait: float = 0.0,
 ) -> Run:
     run = Run(task_name, contender, seed)
     run_dir = out / "suite_runs" / task_name / f"{contender}-s{seed}"
@@ -310,6 +311,11 @@ def run_one(
     env["PEER_T0"] = repr(launched)
     if contender == "surge":
         tail = SurgeTail(surge_run / "metrics.jsonl", launched)
+    if quiet_wait > 0:
+        started_wait = time.monotonic()
+        busy = memmon.wait_for_quiet(quiet_wait, NOISY_FOREIGN_CORES)
+        waited = time.monotonic() - started_wait
+        print(f"[suite] machine busy {busy:.2f} cores before the run (waited {waited:.0f} s)")
     print(f"[suite] {task_name} {contender} seed {seed}: {' '.join(cmd)}", flush=True)
     with open(run_dir / "stdout.log", "w") as stdout:
         mem = memmon.run(
@@ -600,6 +606,14 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0.0,
+        metavar="SECS",
+        help="before each run, wait up to SECS for other processes to use < 0.3 cores "
+        "(the machine is shared; default 0: do not wait)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="run nothing: rebuild suite.md/json/png from the runs already in OUT/suite_runs",
@@ -643,7 +657,16 @@ def main() -> int:
                 for seed in seeds:  # seeds outermost: a slow period hits every contender alike
                     for contender in task.contenders:
                         task_runs.append(
-                            run_one(task_name, task, contender, seed, args.out, surge_py, presets)
+                            run_one(
+                                task_name,
+                                task,
+                                contender,
+                                seed,
+                                args.out,
+                                surge_py,
+                                presets,
+                                args.quiet_wait,
+                            )
                         )
             except KeyboardInterrupt:
                 interrupted = True

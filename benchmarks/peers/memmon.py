@@ -65,6 +65,24 @@ def _busy_ticks() -> int:
     return user + nice + system + irq + softirq
 
 
+def busy_cores(seconds: float = 2.0) -> float:
+    """Cores the whole machine kept busy over the next `seconds`."""
+    before = _busy_ticks()
+    time.sleep(seconds)
+    return (_busy_ticks() - before) / TICK / seconds
+
+
+def wait_for_quiet(max_wait: float, threshold: float = 0.3, poll: float = 10.0) -> float:
+    """Waits (up to max_wait seconds) until other processes use less than `threshold`
+    cores; returns the busy cores measured last."""
+    deadline = time.monotonic() + max_wait
+    busy = busy_cores()
+    while busy >= threshold and time.monotonic() < deadline:
+        time.sleep(poll)
+        busy = busy_cores()
+    return busy
+
+
 def _memory_kb(pid: int) -> tuple[int, int]:
     """(RSS, PSS) of one process in kB; (0, 0) if it is gone."""
     rss = pss = 0
