@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import yaml
@@ -38,11 +40,25 @@ EXIT_WORKER_FAILED = 1
 EXIT_INTERRUPTED = 130
 
 
+def _graceful_stop_signals() -> None:
+    """SIGINT and SIGTERM both stop a run the Ctrl+C way (checkpoint first). A process
+    started in the background by a non-interactive shell inherits an ignored SIGINT, and
+    `kill` sends SIGTERM: without this, neither would save anything."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     # Like `python -m surge`: modules in the current directory (a user's env named by
     # `env.id=my_module:MyEnv-v0`) are importable here and, via spawn, in every worker.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    _graceful_stop_signals()
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
