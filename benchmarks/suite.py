@@ -307,15 +307,15 @@ def run_one(
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     (run_dir / "cmd.txt").write_text(" ".join(cmd) + "\n")
-    launched = time.time()
-    env["PEER_T0"] = repr(launched)
-    if contender == "surge":
-        tail = SurgeTail(surge_run / "metrics.jsonl", launched)
     if quiet_wait > 0:
         started_wait = time.monotonic()
         busy = memmon.wait_for_quiet(quiet_wait, NOISY_FOREIGN_CORES)
         waited = time.monotonic() - started_wait
         print(f"[suite] machine busy {busy:.2f} cores before the run (waited {waited:.0f} s)")
+    launched = time.time()
+    env["PEER_T0"] = repr(launched)
+    if contender == "surge":
+        tail = SurgeTail(surge_run / "metrics.jsonl", launched)
     print(f"[suite] {task_name} {contender} seed {seed}: {' '.join(cmd)}", flush=True)
     with open(run_dir / "stdout.log", "w") as stdout:
         mem = memmon.run(

@@ -104,6 +104,10 @@ def _memory_kb(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Tree:
     """The set of processes that belong to one run."""
 
@@ -165,7 +169,15 @@ def run(
     busy0 = _busy_ticks()
     started = time.monotonic()
     proc = subprocess.Popen(
-        cmd, env=env, cwd=cwd, stdout=stdout, stderr=stderr, start_new_session=True
+        cmd,
+        env=env,
+        cwd=cwd,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        # a monitor started in the background by a non-interactive shell ignores SIGINT,
+        # and the command would inherit that: then the SIGINT at the timeout does nothing
+        preexec_fn=_default_sigint,
     )
     tree = Tree(proc.pid)
     peak_rss = peak_pss = peak_procs = samples = 0
