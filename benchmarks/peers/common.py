@@ -107,6 +107,9 @@ def process_start_epoch() -> float:
 def setup(args: argparse.Namespace, target: float | None) -> EpisodeLog:
     """Fix the run's configuration in the environment (children inherit it), start a fresh
     log, set torch threads, and return this process's handle on the log."""
+    # a script started in the background by a non-interactive shell ignores SIGINT, and so
+    # would its workers: the harness stops runs with SIGINT
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("PEER_T0", repr(process_start_epoch()))
     os.environ["PEER_LOG"] = str(Path(args.log).resolve())
     os.environ["PEER_TARGET"] = "" if target is None else repr(target)
