@@ -336,6 +336,8 @@ def run_one(
         tail.poll()
         tail.common_log(log_path)
     judge(run, task, mem, log_path)
+    if contender == "surge":
+        run.analysis["time_shares"] = surge_time_shares(run_dir / "surge-run" / "metrics.jsonl")
     a = run.analysis
     print(
         f"[suite]   sps {a.get('sps_steady')} solved_s {a.get('solved_s')} "
@@ -344,6 +346,25 @@ def run_one(
         flush=True,
     )
     return run
+
+
+TIME_SHARES = ("env", "inference", "learn", "copy", "overhead")
+
+
+def surge_time_shares(metrics: Path) -> dict[str, float]:
+    """Where surge's CPU time went from 10% of the run on (start-up excluded, as for
+    steps/s): the mean of the `time_*` shares its trainer logs per window (docs/architecture.md,
+    "Where the time goes")."""
+    if not metrics.exists():
+        return {}
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    if not records:
+        return {}
+    start = 0.1 * records[-1]["env_steps"]
+    steady = [r for r in records if r["env_steps"] >= start and "time_learn" in r]
+    if not steady:
+        return {}
+    return {k: statistics.mean(r.get(f"time_{k}", 0.0) for r in steady) for k in TIME_SHARES}
 
 
 def judge(run: Run, task: Task, mem: dict[str, Any], log_path: Path) -> None:
@@ -424,6 +445,9 @@ def summarize(task_name: str, task: Task, runs: list[Run]) -> list[dict[str, Any
         for key in ("peak_pss_mb", "peak_rss_mb", "peak_procs", "cores_used", "first_step_s"):
             vals = [r.mem.get(key, r.analysis.get(key)) for r in done]
             row[key] = _median([v for v in vals if v is not None])
+        shares = [r.analysis["time_shares"] for r in done if r.analysis.get("time_shares")]
+        if shares:
+            row["time_shares"] = {k: _median([x[k] for x in shares]) for k in TIME_SHARES}
         row["foreign_cores_max"] = max((r.mem.get("foreign_cores", 0) for r in done), default=None)
         rows.append(row)
     peers = [r for r in rows if r["contender"] != "surge" and r["status"] == "ok"]
@@ -497,6 +521,23 @@ def markdown(
                     f"| {_fmt(r.get('first_step_s'), '.1f')} "
                     f"| {_fmt(r.get('foreign_cores_max'), '.2f')} | {r['note']} |"
                 )
+    shares = [(t, r) for t, rows in summary.items() for r in rows if r.get("time_shares")]
+    if shares:
+        lines += [
+            "",
+            "## Where surge's CPU time goes",
+            "",
+            "Shares of the CPU time of all surge processes from 10% of the run on (median "
+            "over seeds); overhead = not env stepping, inference or learning.",
+            "",
+            "| task | env | inference | learn | copy | overhead |",
+            "|---|---|---|---|---|---|",
+        ]
+        for t, r in shares:
+            sh = r["time_shares"]
+            lines.append(
+                f"| {t} | " + " | ".join(f"{100 * sh[k]:.1f}%" for k in TIME_SHARES) + " |"
+            )
     lines += [
         "",
         "## Every run",
