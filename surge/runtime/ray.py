@@ -356,7 +356,13 @@ class _Run:
                 del self.runs[ref]
         self.restarts[name] += 1
         node_id = self.placement.node_of[name]
-        ray.get(self.agents[node_id].reset_worker.remote(slot), timeout=STATUS_TIMEOUT_S)
+        # The trainer logs `restarts` from its own node's control block, not the controller's.
+        total = sum(self.restarts.values())
+        calls = [
+            self.agents[node_id].reset_worker.remote(slot),
+            self.agents[self.trainer_node].set_restarts.remote(total),
+        ]
+        ray.get(calls, timeout=STATUS_TIMEOUT_S)
         print(
             f"surge: {name} failed ({_last_line(cause)}); restarting it on node {node_id[:8]} "
             f"({self.restarts[name]}/{w.max_restarts})",

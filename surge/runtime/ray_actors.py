@@ -129,6 +129,10 @@ class NodeAgent:
         """A new life of a worker takes over `slot`: it is starting (no heartbeat yet)."""
         self.control.reset_worker(slot)
 
+    def set_restarts(self, total: int) -> None:
+        """On the trainer's node: restarts so far in the run, which the trainer logs."""
+        self.control.set_progress(restarts=total)
+
     def request_stop(self, kind: int, wake: list[str] | None = None) -> None:
         self.control.request_stop(kind)
         for name in self.channels if wake is None else wake:

@@ -186,6 +186,59 @@ def test_killed_actor_on_another_node_is_restarted_then_named(cluster: str, run_
     assert workers["actor-0"]["node_id"] != workers["actor-1"]["node_id"]
 
 
+def _kill(run_dir: Path, name: str) -> dict[str, object]:
+    worker = _workers(run_dir)[name]
+    os.kill(int(worker["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    return worker
+
+
+def _restarted(run_dir: Path, name: str) -> bool:
+    w = _workers(run_dir)[name]
+    return w["restarts"] == 1 and w["state"] == "running"
+
+
+def _steps(run_dir: Path) -> int:
+    records = metrics_so_far(run_dir)
+    return int(records[-1]["env_steps"]) if records else 0  # type: ignore[call-overload]
+
+
+@pytest.mark.learning
+def test_killed_actor_and_policy_worker_restart_on_ray_and_the_run_still_solves(
+    run_dir: Path,
+) -> None:
+    # The default preset with remote inference (one actor served by one policy worker) on a
+    # Ray instance surge starts for the run. As tests/integration/test_restarts.py does on
+    # `local`: kill the actor mid-segment, let its new life feed the trainer, then kill the
+    # policy worker with requests in flight; the run goes on and solves.
+    proc = _start(run_dir, "runtime=ray", "workers.inference=remote", "log.interval_s=0.5")
+    try:
+        assert wait_for(lambda: _steps(run_dir) > 10_000, timeout=90)
+        actor = _kill(run_dir, "actor-0")
+        assert wait_for(lambda: _restarted(run_dir, "actor-0"), timeout=60)
+        at_kill = _steps(run_dir)
+        assert wait_for(lambda: _steps(run_dir) > at_kill + 5_000, timeout=60)
+        policy = _kill(run_dir, "policy-0")
+        assert wait_for(lambda: _restarted(run_dir, "policy-0"), timeout=60)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "surge: solved" in err, err
+    for name, old in (("actor-0", actor), ("policy-0", policy)):
+        assert f"surge: {name} failed (" in err, err
+        new = _workers(run_dir)[name]
+        assert new["restarts"] == 1 and new["pid"] != old["pid"]
+        assert new["node_id"] == old["node_id"]
+        assert f"restarting it on node {str(old['node_id'])[:8]} (1/3)" in err, err
+    records = metrics_so_far(run_dir)
+    assert records[-1]["episode_return_mean"] >= 475  # type: ignore[operator]
+    # The trainer logs the controller's count, and trained on the actor's second life (it
+    # refuses, and fails the run on, any segment that mixes two lives).
+    assert records[-1]["restarts"] == 2
+    assert records[-1]["actor_life_max"] == 1
+    assert _workers(run_dir)["trainer-0"]["state"] == "finished"
+
+
 def test_crashing_worker_on_a_ray_instance_started_for_the_run(run_dir: Path) -> None:
     # No ray.address: surge starts Ray on this machine for the run, and stops it.
     proc = _start(
