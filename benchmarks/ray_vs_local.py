@@ -1,23 +1,28 @@
-"""What the Ray runtime costs on one machine: the same CartPole experiment on `local` and on a
-one-node `ray` runtime (a Ray instance surge starts for the run), side by side.
+"""What the Ray runtime costs on one machine: the same experiment on `local` and on a one-node
+`ray` runtime (a Ray instance surge starts for the run), side by side.
 
-Each run is a fresh `surge train` process of the default preset (PPO on CartPole-v1 until
-solved), one at a time, alternating runtimes so both see the same machine. Two rates:
+Each run is a fresh `surge train` process of one preset (by default `cartpole-ppo`: PPO on
+CartPole-v1 until solved; `--preset pong-appo` for Atari, with a step budget as an override),
+one at a time, alternating runtimes so both see the same machine. Two rates:
 "steps/s" is env steps / trainer wall time (from the trainer's start: it leaves out process
 and Ray start-up, which the wall-clock column includes, but not the wait for the first batch
 while the other workers start); "steady steps/s" is measured between the first and the last
 metrics line, so start-up of any kind is left out. The ratio uses the steady rate.
 
     .venv/bin/python benchmarks/ray_vs_local.py --seeds 1 2 3
+    .venv/bin/python benchmarks/ray_vs_local.py --preset pong-appo --seeds 1 2 3 \
+        total_env_steps=200000
 
 Prints a Markdown table and the ratio ray / local of the median steps/s, and writes both (and
-the raw numbers as JSON) to --out (default benchmarks/results/).
+the raw numbers as JSON) to --out (default benchmarks/results/): `ray_vs_local.md` and
+`.json` for the default preset, `ray_vs_local_<preset>.md` and `.json` for another.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -26,15 +31,19 @@ import tempfile
 import time
 from pathlib import Path
 
+DEFAULT_PRESET = "cartpole-ppo"
 
-def run_once(runtime: str, seed: int, workdir: Path, extra: list[str]) -> dict[str, object]:
+
+def run_once(
+    preset: str, runtime: str, seed: int, workdir: Path, extra: list[str]
+) -> dict[str, object]:
     run_dir = workdir / f"{runtime}-{seed}"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
     proc = subprocess.run(
         [
-            sys.executable, "-m", "surge", "train", f"runtime={runtime}", f"seed={seed}",
-            f"run_dir={run_dir}", "log.progress=false", *extra,
+            sys.executable, "-m", "surge", "train", preset, f"runtime={runtime}",
+            f"seed={seed}", f"run_dir={run_dir}", "log.progress=false", *extra,
         ],
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
@@ -46,6 +55,7 @@ def run_once(runtime: str, seed: int, workdir: Path, extra: list[str]) -> dict[s
     if proc.returncode != 0:
         print(proc.stderr[-2000:], file=sys.stderr)
     return {
+        "preset": preset,
         "runtime": runtime,
         "seed": seed,
         "exit_code": proc.returncode,
@@ -62,6 +72,12 @@ def run_once(runtime: str, seed: int, workdir: Path, extra: list[str]) -> dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        help="surge preset to run on both runtimes, e.g. pong-appo (Atari; pass a step budget "
+        "such as total_env_steps=200000 as an override)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for both runtimes")
@@ -71,27 +87,38 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             for runtime in ("local", "ray"):
-                row = run_once(runtime, seed, Path(tmp), args.overrides)
+                row = run_once(args.preset, runtime, seed, Path(tmp), args.overrides)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
 
     def median(runtime: str, key: str) -> float:
-        return statistics.median(
+        values = [
             float(r[key])  # type: ignore[arg-type]
             for r in rows
             if r["runtime"] == runtime and r[key] is not None
-        )
+        ]
+        return statistics.median(values) if values else math.nan
+
+    def num(value: object) -> str:
+        return f"{value:,}" if isinstance(value, int | float) else "-"
+
+    def ended(r: dict[str, object]) -> str:
+        if r["solved"]:
+            return "solved"
+        return "budget" if r["exit_code"] == 0 else f"exit {r['exit_code']}"
 
     lines = [
-        "| runtime | seed | solved | wall s (with start) | env steps | trainer s | steps/s "
+        f"preset {args.preset}, overrides: {' '.join(args.overrides) or 'none'}",
+        "",
+        "| runtime | seed | ended | wall s (with start) | env steps | trainer s | steps/s "
         "| steady steps/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['runtime']} | {r['seed']} | {'yes' if r['solved'] else 'no'} | {r['wall_s']} "
-            f"| {r['env_steps']:,} | {r['trainer_s']} | {r['steps_per_s']:,} "
-            f"| {r['steady_steps_per_s']:,} |"
+            f"| {r['runtime']} | {r['seed']} | {ended(r)} | {r['wall_s']} "
+            f"| {num(r['env_steps'])} | {num(r['trainer_s'])} | {num(r['steps_per_s'])} "
+            f"| {num(r['steady_steps_per_s'])} |"
         )
     lines.append("")
     for key in ("steps_per_s", "steady_steps_per_s"):
@@ -103,10 +130,20 @@ def main() -> None:
     ratio = median("ray", "steady_steps_per_s") / median("local", "steady_steps_per_s")
     text = "\n".join(lines)
     print(text)
+    stem = "ray_vs_local" if args.preset == DEFAULT_PRESET else f"ray_vs_local_{args.preset}"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ray_vs_local.md").write_text(text + "\n")
-    (args.out / "ray_vs_local.json").write_text(
-        json.dumps({"rows": rows, "steady_ratio": ratio}, indent=2) + "\n"
+    (args.out / f"{stem}.md").write_text(text + "\n")
+    (args.out / f"{stem}.json").write_text(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "overrides": args.overrides,
+                "rows": rows,
+                "steady_ratio": ratio,
+            },
+            indent=2,
+        )
+        + "\n"
     )
 
 
