@@ -1,7 +1,8 @@
 """The actor worker: steps a ring of env groups and assembles trajectory segments.
 
 The ring (SRL's environment ring): while group k waits for its actions, the actor steps the
-other groups, so env stepping overlaps inference. Groups are stepped strictly in turn.
+other groups, so env stepping overlaps inference. Groups are stepped in turn as their answers
+arrive (a group still waiting never holds up one that is ready).
 
 Per step of group k the actor copies the observation the policy saw and the policy's answer
 (action, log-prob, value, version) into the segment, steps the envs (which write the next
@@ -100,20 +101,26 @@ class ActorWorker:
         self.client.post(self.first_group + k, max(0, self.state[k].segment - self.max_lag))
 
     def poll(self, timeout: float) -> bool:
-        g = self.first_group + self.head
-        if g not in self._ready:
+        if not self._ready:
             if self._remote:
                 waited = time.perf_counter()
                 self._ready.update(self.client.ready(timeout))
                 self.timers.add_wait(waited)
             else:
                 self._ready.update(self.client.ready(timeout))  # times itself
-            if g not in self._ready:
+            if not self._ready:
                 return False
-        self._ready.discard(g)
-        self._advance(self.head)
-        self.head = (self.head + 1) % self.ring_size
-        return True
+        # The first ready group in ring order from the head. Normally that is the head
+        # itself (groups answer in turn); after a restart groups can be a segment apart,
+        # and a group that must wait for a new version must not block the others.
+        for i in range(self.ring_size):
+            k = (self.head + i) % self.ring_size
+            if self.first_group + k in self._ready:
+                self._ready.discard(self.first_group + k)
+                self._advance(k)
+                self.head = (k + 1) % self.ring_size
+                return True
+        return False
 
     def _advance(self, k: int) -> None:
         g = self.first_group + k

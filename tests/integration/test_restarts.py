@@ -97,3 +97,43 @@ def test_killed_trainer_stops_the_run_and_resume_reaches_the_target(run_dir: Pat
     assert records[-1]["episode_return_mean"] >= 475
     steps = [r["env_steps"] for r in records]
     assert steps == sorted(steps)  # the resumed run continues the step count
+
+
+def test_restarted_actor_with_groups_a_segment_apart_does_not_deadlock(tmp_path: Path) -> None:
+    """A restart can find group 0 one segment ahead of group 1 (the actor died between their
+    publishes). At lag 0 group 0 must wait for a version that needs group 1's segment: the
+    actor has to step group 1 meanwhile instead of waiting on the head of its ring."""
+    from surge.config.load import load_config
+    from surge.envs.make import probe_env
+    from surge.runtime.control import Control
+    from surge.runtime.controller import _count_params
+    from surge.runtime.graph import build_graph, build_worker
+    from surge.streams import sample
+    from surge.streams.transport import InlineTransport
+    from surge.workers.base import RunContext
+
+    cfg, _ = load_config(None, ["ppo.rollout_len=8", "log.progress=false", "log.tensorboard=false"])
+    env = probe_env(cfg.env, cfg.seed)
+    n_params = _count_params(cfg, env)
+    graph = build_graph(cfg, env, n_params)
+    ctx = RunContext(cfg=cfg, env=env, run_dir=tmp_path, n_params=n_params)
+    transport = InlineTransport(graph.layouts, graph.channels)
+    Control(transport).reset()
+    workers = {
+        spec.name: build_worker(spec, ctx, transport, Control(transport, slot), life=0)
+        for slot, spec in enumerate(graph.workers)
+        if spec.kind != "actor"
+    }
+    transport.block(sample.BLOCK)[sample.PROGRESS][0] = 1  # group 0 finished segment 0
+    slot = len(graph.workers) - 1
+    actor_spec = graph.workers[slot]
+    workers[actor_spec.name] = build_worker(
+        actor_spec, ctx, transport, Control(transport, slot), life=1
+    )
+    trainer = workers["trainer-0"]
+    for _ in range(2_000):
+        for worker in workers.values():
+            worker.poll(0.0)
+        if trainer.version >= 2:  # type: ignore[attr-defined]
+            break
+    assert trainer.version >= 2, "the restarted actor stalled"  # type: ignore[attr-defined]
