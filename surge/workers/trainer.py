@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from surge.algos.ppo import PPOLearner, RolloutBatch
+from surge.errors import UserError
 from surge.models.actor_critic import ActorCritic
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.runtime.graph import param_subscribers
@@ -36,7 +37,7 @@ from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import RunContext, derive_seed
 from surge.workers.weights import model_to_flat
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: FusedAdam's optimizer state (algos/adam.py)
 
 
 class TrainerWorker:
@@ -215,6 +216,12 @@ class TrainerWorker:
         self._last_checkpoint = time.monotonic()
 
     def _restore(self, state: dict[str, Any]) -> None:
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise UserError(
+                f"this checkpoint has format {state.get('format')}, this surge writes and "
+                f"reads format {CHECKPOINT_FORMAT}",
+                "resume it with the surge version that wrote it, or start a new run",
+            )
         self.model.load_state_dict(state["model"])
         self.learner.load_state_dict(state["learner"])
         restore_rng_state(state["rng"])

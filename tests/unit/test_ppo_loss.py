@@ -164,15 +164,16 @@ def test_update_sets_learning_rate() -> None:
     model = _model(ACTION_SPACES["discrete"])
     learner = PPOLearner(model, _cfg(), torch.Generator().manual_seed(0))
     learner.update(_batch(model), lr=1.25e-4)
-    assert learner.optimizer.param_groups[0]["lr"] == 1.25e-4
-    assert learner.optimizer.param_groups[0]["eps"] == _cfg().adam_eps
+    assert learner.optimizer.lr == 1.25e-4
+    assert learner.optimizer.eps == _cfg().adam_eps
 
 
 def test_target_kl_stops_after_the_first_epoch() -> None:
     model = _model(ACTION_SPACES["discrete"])
     learner = PPOLearner(model, _cfg(epochs=5, target_kl=-1.0), torch.Generator().manual_seed(0))
     learner.update(_batch(model), lr=1e-3)
-    step = learner.optimizer.state[model.value_head.weight]["step"]
+    opt = learner.optimizer
+    step = opt.steps[[p is model.value_head.weight for p in opt.params].index(True)]
     assert int(step) == 4  # one epoch of 4 minibatches, then the KL check stops it
 
 
