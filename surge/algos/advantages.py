@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -41,12 +42,29 @@ def gae(
     not_terminal = 1.0 - terminated.to(rewards.dtype)
     carry = gamma * lam * (1.0 - dones.to(rewards.dtype))
     deltas = rewards + gamma * not_terminal * next_values - values
-    advantages = torch.empty_like(deltas)
-    last = torch.zeros_like(deltas[0]) if len(deltas) else deltas
-    for t in range(shape[0] - 1, -1, -1):
-        last = deltas[t] + carry[t] * last
-        advantages[t] = last
+    advantages = _discounted_backwards(deltas, carry)
     return advantages, advantages + values
+
+
+def _discounted_backwards(x: Tensor, carry: Tensor) -> Tensor:
+    """y[t] = x[t] + carry[t] * y[t+1], y[T] = 0, over the time dim of [T, N] tensors.
+
+    The loop runs on numpy views of CPU tensors: a step costs about 1 us there against
+    about 10 us per torch call, and the loop is a few percent of a small-MLP update."""
+    if x.device.type != "cpu" or x.requires_grad or carry.requires_grad:
+        out = torch.empty_like(x)
+        last = torch.zeros_like(x[0]) if len(x) else x
+        for t in range(x.shape[0] - 1, -1, -1):
+            last = x[t] + carry[t] * last
+            out[t] = last
+        return out
+    xs, cs = x.contiguous().numpy(), carry.contiguous().numpy()
+    ys = np.empty_like(xs)
+    last_np = np.zeros(xs.shape[1:], xs.dtype)
+    for t in range(xs.shape[0] - 1, -1, -1):
+        last_np = xs[t] + cs[t] * last_np
+        ys[t] = last_np
+    return torch.from_numpy(ys)
 
 
 def normalize(x: Tensor, eps: float = 1e-8) -> Tensor:
@@ -104,13 +122,9 @@ def vtrace(
     bootstrap = rewards + gamma * not_terminal * next_values
     deltas = clipped_rhos * (bootstrap - values)
     carry = gamma * cont * cs
-    corrections = torch.empty_like(deltas)  # D_t = v_s - V(x_s)
+    corrections = _discounted_backwards(deltas, carry)  # D_t = v_s - V(x_s)
     after = torch.zeros_like(deltas)  # D_{t+1} per step, 0 at the segment end
-    last = torch.zeros_like(deltas[0]) if len(deltas) else deltas
-    for t in range(shape[0] - 1, -1, -1):
-        after[t] = last
-        last = deltas[t] + carry[t] * last
-        corrections[t] = last
+    after[:-1] = corrections[1:]
     targets = values + corrections
     next_targets = next_values + cont * after
     advantages = rewards + gamma * not_terminal * next_targets - values
