@@ -399,6 +399,9 @@ def from_disk(out: Path, tasks: list[str], contenders: list[str]) -> list[Run]:
             run = Run(task_name, contender, int(seed), run_dir=str(run_dir))
             mem = json.loads((run_dir / "mem.json").read_text())
             judge(run, TASKS[task_name], mem, run_dir / "log.jsonl")
+            if contender == "surge":
+                metrics = run_dir / "surge-run" / "metrics.jsonl"
+                run.analysis["time_shares"] = surge_time_shares(metrics)
             runs.append(run)
     return runs
 
@@ -528,7 +531,8 @@ def markdown(
             "## Where surge's CPU time goes",
             "",
             "Shares of the CPU time of all surge processes from 10% of the run on (median "
-            "over seeds); overhead = not env stepping, inference or learning.",
+            "over seeds); overhead = everything that is not env stepping, inference or "
+            "learning (the copy column is part of it).",
             "",
             "| task | env | inference | learn | copy | overhead |",
             "|---|---|---|---|---|---|",
