@@ -11,6 +11,7 @@ transport backs the blocks and channels.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import EnvInfo
-from surge.runtime.control import Control, control_layout
+from surge.runtime.control import STOP, Control, control_layout
 from surge.streams import inference, params, sample
 from surge.streams.transport import BlockLayout, Transport
 from surge.tracking import timing
@@ -98,6 +99,23 @@ def write_timing(run_dir: Path, graph: Graph, rows: np.ndarray) -> None:
     }
     with atomic_writer(run_dir / "timing.json") as f:
         json.dump(record, f, indent=1)
+
+
+def drive(
+    worker: Worker,
+    control: Control,
+    kind: str,
+    poll_s: float,
+    parent_alive: Callable[[], bool] = lambda: True,
+) -> None:
+    """The loop of a worker process, on every runtime: heartbeat, stop checks, one poll."""
+    while not worker.finished:
+        control.beat()
+        if not parent_alive():
+            break  # the controller is gone: never outlive it
+        if kind != "trainer" and control.stop_request == STOP:
+            break
+        worker.poll(poll_s)
 
 
 def build_worker(

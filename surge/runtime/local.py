@@ -28,7 +28,7 @@ from pathlib import Path
 
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
-from surge.runtime.graph import Graph, WorkerSpec, build_worker, write_timing
+from surge.runtime.graph import Graph, WorkerSpec, build_worker, drive, write_timing
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.tracking.run_dir import WorkersFile
 from surge.workers.base import RunContext
@@ -271,13 +271,7 @@ def worker_main(
     control = Control(transport, slot)
     try:
         worker = build_worker(spec, ctx, transport, control, life)
-        while not worker.finished:
-            control.beat()
-            if os.getppid() != parent:
-                break  # the controller is gone: never outlive it
-            if spec.kind != "trainer" and control.stop_request == STOP:
-                break
-            worker.poll(0.5)
+        drive(worker, control, spec.kind, 0.5, lambda: os.getppid() == parent)
         worker.close()
         if spec.kind == "trainer":
             done = Path(transport.error_path(spec.name)).with_suffix(".done")

@@ -22,8 +22,8 @@ import time
 import traceback
 from typing import Any
 
-from surge.runtime.control import STOP, Control
-from surge.runtime.graph import WorkerSpec, build_worker
+from surge.runtime.control import Control
+from surge.runtime.graph import WorkerSpec, build_worker, drive
 from surge.streams import ray_bridge
 from surge.streams.params import ParameterService
 from surge.streams.transport import (
@@ -169,11 +169,7 @@ class WorkerHost:
         control = Control(transport, slot)
         try:
             worker = build_worker(spec, ctx, transport, control, life)
-            while not worker.finished:
-                control.beat()
-                if spec.kind != "trainer" and control.stop_request == STOP:
-                    break
-                worker.poll(POLL_S)
+            drive(worker, control, spec.kind, POLL_S)
             worker.close()
             return "finished", str(getattr(worker, "finish_reason", ""))
         except Exception:
