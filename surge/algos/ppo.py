@@ -17,6 +17,7 @@ from torch import Tensor
 
 from surge.algos.adam import FusedAdam
 from surge.algos.advantages import gae, normalize, vtrace
+from surge.algos.flat_params import FlatParameters
 from surge.config.schema import APPOConfig, PPOConfig
 from surge.errors import ConfigError
 from surge.models.actor_critic import ActorCritic
@@ -142,12 +143,6 @@ def current_policy_on(model: ActorCritic, batch: RolloutBatch, chunk: int = 2048
     return out.reshape(T, N, 2)
 
 
-def _fused_adam_ok(model: torch.nn.Module) -> bool:
-    return all(
-        p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in model.parameters()
-    )
-
-
 class PPOLearner:
     """Runs PPO updates on rollout batches; owns the Adam optimizer.
 
@@ -171,9 +166,11 @@ class PPOLearner:
         self.cfg = cfg
         self.vtrace = vtrace
         self.generator = generator
-        # One fused kernel for the whole update (about 15% of a CartPole update on CPU), and
-        # no torch.optim import cost at start-up (see algos/adam.py).
-        self.optimizer = FusedAdam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        # Parameters and gradients live in two flat buffers: zeroing, the grad-norm clip and
+        # Adam are a few kernels per minibatch instead of a few per parameter tensor, and
+        # there is no torch.optim import cost at start-up (see algos/adam.py).
+        self.flat = FlatParameters(model)
+        self.optimizer = FusedAdam(self.flat, lr=cfg.lr, eps=cfg.adam_eps)
 
     def targets(self, batch: RolloutBatch) -> tuple[Tensor, Tensor, Tensor, dict[str, float]]:
         """(advantages, value targets, values the value loss clips around, stats): [T, N]."""
@@ -237,45 +234,51 @@ class PPOLearner:
         advantages, returns, anchor_values, target_stats = self.targets(batch)
         obs = {key: _flat(x) for key, x in batch.obs.items()}
         actions = _flat(batch.actions)
-        old_logp, old_values = _flat(batch.logp), _flat(anchor_values)
-        advantages, returns = _flat(advantages), _flat(returns)
+        old_values, returns = _flat(anchor_values), _flat(returns)
+        # The per-sample scalars in one [size, 4] table: each epoch shuffles it with one
+        # gather, and every minibatch is a slice of the shuffled copy (a view).
+        scalars = torch.stack(
+            [_flat(batch.logp), old_values, _flat(advantages), returns], dim=1
+        ).float()
 
         self.optimizer.lr = lr
-        params = self.optimizer.params
-        # Summed as detached tensors and read out once at the end: one sync per update, not one
-        # per minibatch, when the model lives on a GPU.
-        totals = {key: torch.zeros(()) for key in _LOSS_STATS}
+        # Summed as one detached tensor and read out once at the end: one sync per update,
+        # not one per minibatch, when the model lives on a GPU.
+        totals = torch.zeros(len(_LOSS_STATS))
         steps = 0
         for _epoch in range(cfg.epochs):
             perm = torch.randperm(size, generator=self.generator)
+            epoch_obs, epoch_actions, epoch_scalars = _rows(obs, perm), actions[perm], scalars[perm]
             approx_kl = torch.zeros(())
             for start in range(0, size, mb_size):
-                idx = perm[start : start + mb_size]
-                new_logp, entropy, new_values = self.model.evaluate(_rows(obs, idx), actions[idx])
-                mb_adv = normalize(advantages[idx]) if cfg.norm_adv else advantages[idx]
+                rows = slice(start, start + mb_size)
+                mb_logp, mb_values, mb_adv, mb_returns = epoch_scalars[rows].unbind(1)
+                new_logp, entropy, new_values = self.model.evaluate(
+                    _rows(epoch_obs, rows), epoch_actions[rows]
+                )
+                if cfg.norm_adv:
+                    mb_adv = normalize(mb_adv)
                 pg_loss, clipfrac, approx_kl = clipped_surrogate_loss(
-                    new_logp, old_logp[idx], mb_adv, cfg.clip_coef
+                    new_logp, mb_logp, mb_adv, cfg.clip_coef
                 )
                 v_loss = value_loss(
-                    new_values, old_values[idx], returns[idx], cfg.clip_coef, cfg.clip_vloss
+                    new_values, mb_values, mb_returns, cfg.clip_coef, cfg.clip_vloss
                 )
                 ent = entropy.mean()
                 loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
 
                 self.optimizer.zero_grad()
                 torch.autograd.backward(loss)
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                grad_norm = self.flat.clip_grad_norm_(cfg.max_grad_norm)
                 self.optimizer.step()
 
                 steps += 1
-                for key, val in zip(
-                    _LOSS_STATS, (pg_loss, v_loss, ent, approx_kl, clipfrac, grad_norm), strict=True
-                ):
-                    totals[key] = totals[key] + val.detach()
+                losses = [pg_loss.detach(), v_loss.detach(), ent.detach()]
+                totals += torch.stack([*losses, approx_kl, clipfrac, grad_norm])
             if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
                 break
 
-        stats = {key: float(total) / steps for key, total in totals.items()}
+        stats = {key: float(total) / steps for key, total in zip(_LOSS_STATS, totals, strict=True)}
         stats["explained_variance"] = float(explained_variance(old_values, returns))
         stats["lr"] = float(lr)
         stats.update(target_stats)

@@ -77,14 +77,16 @@ class EnvConfig:
 
     backend: EnvBackend = "auto"
     """How an env group is stepped: `gymnasium` (one `gymnasium.make` env per slot, stepped
-    in turn), `ale` (ale-py's native vectorised Atari env, threads in C++), `envpool` (if
-    installed). `auto`: `ale` for `ALE/*` ids, else `gymnasium`."""
+    in turn), `ale` (ale-py's native vectorised Atari env, threads in C++), `envpool`
+    (EnvPool's C++ pools: Atari and its other envs with Box observations, such as CartPole;
+    needs the `envpool` extra). `auto`: `ale` for `ALE/*` ids, else `gymnasium`."""
 
     atari: AtariConfig = field(default_factory=AtariConfig)
     """Preprocessing for Atari (`ALE/*`) ids; ignored for other envs."""
 
     threads: int = 1
-    """C++ threads stepping the envs of one group with the `ale` backend (0: one per core).
+    """C++ threads stepping the envs of one group with the `ale` and `envpool` backends (0:
+    one per core).
     1 is fastest on small machines: the other core runs the policy and the trainer, and
     threads only pay off for groups of many envs."""
 

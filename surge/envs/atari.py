@@ -8,6 +8,7 @@ actions, and the games' minimal action set.
 
 - `ale`: `AleGroup`, one `ale_py.vector_env.AtariVectorEnv` per group. Emulation and
   preprocessing run in C++ threads; a whole group is one call.
+- `envpool`: `EnvpoolAtariGroup` (surge/envs/envpool_group.py), the same on EnvPool.
 - `gymnasium`: `GymAtariGroup`, `gymnasium.make(id, frameskip=1)` + `AtariPreprocessing` +
   `FrameStackObservation` per env, stepped in turn (needs opencv).
 
@@ -47,23 +48,16 @@ def resolve_backend(cfg: EnvConfig) -> str:
     atari = is_atari_id(cfg.id)
     if cfg.backend == "auto":
         return "ale" if atari else "gymnasium"
-    if cfg.backend in ("ale", "envpool") and not atari:
+    if cfg.backend == "ale" and not atari:
         raise ConfigError(
-            f"env.backend={cfg.backend} steps Atari games only; env.id={cfg.id!r} is not an "
+            f"env.backend=ale steps Atari games only; env.id={cfg.id!r} is not an "
             "`ALE/<Game>-v5` id",
             "use env.backend=gymnasium (or auto) for this env",
         )
-    if cfg.backend == "envpool":
-        installed = importlib.util.find_spec("envpool") is not None
+    if cfg.backend == "envpool" and importlib.util.find_spec("envpool") is None:
         raise ConfigError(
-            "env.backend=envpool: "
-            + (
-                "surge has no envpool env group yet"
-                if installed
-                else "envpool is not installed (and surge has no envpool env group yet)"
-            ),
-            "use env.backend=ale: ale-py's vectorised env runs the same C++ preprocessing in "
-            "threads and ships with surge's `atari` extra (pip install -e '.[atari]')",
+            "env.backend=envpool: envpool is not installed",
+            "install surge's envpool extra (pip install -e '.[envpool]'), or use env.backend=auto",
         )
     return cfg.backend
 
@@ -108,63 +102,49 @@ def ale_seed(seed: int) -> int:
 # --- backend `ale` --------------------------------------------------------------------------
 
 
-class AleGroup:
-    """A group on ale-py's native vector env (backend `ale`); see `EnvGroup` for the contract.
+class VectorAtariGroup:
+    """A group on a C++ vectorised Atari env (backends `ale` and `envpool`); see `EnvGroup`
+    for the contract. Subclasses build `self.env` and say how to reset some of its envs.
 
     The group stacks frames itself, in place in the actor's slot: a new episode's stack
-    repeats its first frame, as gymnasium's FrameStackObservation and CleanRL do (ale-py
-    would pad it with zero frames). The vector env autoresets in "next step" mode: a
+    repeats its first frame, as gymnasium's FrameStackObservation and CleanRL do (the vector
+    envs would pad it with zero frames). Both vector envs autoreset in "next step" mode: a
     finished env would spend the following step (and its action) on the reset. Instead the
-    group resets finished envs right away with a masked `reset`, so after `step` the slot
-    holds the observation to act on, and the one that ended the episode is in `final_obs`.
-    Episodic life and reward clipping are done here (see the module docstring), from the
-    vector env's `lives` and raw rewards.
+    group resets finished envs right away, so after `step` the slot holds the observation to
+    act on, and the one that ended the episode is in `final_obs`. Episodic life and reward
+    clipping are done here (see the module docstring), from the vector env's `lives` and raw
+    rewards: the vector env runs with neither.
     """
 
-    def __init__(self, cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> None:
-        from ale_py.vector_env import AtariVectorEnv
+    env: Any
 
+    def __init__(self, cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> None:
         check_atari_config(cfg)
-        a = cfg.atari
         self.cfg = cfg
         self.size = len(seeds)
-        self.seeds = np.array([ale_seed(s) for s in seeds], np.int64)
-        self.env = AtariVectorEnv(
-            _game(cfg.id),
-            self.size,
-            num_threads=cfg.threads,
-            max_num_frames_per_episode=max_frames(cfg),
-            repeat_action_probability=a.repeat_action_probability,
-            full_action_space=a.full_action_space,
-            img_height=a.screen_size,
-            img_width=a.screen_size,
-            stack_num=1,  # stacked here: ale-py pads a new stack with zero frames
-            frameskip=a.frame_skip,
-            maxpool=True,
-            noop_max=a.noop_max,
-            use_fire_reset=a.fire_reset,
-            episodic_life=False,  # it would restart the game on a life loss
-            life_loss_info=False,
-            reward_clipping=False,  # the raw reward is the reported score
-            autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
-            **cfg.kwargs,
-        )
-        self.observation_space: gym.Space[Any] = atari_observation_space(a)
-        self.action_space: gym.Space[Any] = self.env.single_action_space
+        self.observation_space: gym.Space[Any] = atari_observation_space(cfg.atari)
         self.obs_out = obs_out
         self._obs = obs_out["obs"]  # [G, stack, H, W] uint8
         self.final_obs = {"obs": np.zeros_like(self._obs)}
         self.score = np.zeros(self.size, np.float32)
-        self.rewards = np.zeros(self.size, np.float32) if a.clip_rewards else self.score
+        self.rewards = np.zeros(self.size, np.float32) if cfg.atari.clip_rewards else self.score
         self.terminated = np.zeros(self.size, bool)
         self.truncated = np.zeros(self.size, bool)
         self.game_over = np.zeros(self.size, bool)
         self._lives = np.zeros(self.size, np.int32)
 
+    def _reset_all(self) -> tuple[np.ndarray, np.ndarray]:
+        """Reset every env: (frames [G, 1, H, W], lives [G])."""
+        raise NotImplementedError
+
+    def _reset_some(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Reset the envs where `mask`: (frames [k, 1, H, W], lives [k]) of those k envs."""
+        raise NotImplementedError
+
     def reset(self) -> None:
-        frames, info = self.env.reset(seed=self.seeds)
+        frames, lives = self._reset_all()
         self._obs[:] = frames  # [G, 1, H, W]: every slot of the stack holds the first frame
-        self._lives[:] = info["lives"]
+        self._lives[:] = lives
 
     def step(self, actions: np.ndarray) -> None:
         frames, reward, terminated, truncated, info = self.env.step(actions)
@@ -186,12 +166,52 @@ class AleGroup:
             self.final_obs["obs"][ended] = self._obs[ended]
         if self.game_over.any():
             over = self.game_over.copy()
-            frames, reset_info = self.env.reset(options={"reset_mask": over})
-            self._obs[over] = frames[over]
-            self._lives[over] = reset_info["lives"][over]
+            frames, lives = self._reset_some(over)
+            self._obs[over] = frames
+            self._lives[over] = lives
 
     def close(self) -> None:
         self.env.close()
+
+
+class AleGroup(VectorAtariGroup):
+    """Backend `ale`: one `ale_py.vector_env.AtariVectorEnv` per group."""
+
+    def __init__(self, cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        super().__init__(cfg, seeds, obs_out)
+        a = cfg.atari
+        self.seeds = np.array([ale_seed(s) for s in seeds], np.int64)
+        self.env = AtariVectorEnv(
+            _game(cfg.id),
+            self.size,
+            num_threads=cfg.threads,
+            max_num_frames_per_episode=max_frames(cfg),
+            repeat_action_probability=a.repeat_action_probability,
+            full_action_space=a.full_action_space,
+            img_height=a.screen_size,
+            img_width=a.screen_size,
+            stack_num=1,  # stacked here: ale-py pads a new stack with zero frames
+            frameskip=a.frame_skip,
+            maxpool=True,
+            noop_max=a.noop_max,
+            use_fire_reset=a.fire_reset,
+            episodic_life=False,  # it would restart the game on a life loss
+            life_loss_info=False,
+            reward_clipping=False,  # the raw reward is the reported score
+            autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+            **cfg.kwargs,
+        )
+        self.action_space: gym.Space[Any] = self.env.single_action_space
+
+    def _reset_all(self) -> tuple[np.ndarray, np.ndarray]:
+        frames, info = self.env.reset(seed=self.seeds)
+        return frames, info["lives"]
+
+    def _reset_some(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        frames, info = self.env.reset(options={"reset_mask": mask})
+        return frames[mask], info["lives"][mask]
 
 
 # --- backend `gymnasium` --------------------------------------------------------------------

@@ -147,10 +147,17 @@ class Group(Protocol):
 
 def make_group(cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> Group:
     """The env group for `cfg.backend` (see EnvGroup for the contract): `auto` is `ale` for
-    `ALE/*` ids, else `gymnasium`; Atari ids on `gymnasium` get `GymAtariGroup`."""
+    `ALE/*` ids, else `gymnasium`; Atari ids on `gymnasium` get `GymAtariGroup`; `envpool`
+    (surge/envs/envpool_group.py) takes Atari and EnvPool's other Box-observation envs."""
     backend = resolve_backend(cfg)
     if backend == "ale":
         return AleGroup(cfg, seeds, obs_out)
+    if backend == "envpool":
+        from surge.envs.envpool_group import EnvpoolAtariGroup, EnvpoolGroup
+
+        if is_atari_id(cfg.id):
+            return EnvpoolAtariGroup(cfg, seeds, obs_out)
+        return EnvpoolGroup(cfg, seeds, obs_out)
     if is_atari_id(cfg.id):
         return GymAtariGroup(cfg, seeds, obs_out)
     return EnvGroup(cfg, seeds, obs_out)

@@ -69,10 +69,13 @@ def make_env(cfg: EnvConfig) -> gym.Env[Any, Any]:
 def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
     """Build one env, check its spaces and that reset/step return what they declare.
 
-    For the `ale` backend: build a one-env group, step it once, and return its spaces
-    (the preprocessed frame stack and the game's action set)."""
-    if resolve_backend(cfg) == "ale":
+    For the `ale` and `envpool` backends: build a one-env group, step it once, and return
+    its spaces (for Atari: the preprocessed frame stack and the game's action set)."""
+    backend = resolve_backend(cfg)
+    if backend == "ale":
         return _probe_ale(cfg, seed)
+    if backend == "envpool":
+        return _probe_envpool(cfg, seed)
     env = make_env(cfg)
     try:
         info = EnvInfo(env.observation_space, env.action_space)
@@ -119,6 +122,25 @@ def _probe_ale(cfg: EnvConfig, seed: int) -> EnvInfo:
         return EnvInfo(group.observation_space, group.action_space)
     finally:
         group.close()
+
+
+def _probe_envpool(cfg: EnvConfig, seed: int) -> EnvInfo:
+    from surge.envs.envpool_group import envpool_spaces, make_envpool
+
+    env = make_envpool(cfg, 1, seed)
+    try:
+        obs_space, action_space = envpool_spaces(env)
+        if is_atari_id(cfg.id):
+            obs_space = atari_observation_space(cfg.atari)
+        info = EnvInfo(obs_space, action_space)
+        info.obs  # noqa: B018 - raises for unsupported observation spaces
+        info.action  # noqa: B018 - raises for unsupported action spaces
+        env.reset()
+        action_space.seed(seed)
+        env.step(np.stack([action_space.sample()]))
+        return info
+    finally:
+        env.close()
 
 
 def check_observation(env_id: str, where: str, obs: Any, space: gym.Space[Any]) -> None:

@@ -109,6 +109,20 @@ def test_observation_and_action_spaces(run_dir: Path, env_id: str, runtime: str)
     assert read_metrics(run_dir)[-1]["episodes"] > 0
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "ALE/Pong-v5"])
+def test_envpool_backend_trains(run_dir: Path, env_id: str) -> None:
+    pytest.importorskip("envpool")
+    preset = "pong-appo" if env_id.startswith("ALE/") else "cartpole-ppo"
+    result = _train(
+        run_dir, "env.backend=envpool", "total_env_steps=2048", "runtime=local", preset=preset
+    )
+    assert result.reason == "budget" and result.env_steps == 2048
+    records = read_metrics(run_dir)
+    assert records[-1]["policy_version"] == 2048 // (32 * (8 if "Pong" in env_id else 4))
+    if "CartPole" in env_id:
+        assert records[-1]["episodes"] > 0
+
+
 def test_multiple_actors_and_policy_workers(run_dir: Path) -> None:
     result = _train(
         run_dir,

@@ -1,10 +1,10 @@
-"""Atari env groups against real ale-py games: what the actor reads after each step.
+"""Atari env groups against real games: what the actor reads after each step.
 
-Both backends (`ale`: ale-py's vector env; `gymnasium`: AtariPreprocessing per env) must
-give the same semantics: uint8 [4, 84, 84] stacks, oldest frame first; clipped training
-rewards next to the raw score; a lost life ends the training episode but not the game;
-the observation after `step` is the one to act on and `final_obs` the one an episode
-ended with.
+Every backend (`ale`: ale-py's vector env; `envpool`: EnvPool's; `gymnasium`:
+AtariPreprocessing per env) must give the same semantics: uint8 [4, 84, 84] stacks, oldest
+frame first; clipped training rewards next to the raw score; a lost life ends the training
+episode but not the game; the observation after `step` is the one to act on and
+`final_obs` the one an episode ended with.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from surge.envs.group import Group, make_group
 from surge.envs.make import probe_env
 from surge.errors import ConfigError
 
-BACKENDS = ["ale", "gymnasium"]
+BACKENDS = ["ale", "envpool", "gymnasium"]
 
 
 def _group(game: str, backend: str, envs: int = 2, **kw: Any) -> tuple[Group, np.ndarray]:
@@ -141,5 +141,5 @@ def test_backend_resolution() -> None:
     assert resolve_backend(EnvConfig(id="CartPole-v1")) == "gymnasium"
     with pytest.raises(ConfigError, match="env.backend=ale"):
         resolve_backend(EnvConfig(id="CartPole-v1", backend="ale"))
-    with pytest.raises(ConfigError, match="env.backend=envpool"):
-        resolve_backend(EnvConfig(id="ALE/Pong-v5", backend="envpool"))
+    assert resolve_backend(EnvConfig(id="ALE/Pong-v5", backend="envpool")) == "envpool"
+    assert resolve_backend(EnvConfig(id="CartPole-v1", backend="envpool")) == "envpool"
