@@ -8,6 +8,10 @@
   minibatches), with the trainer's thread count. Samples/s = batch steps / update time.
 
     python benchmarks/limits.py cartpole-ppo pong-ppo --secs 10 [--json out.json]
+    python benchmarks/limits.py cartpole-ppo --set ppo.rollout_len=128 workers.envs_per_group=4
+
+`--set` applies config overrides to every preset (benchmarks/suite.py passes each throughput
+task's own, so the limits match the layout surge ran).
 """
 
 from __future__ import annotations
@@ -104,10 +108,11 @@ def main() -> None:
     parser.add_argument("presets", nargs="+")
     parser.add_argument("--secs", type=float, default=10.0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     out: dict[str, Any] = {}
     for preset in args.presets:
-        cfg, _ = load_config(preset, [])
+        cfg, _ = load_config(preset, args.set)
         out[preset] = {"env": env_rate(cfg, args.secs), "learner": learner_rate(cfg, args.secs)}
         e, lrn = out[preset]["env"], out[preset]["learner"]
         print(

@@ -22,9 +22,12 @@ s) is read while it runs, and each record is placed on the launch clock by its o
 `wall_time_s` plus the smallest observed delay between launch and the record's arrival.
 surge's windowed `episode_return_mean` (20 episodes) stands in for the per-episode returns.
 
+After each throughput task surge ran, the limits of the same config: the raw env rate and
+the learner's rate alone (benchmarks/suite_limits.py runs benchmarks/limits.py).
+
 Writes benchmarks/results/suite.md (tables), suite.json (every run, raw) and suite.png
 (bars, with each contender's ratio to the fastest peer); each run's raw files (stdout,
-log.jsonl, mem.json) go to benchmarks/results/suite_runs/.
+log.jsonl, mem.json) go to benchmarks/results/suite_runs/, the limits to limits/.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ sys.path.insert(0, str(PEERS))
 
 import analyze  # noqa: E402  (benchmarks/peers, standard library only)
 import memmon  # noqa: E402
+import suite_limits  # noqa: E402  (benchmarks/, next to this file)
 
 # =====================================================================================
 # surge: preset and overrides per task. EDIT HERE when surge's presets change.
@@ -475,7 +479,10 @@ def _fmt(v: Any, spec: str = ",.0f") -> str:
 
 
 def markdown(
-    summary: dict[str, list[dict[str, Any]]], runs: list[Run], meta: dict[str, Any]
+    summary: dict[str, list[dict[str, Any]]],
+    runs: list[Run],
+    meta: dict[str, Any],
+    limits: dict[str, dict[str, Any]],
 ) -> str:
     lines = [
         "# surge vs peers",
@@ -524,6 +531,11 @@ def markdown(
                     f"| {_fmt(r.get('first_step_s'), '.1f')} "
                     f"| {_fmt(r.get('foreign_cores_max'), '.2f')} | {r['note']} |"
                 )
+    surge_sps = {
+        t: next((r.get("sps") for r in rows if r["contender"] == "surge"), None)
+        for t, rows in summary.items()
+    }
+    lines += suite_limits.markdown(limits, surge_sps)
     shares = [(t, r) for t, rows in summary.items() for r in rows if r.get("time_shares")]
     if shares:
         lines += [
@@ -662,6 +674,13 @@ def main() -> int:
         "(the machine is shared; default 0: do not wait)",
     )
     parser.add_argument(
+        "--limits-secs",
+        type=float,
+        default=10.0,
+        help="seconds for each limit (env alone, learner alone) of each throughput task "
+        "surge runs; 0 skips the limits",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="run nothing: rebuild suite.md/json/png from the runs already in OUT/suite_runs",
@@ -679,6 +698,7 @@ def main() -> int:
 
     runs: list[Run] = []
     summary: dict[str, list[dict[str, Any]]] = {}
+    limits: dict[str, dict[str, Any]] = {}
     started = time.time()
     interrupted = False
     for task_name in tasks:
@@ -723,6 +743,18 @@ def main() -> int:
         summary[task_name] = summarize(task_name, task, task_runs)
         if interrupted:
             break
+        if task.mode == "throughput" and "surge" in task.contenders:
+            if args.report_only:
+                found = suite_limits.load(args.out, task_name)
+            elif surge_py and args.limits_secs > 0:
+                preset, overrides = SURGE[task_name]
+                found = suite_limits.measure(
+                    surge_py, task_name, preset, overrides, args.limits_secs, args.out
+                )
+            else:
+                found = None
+            if found:
+                limits[task_name] = found
 
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
@@ -732,11 +764,9 @@ def main() -> int:
         "wall_s": round(time.time() - started, 1),
         "versions": versions(surge_py),
     }
-    (args.out / "suite.md").write_text(markdown(summary, runs, meta))
-    (args.out / "suite.json").write_text(
-        json.dumps({"meta": meta, "summary": summary, "runs": [r.row() for r in runs]}, indent=2)
-        + "\n"
-    )
+    (args.out / "suite.md").write_text(markdown(summary, runs, meta, limits))
+    report = {"meta": meta, "summary": summary, "limits": limits, "runs": [r.row() for r in runs]}
+    (args.out / "suite.json").write_text(json.dumps(report, indent=2) + "\n")
     problem = plot(summary, args.out / "suite.png")
     print((args.out / "suite.md").read_text())
     print(

@@ -43,9 +43,9 @@ class TrainResult:
 
 def train(cfg: ExperimentConfig, name: str = "run") -> TrainResult:
     """Train from scratch into a new run directory."""
-    probe_env(cfg.env, cfg.seed)  # fail on a bad env before creating anything
+    env = probe_env(cfg.env, cfg.seed)  # fail on a bad env before creating anything
     run_dir = create_run_dir(cfg, name)
-    return _run(cfg, run_dir, checkpoint=None)
+    return _run(cfg, run_dir, checkpoint=None, env=env)
 
 
 def resume(run_dir: Path, overrides: list[str]) -> TrainResult:
@@ -82,8 +82,10 @@ def _run(
     run_dir: Path,
     checkpoint: Path | None,
     save_config_to: Path | None = None,
+    env: EnvInfo | None = None,
 ) -> TrainResult:
-    env = probe_env(cfg.env, cfg.seed)
+    if env is None:
+        env = probe_env(cfg.env, cfg.seed)
     n_params = _count_params(cfg, env)
     start_version, resumes = 0, 0
     if checkpoint is not None:
