@@ -19,10 +19,14 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from surge.errors import UserError, WorkerFailure
+
+if TYPE_CHECKING:
+    from surge.runtime.warm import WarmProcess
 
 TRAIN_EXAMPLES = """examples:
   surge train                                   CartPole-v1 PPO until solved (local runtime)
@@ -125,6 +129,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from surge.runtime.warm import warm_trainer
+
+    # The trainer's process imports torch while this one loads the config and probes the
+    # env; a serial or Ray run closes it unused.
+    warm = warm_trainer()
+    try:
+        return _train_with(args, warm)
+    finally:
+        warm.close()
+
+
+def _train_with(args: argparse.Namespace, warm: WarmProcess) -> int:
     from surge.config.load import load_config
     from surge.runtime.controller import train
 
@@ -139,7 +155,7 @@ def _train(args: argparse.Namespace) -> int:
     cfg, name = load_config(source, overrides)
     if any(o.split("=", 1)[0].strip() in ("env", "env.id") for o in overrides):
         name = f"{_slug(cfg.env.id)}-{cfg.algo}"  # the preset's name would mislead
-    result = train(cfg, name)
+    result = train(cfg, name, warm)
     return EXIT_INTERRUPTED if result.reason == "interrupted" else 0
 
 
@@ -162,8 +178,13 @@ def _looks_like_key(item: str) -> bool:
 
 def _resume(args: argparse.Namespace) -> int:
     from surge.runtime.controller import resume
+    from surge.runtime.warm import warm_trainer
 
-    result = resume(args.run_dir, args.overrides)
+    warm = warm_trainer()
+    try:
+        result = resume(args.run_dir, args.overrides, warm)
+    finally:
+        warm.close()
     return EXIT_INTERRUPTED if result.reason == "interrupted" else 0
 
 

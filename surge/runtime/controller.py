@@ -20,6 +20,7 @@ from surge.errors import ConfigError, UserError
 from surge.models.numpy_policy import layout_size, numpy_layout
 from surge.runtime.control import Control
 from surge.runtime.graph import WorkerSpec, build_graph
+from surge.runtime.warm import WarmProcess
 from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress
 from surge.tracking.run_dir import create_run_dir
@@ -41,14 +42,17 @@ class TrainResult:
     wall_time_s: float
 
 
-def train(cfg: ExperimentConfig, name: str = "run") -> TrainResult:
-    """Train from scratch into a new run directory."""
+def train(cfg: ExperimentConfig, name: str = "run", warm: WarmProcess | None = None) -> TrainResult:
+    """Train from scratch into a new run directory.
+
+    `warm`: a trainer process already started (surge/runtime/warm.py), used by the `local`
+    runtime; the caller closes it whatever happens."""
     env = probe_env(cfg.env, cfg.seed)  # fail on a bad env before creating anything
     run_dir = create_run_dir(cfg, name)
-    return _run(cfg, run_dir, checkpoint=None, env=env)
+    return _run(cfg, run_dir, checkpoint=None, env=env, warm=warm)
 
 
-def resume(run_dir: Path, overrides: list[str]) -> TrainResult:
+def resume(run_dir: Path, overrides: list[str], warm: WarmProcess | None = None) -> TrainResult:
     """Continue a run from its newest checkpoint, optionally with changed settings."""
     run_dir = Path(run_dir)
     config_path = run_dir / "config.yaml"
@@ -74,7 +78,7 @@ def resume(run_dir: Path, overrides: list[str]) -> TrainResult:
             f"{run_dir} has no checkpoint to resume from",
             "a checkpoint is written every log.checkpoint_interval_s, at the end and on Ctrl+C",
         )
-    return _run(cfg, run_dir, checkpoint=checkpoint, save_config_to=config_path)
+    return _run(cfg, run_dir, checkpoint=checkpoint, save_config_to=config_path, warm=warm)
 
 
 def _run(
@@ -83,6 +87,7 @@ def _run(
     checkpoint: Path | None,
     save_config_to: Path | None = None,
     env: EnvInfo | None = None,
+    warm: WarmProcess | None = None,
 ) -> TrainResult:
     if env is None:
         env = probe_env(cfg.env, cfg.seed)
@@ -136,14 +141,19 @@ def _run(
                 policy_version=int(p["policy_version"]),
             )
 
-    if cfg.runtime == "serial":
-        from surge.runtime.serial import run_serial as runner
-    elif cfg.runtime == "ray":
-        from surge.runtime.ray import run_ray as runner
-    else:
-        from surge.runtime.local import run_local as runner
     try:
-        reason = runner(ctx, graph, on_tick)
+        if cfg.runtime == "serial":
+            from surge.runtime.serial import run_serial
+
+            reason = run_serial(ctx, graph, on_tick)
+        elif cfg.runtime == "ray":
+            from surge.runtime.ray import run_ray
+
+            reason = run_ray(ctx, graph, on_tick)
+        else:
+            from surge.runtime.local import run_local
+
+            reason = run_local(ctx, graph, on_tick, warm)
     finally:
         progress.close()
     records = read_metrics(run_dir)

@@ -29,6 +29,7 @@ from pathlib import Path
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.runtime.graph import Graph, WorkerSpec, build_worker, drive, write_timing
+from surge.runtime.warm import WarmProcess
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.tracking.run_dir import WorkersFile
 from surge.workers.base import RunContext
@@ -39,7 +40,14 @@ CHECKPOINT_TIMEOUT_S = 30.0
 TRAINER = "trainer-0"
 
 
-def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
+def run_local(
+    ctx: RunContext,
+    graph: Graph,
+    on_tick: Callable[[Control], None],
+    warm: WarmProcess | None = None,
+) -> str:
+    """Run the graph as processes on this machine; `warm` (optional) is a process already
+    started for the worker of its name (surge/runtime/warm.py)."""
     shm = create_shm(graph.layouts, graph.channels)
     transport = ShmTransport(shm)
     control = Control(transport)
@@ -68,14 +76,15 @@ def run_local(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None])
         )
 
     def start(slot: int, spec: WorkerSpec) -> BaseProcess:
-        threads = _threads(ctx, spec)
-        with _env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
-            proc: BaseProcess = spawn.Process(
-                target=worker_main,
-                args=(spec, slot, ctx, shm, os.getpid(), restarts[spec.name]),
-                name=spec.name,
-            )
-            proc.start()
+        nonlocal warm
+        args = (spec, slot, ctx, shm, os.getpid(), restarts[spec.name])
+        if warm is not None and warm.name == spec.name:
+            proc, warm = warm.launch(args), None
+        else:
+            threads = _threads(ctx, spec)
+            with _env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
+                proc = spawn.Process(target=worker_main, args=args, name=spec.name)
+                proc.start()
         procs[spec.name] = proc
         record(spec.name, "running")
         return proc

@@ -123,6 +123,30 @@ def test_envpool_backend_trains(run_dir: Path, env_id: str) -> None:
         assert records[-1]["episodes"] > 0
 
 
+def test_warm_trainer_process_becomes_the_trainer(run_dir: Path) -> None:
+    from surge.runtime.warm import warm_trainer
+
+    warm = warm_trainer()
+    assert warm.process is not None
+    pid = warm.process.pid
+    try:
+        cfg, name = load_config(
+            "cartpole-ppo", [*QUICK, f"run_dir={run_dir}", "total_env_steps=1024"]
+        )
+        assert train(cfg, name, warm).reason == "budget"
+    finally:
+        warm.close()
+    workers = json.loads((run_dir / "workers.json").read_text())["workers"]
+    assert workers[0]["name"] == "trainer-0" and workers[0]["pid"] == pid
+    assert workers[0]["state"] == "finished"
+
+    unused = warm_trainer()  # a serial run never launches it: closing it ends the process
+    process = unused.process
+    assert process is not None
+    unused.close()
+    assert not process.is_alive() and unused.process is None
+
+
 def test_multiple_actors_and_policy_workers(run_dir: Path) -> None:
     result = _train(
         run_dir,

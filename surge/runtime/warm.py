@@ -1,0 +1,82 @@
+"""A worker process started before its work is known, so its imports overlap the controller's.
+
+Importing torch takes about 2 s of CPU on a small machine, and the trainer cannot publish
+the first parameters before it has: on a CartPole run that is half of the time to solve.
+`surge train` therefore starts the trainer's process first thing, while the controller
+loads the config, probes the env and lays out shared memory; `run_local` then hands it its
+worker's arguments through a pipe. A run that does not use it (serial or Ray runtime, a bad
+config) closes it, and it exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import multiprocessing as mp
+import os
+import signal
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+
+def warm_trainer() -> WarmProcess:
+    """The trainer's process (worker `trainer-0`), importing the trainer and torch."""
+    return WarmProcess("trainer-0", preload="surge.workers.trainer")
+
+
+class WarmProcess:
+    """A spawned process that imports `preload` and waits for a worker's arguments."""
+
+    def __init__(self, name: str, preload: str) -> None:
+        spawn = mp.get_context("spawn")
+        reader, self._writer = spawn.Pipe(duplex=False)
+        saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        # One thread until the worker knows its count (torch.set_num_threads raises it).
+        os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        try:
+            # daemon: a process nobody used must not hold up the controller's exit
+            self.process: BaseProcess | None = spawn.Process(
+                target=_warm_main, args=(reader, preload), name=name, daemon=True
+            )
+            self.process.start()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        reader.close()
+        self.name = name
+
+    def launch(self, args: tuple[Any, ...]) -> BaseProcess:
+        """Run `surge.runtime.local.worker_main(*args)` in the process; returns it."""
+        process = self.process
+        if process is None:
+            raise RuntimeError(f"the warm process for {self.name} was already used or closed")
+        self._writer.send(args)
+        self._writer.close()
+        self.process = None
+        return process
+
+    def close(self) -> None:
+        """Discard the process if it was not launched."""
+        if self.process is None:
+            return
+        with contextlib.suppress(OSError):
+            self._writer.close()
+        self.process.kill()
+        self.process.join()
+        self.process = None
+
+
+def _warm_main(reader: Connection, preload: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the controller's to handle
+    importlib.import_module(preload)
+    try:
+        args = reader.recv()
+    except EOFError:
+        return  # the run did not need this process
+    from surge.runtime.local import worker_main
+
+    worker_main(*args)
