@@ -11,6 +11,7 @@ Steps are agent steps (x frame_skip = emulator frames).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import time
 from pathlib import Path
@@ -19,8 +20,15 @@ import numpy as np
 
 from surge.config.schema import EnvConfig
 from surge.envs.group import make_group
+from surge.errors import ConfigError
 
-CASES = [("ale", 1), ("ale", 2), ("gymnasium", 1)]  # (backend, env.threads)
+CASES = [  # (backend, env.threads)
+    ("ale", 1),
+    ("ale", 2),
+    ("envpool", 1),
+    ("envpool", 2),
+    ("gymnasium", 1),
+]
 
 
 def machine_busy_s() -> float:
@@ -66,9 +74,15 @@ def main() -> None:
     print("| backend | env.threads | steps/s | cores used | others' cores |")
     print("|---|---|---|---|---|")
     for backend, threads in CASES:
-        r = measure(args.env, backend, threads, args.envs, args.secs)
+        if backend == "envpool" and importlib.util.find_spec("envpool") is None:
+            continue  # the `envpool` extra is not installed
+        try:
+            r = measure(args.env, backend, threads, args.envs, args.secs)
+        except ConfigError as e:  # e.g. `ale` for a non-Atari id
+            print(f"| {backend} | {threads} | skipped: {e.problem} | | |", flush=True)
+            continue
         print(
-            f"| {backend} | {threads if backend == 'ale' else '-'} | {r['sps']:,.0f} | "
+            f"| {backend} | {threads if backend != 'gymnasium' else '-'} | {r['sps']:,.0f} | "
             f"{r['cores_used']:.2f} | {r['foreign_cores']:.2f} |",
             flush=True,
         )
