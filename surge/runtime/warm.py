@@ -26,7 +26,8 @@ def warm_trainer() -> WarmProcess:
 
 
 class WarmProcess:
-    """A spawned process that imports `preload` and waits for a worker's arguments."""
+    """A spawned process that imports `preload`, calls its `warm_up()` if it has one, and
+    waits for a worker's arguments."""
 
     def __init__(self, name: str, preload: str) -> None:
         spawn = mp.get_context("spawn")
@@ -72,7 +73,9 @@ class WarmProcess:
 
 def _warm_main(reader: Connection, preload: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the controller's to handle
-    importlib.import_module(preload)
+    module = importlib.import_module(preload)
+    if hasattr(module, "warm_up"):
+        module.warm_up()
     try:
         args = reader.recv()
     except EOFError:

@@ -8,6 +8,8 @@ counted exactly once, by the one worker that also owns the step count.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
 import time
 from collections import deque
@@ -255,3 +257,16 @@ def _rollout_batch(arrays: dict[str, np.ndarray], steps: int) -> RolloutBatch:
         terminated=torch.from_numpy(arrays["terminated"]),
         truncated=torch.from_numpy(arrays["truncated"]),
     )
+
+
+def warm_up() -> None:
+    """What a trainer process can do before it knows its run (surge/runtime/warm.py calls
+    this while the controller starts): the first calls into torch's libraries (LAPACK for
+    the orthogonal init, GEMM, the autograd engine), which load and set up state on first
+    use, and the TensorBoard import. Uses its own generator: the global seed is untouched."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.nn.init.orthogonal_(torch.empty(16, 16), generator=g)
+    x = torch.randn(8, 16, generator=g, requires_grad=True)
+    torch.tanh(x @ w).sum().backward()
+    with contextlib.suppress(ImportError):  # TensorBoard is optional: MetricsWriter says so
+        importlib.import_module("torch.utils.tensorboard")
