@@ -141,6 +141,8 @@ def _run(
                 policy_version=int(p["policy_version"]),
             )
 
+    if warm is not None and cfg.runtime != "local":
+        warm.close()  # only the local runtime starts its trainer as a process of this machine
     try:
         if cfg.runtime == "serial":
             from surge.runtime.serial import run_serial
