@@ -15,36 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-
-def run_once(runtime: str, seed: int, workdir: Path) -> dict[str, object]:
-    run_dir = workdir / f"{runtime}-{seed}"
-    started = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "surge", "train", f"runtime={runtime}", f"seed={seed}",
-            f"run_dir={run_dir}", "log.progress=false",
-        ],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    wall = time.monotonic() - started
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines() if run_dir.exists() else []
-    last = json.loads(lines[-1]) if lines else {}
-    return {
-        "runtime": runtime,
-        "seed": seed,
-        "exit_code": proc.returncode,
-        "solved": "surge: solved" in proc.stderr,
-        "wall_s": round(wall, 1),
-        "env_steps": last.get("env_steps"),
-        "return_mean": last.get("episode_return_mean"),
-        "steps_per_s": round(last["env_steps"] / last["wall_time_s"]) if last else None,
-    }
+from surge_run import run_once  # benchmarks/, next to this file
 
 
 def main() -> None:
@@ -58,7 +32,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for runtime in args.runtimes:
             for seed in args.seeds:
-                row = run_once(runtime, seed, Path(tmp))
+                row = run_once("cartpole-ppo", runtime, seed, Path(tmp), [])
                 print(json.dumps(row), flush=True)
                 rows.append(row)
 

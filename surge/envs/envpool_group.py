@@ -81,13 +81,13 @@ def envpool_spaces(env: Any) -> tuple[gym.Space[Any], gym.Space[Any]]:
         return env.observation_space, env.action_space
 
 
-def _reset_ids(env: Any, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Reset the envs where `mask`: (obs, lives, ids), rows in ascending env id order."""
-    ids = np.flatnonzero(mask).astype(np.int32)
-    obs, info = env.reset(ids)
+def _reset_ids(env: Any, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Reset the envs where `mask`: (obs, lives or None), rows in ascending env id order
+    (the order in which `array[mask]` lists them)."""
+    obs, info = env.reset(np.flatnonzero(mask).astype(np.int32))
     order = np.argsort(info["env_id"])
     lives = info.get("lives")
-    return obs[order], (np.asarray(lives)[order] if lives is not None else ids), ids
+    return obs[order], (np.asarray(lives)[order] if lives is not None else None)
 
 
 class EnvpoolAtariGroup(VectorAtariGroup):
@@ -99,11 +99,11 @@ class EnvpoolAtariGroup(VectorAtariGroup):
         self.action_space: gym.Space[Any] = envpool_spaces(self.env)[1]
 
     def _reset_all(self) -> tuple[np.ndarray, np.ndarray]:
-        frames, lives, _ = _reset_ids(self.env, np.ones(self.size, bool))
-        return frames, lives
+        return self._reset_some(np.ones(self.size, bool))
 
     def _reset_some(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        frames, lives, _ = _reset_ids(self.env, mask)
+        frames, lives = _reset_ids(self.env, mask)
+        assert lives is not None  # EnvPool's Atari envs report lives
         return frames, lives
 
 
@@ -137,8 +137,7 @@ class EnvpoolGroup:
         )
 
     def reset(self) -> None:
-        obs, _, _ = _reset_ids(self.env, np.ones(self.size, bool))
-        self._obs[:] = obs
+        self._obs[:] = _reset_ids(self.env, np.ones(self.size, bool))[0]
 
     def step(self, actions: np.ndarray) -> None:
         if self._clip is not None:
@@ -151,8 +150,7 @@ class EnvpoolGroup:
         self._obs[:] = obs
         if self.game_over.any():
             self.final_obs[OBS_KEY][self.game_over] = obs[self.game_over]
-            fresh, _, ids = _reset_ids(self.env, self.game_over)
-            self._obs[ids] = fresh
+            self._obs[self.game_over] = _reset_ids(self.env, self.game_over)[0]
 
     def close(self) -> None:
         self.env.close()

@@ -29,7 +29,7 @@ from pathlib import Path
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.runtime.graph import Graph, WorkerSpec, build_worker, drive, write_timing
-from surge.runtime.warm import WarmProcess
+from surge.runtime.warm import WarmProcess, child_env
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.tracking.run_dir import WorkersFile
 from surge.workers.base import RunContext
@@ -82,7 +82,7 @@ def run_local(
             proc, warm = warm.launch(args), None
         else:
             threads = _threads(ctx, spec)
-            with _env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
+            with child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
                 proc = spawn.Process(target=worker_main, args=args, name=spec.name)
                 proc.start()
         procs[spec.name] = proc
@@ -251,21 +251,6 @@ def _threads(ctx: RunContext, spec: WorkerSpec) -> int:
     return {"trainer": w.trainer_threads, "policy": w.policy_threads}.get(
         spec.kind, w.actor_threads
     )
-
-
-@contextlib.contextmanager
-def _env(**values: str):  # type: ignore[no-untyped-def]
-    """Set environment variables for the processes started inside (spawn copies os.environ)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # ----------------------------------------------------------------------------- in the worker

@@ -15,6 +15,7 @@ import importlib
 import multiprocessing as mp
 import os
 import signal
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -25,6 +26,22 @@ def warm_trainer() -> WarmProcess:
     return WarmProcess("trainer-0", preload="surge.workers.trainer")
 
 
+@contextlib.contextmanager
+def child_env(**values: str) -> Iterator[None]:
+    """Set environment variables for the processes started inside (spawn copies
+    os.environ), and restore this process's own afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class WarmProcess:
     """A spawned process that imports `preload`, calls its `warm_up()` if it has one, and
     waits for a worker's arguments."""
@@ -32,21 +49,13 @@ class WarmProcess:
     def __init__(self, name: str, preload: str) -> None:
         spawn = mp.get_context("spawn")
         reader, self._writer = spawn.Pipe(duplex=False)
-        saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         # One thread until the worker knows its count (torch.set_num_threads raises it).
-        os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        try:
+        with child_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"):
             # daemon: a process nobody used must not hold up the controller's exit
             self.process: BaseProcess | None = spawn.Process(
                 target=_warm_main, args=(reader, preload), name=name, daemon=True
             )
             self.process.start()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         reader.close()
         self.name = name
 
