@@ -16,6 +16,7 @@ from surge.errors import EnvSpecError
 from surge.models.actor_critic import ActorCritic
 from surge.models.distributions import GaussianHead, categorical_sample
 from surge.models.encoders import Encoder, FlatEncoder
+from surge.models.layers import mlp
 
 VEC = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 B = 5
@@ -218,3 +219,33 @@ def test_custom_encoder_seam() -> None:
 def test_unsupported_action_spaces_raise_env_spec_error(space: gym.Space[Any]) -> None:
     with pytest.raises(EnvSpecError):
         _model(space)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_mlp_torso_matches_plain_autograd(activation: str, input_grad: bool) -> None:
+    """The torso's hand-written backward (layers.py `_MLPFunction`) against nn.Sequential
+    with the same layers: outputs, every parameter's gradient and the input's gradient."""
+    torch.manual_seed(0)
+    fused = mlp(5, [32, 16], activation)  # type: ignore[arg-type]
+    plain = torch.nn.Sequential(*fused)  # the same Linear modules, run by autograd
+    assert list(fused.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    x = torch.randn(64, 5)
+    upstream = torch.randn(64, 16)
+    results = []
+    for net in (plain, fused):
+        net.zero_grad(set_to_none=True)
+        inp = x.clone().requires_grad_(input_grad)
+        out = net(inp)
+        (out * upstream).sum().backward()
+        grads = [p.grad.clone() for p in net.parameters()]  # type: ignore[union-attr]
+        results.append((out.detach(), grads, inp.grad))
+    (ref_out, ref_grads, ref_in), (out, grads, in_grad) = results
+    torch.testing.assert_close(out, ref_out)
+    for g, ref in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, ref)
+    if input_grad:
+        torch.testing.assert_close(in_grad, ref_in)
+    else:
+        assert in_grad is None
+    assert torch.equal(mlp(5, [], "tanh")(x), x)  # no hidden layers: the identity

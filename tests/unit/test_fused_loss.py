@@ -1,0 +1,96 @@
+"""The fused PPO loss (algos/fused_loss.py) against the reference loss functions in
+algos/ppo.py: same value, same gradients, same statistics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from surge.algos.fused_loss import LOSS_STATS, ppo_loss
+from surge.algos.ppo import clipped_surrogate_loss, value_loss
+
+B = 256
+CLIP = 0.2
+
+
+def _inputs(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    old_logp = -torch.rand(B, generator=g) * 2
+    old_values = torch.randn(B, generator=g)
+    return {
+        # log-ratios of +-0.5: many ratios fall outside [0.8, 1.2], on both sides
+        "new_logp": old_logp + 0.5 * torch.randn(B, generator=g),
+        "entropy": torch.rand(B, generator=g),
+        "new_values": old_values + 0.4 * torch.randn(B, generator=g),
+        "old_logp": old_logp,
+        "advantages": torch.randn(B, generator=g),
+        "old_values": old_values,
+        "returns": old_values + torch.randn(B, generator=g),
+    }
+
+
+def _reference(x: dict[str, torch.Tensor], clip_vloss: bool, ent_coef: float, vf_coef: float):
+    pg, clipfrac, approx_kl = clipped_surrogate_loss(
+        x["new_logp"], x["old_logp"], x["advantages"], CLIP
+    )
+    v = value_loss(x["new_values"], x["old_values"], x["returns"], CLIP, clip_vloss)
+    ent = x["entropy"].mean()
+    loss = pg - ent_coef * ent + vf_coef * v
+    return loss, torch.stack([pg, v, ent, approx_kl, clipfrac])
+
+
+@pytest.mark.parametrize("clip_vloss", [True, False])
+@pytest.mark.parametrize("ent_coef", [0.0, 0.01])
+def test_fused_loss_matches_the_reference_functions(clip_vloss: bool, ent_coef: float) -> None:
+    vf_coef = 0.5
+    grads = []
+    results = []
+    for fused in (False, True):
+        x = {k: v.clone().requires_grad_(k in ("new_logp", "entropy", "new_values"))
+             for k, v in _inputs(0).items()}  # fmt: skip
+        if fused:
+            loss, stats = ppo_loss(
+                *x.values(), clip_coef=CLIP, clip_vloss=clip_vloss, ent_coef=ent_coef,
+                vf_coef=vf_coef,
+            )  # fmt: skip
+        else:
+            loss, stats = _reference(x, clip_vloss, ent_coef, vf_coef)
+        (loss * 3.0).backward()  # a non-unit upstream gradient
+        results.append((loss.detach(), stats.detach()))
+        grads.append([x[k].grad for k in ("new_logp", "entropy", "new_values")])
+    (ref_loss, ref_stats), (loss, stats) = results
+    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(stats, ref_stats)
+    assert len(stats) == len(LOSS_STATS)
+    assert 0.2 < float(stats[LOSS_STATS.index("clipfrac")]) < 0.8  # both branches are taken
+    ref_grads, fused_grads = grads
+    torch.testing.assert_close(fused_grads[0], ref_grads[0])
+    torch.testing.assert_close(fused_grads[2], ref_grads[2])
+    if ent_coef == 0.0:
+        assert fused_grads[1] is None  # no gradient flows into the entropy at all
+    else:
+        torch.testing.assert_close(fused_grads[1], ref_grads[1])
+
+
+def test_fused_loss_gradient_is_zero_exactly_where_the_clip_binds() -> None:
+    x = _inputs(1)
+    new_logp = x["new_logp"].clone().requires_grad_()
+    new_values = x["new_values"].clone().requires_grad_()
+    loss, _ = ppo_loss(
+        new_logp, x["entropy"], new_values, x["old_logp"], x["advantages"], x["old_values"],
+        x["returns"], clip_coef=CLIP, clip_vloss=True, ent_coef=0.0, vf_coef=1.0,
+    )  # fmt: skip
+    loss.backward()
+    ratio = (x["new_logp"] - x["old_logp"]).exp()
+    adv = x["advantages"]
+    policy_clipped = ((adv > 0) & (ratio > 1 + CLIP)) | ((adv < 0) & (ratio < 1 - CLIP))
+    assert policy_clipped.any() and (~policy_clipped).any()
+    assert new_logp.grad is not None and new_values.grad is not None
+    assert bool((new_logp.grad[policy_clipped] == 0).all())
+    assert bool((new_logp.grad[~policy_clipped] != 0).all())
+    # the value gradient vanishes where the clipped value's error is the larger one
+    delta = x["new_values"] - x["old_values"]
+    clipped_v = x["old_values"] + delta.clamp(-CLIP, CLIP)
+    value_clipped = (clipped_v - x["returns"]) ** 2 > (x["new_values"] - x["returns"]) ** 2
+    assert value_clipped.any()
+    assert bool((new_values.grad[value_clipped] == 0).all())
