@@ -103,7 +103,7 @@ def run_variant(v: Variant, reference: Path | None, updates: int) -> dict[str, A
     import gymnasium as gym
 
     from surge.algos.advantages import normalize
-    from surge.algos.ppo import clipped_surrogate_loss, value_loss
+    from surge.algos.losses import clipped_surrogate_loss, value_loss
     from surge.config.schema import ModelConfig
     from surge.models.actor_critic import ActorCritic
     from surge.models.encoders import NatureCNN

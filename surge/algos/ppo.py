@@ -16,59 +16,12 @@ import torch
 from torch import Tensor
 
 from surge.algos.adam import FusedAdam
-from surge.algos.advantages import gae, normalize, vtrace
+from surge.algos.advantages import gae, vtrace
 from surge.algos.flat_params import FlatParameters
-from surge.algos.fused_loss import LOSS_STATS, ppo_loss
+from surge.algos.losses import LOSS_STATS, explained_variance, ppo_loss
 from surge.config.schema import APPOConfig, PPOConfig
 from surge.errors import ConfigError
 from surge.models.actor_critic import ActorCritic
-
-# --- pure loss functions --------------------------------------------------------------------
-
-
-def clipped_surrogate_loss(
-    new_logp: Tensor, old_logp: Tensor, advantages: Tensor, clip_coef: float
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The clipped policy loss: mean(max(-A * r, -A * clip(r, 1 - c, 1 + c))), r = p_new / p_old.
-
-    Returns (loss, clipfrac, approx_kl). clipfrac is the fraction of samples with
-    |r - 1| > c; approx_kl is mean((r - 1) - log r), the low-variance, always non-negative
-    k3 estimator of KL(old || new) that CleanRL logs. Both diagnostics are detached.
-    """
-    log_ratio = new_logp - old_logp
-    ratio = log_ratio.exp()
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)
-    loss = torch.max(unclipped, clipped).mean()
-    with torch.no_grad():
-        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()
-    return loss, clipfrac, approx_kl
-
-
-def value_loss(
-    new_values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float, clip: bool
-) -> Tensor:
-    """0.5 * mean squared error to the returns. With `clip`, as in CleanRL: the new value is
-    also clipped to old +- clip_coef and the larger (pessimistic) of the two errors is taken
-    per sample, which keeps the critic from moving far from the behaviour values in one
-    update."""
-    unclipped = (new_values - returns) ** 2
-    if not clip:
-        return 0.5 * unclipped.mean()
-    clipped_values = old_values + (new_values - old_values).clamp(-clip_coef, clip_coef)
-    clipped = (clipped_values - returns) ** 2
-    return 0.5 * torch.max(unclipped, clipped).mean()
-
-
-def explained_variance(pred: Tensor, target: Tensor) -> Tensor:
-    """1 - Var(target - pred) / Var(target): 1 is a perfect critic, 0 no better than the mean,
-    negative worse. NaN when the target has no variance (then the ratio is undefined)."""
-    var_target = target.var(unbiased=False)
-    if var_target == 0:
-        return torch.tensor(float("nan"))
-    return 1.0 - (target - pred).var(unbiased=False) / var_target
-
 
 # --- the batch and the learner --------------------------------------------------------------
 
@@ -258,14 +211,12 @@ class PPOLearner:
                 new_logp, entropy, new_values = self.model.evaluate(
                     _rows(epoch_obs, rows), epoch_actions[rows]
                 )
-                if cfg.norm_adv:
-                    mb_adv = normalize(mb_adv)
-                # One autograd node for the whole loss (algos/fused_loss.py): the same value
-                # and gradients as the functions above, at a fraction of the per-op cost.
+                # On CPU one autograd node for the whole loss (algos/losses.py): the value
+                # and gradients of the reference functions, at a fraction of the op cost.
                 loss, loss_stats = ppo_loss(
                     new_logp, entropy, new_values, mb_logp, mb_adv, mb_values, mb_returns,
                     clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss,
-                    ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef,
+                    ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, norm_adv=cfg.norm_adv,
                 )  # fmt: skip
 
                 self.optimizer.zero_grad()

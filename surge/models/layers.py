@@ -45,15 +45,17 @@ def mlp(in_dim: int, hidden_sizes: list[int], activation: Activation) -> MLP:
 
 
 class MLP(nn.Sequential):
-    """An MLP torso (Linear, activation, Linear, activation, ...) that runs as one autograd
-    node with a hand-written backward (`_MLPFunction`).
+    """An MLP torso (Linear, activation, Linear, activation, ...); on CPU it runs as one
+    autograd node whose forward and backward are numpy (`_MLPFunction`).
 
-    Why: on the small batches of a CPU learner (CartPole: 128 rows x 64 units) the cost of
-    a torso is per-operator overhead, not arithmetic. Autograd records about ten nodes per
-    layer (addmm, transpose, activation, accumulate-grad); here the forward is one addmm and
-    one in-place activation per layer, and the backward three matmul-sized kernels. The
-    layers and their state-dict keys are nn.Sequential's (`0.weight`, `0.bias`, `2.weight`,
-    ...), so checkpoints and the numpy mirror (numpy_policy.py) are unchanged.
+    Why: on the small batches of a CPU learner (CartPole: 128 rows x 64 units) a torso's
+    cost is per-operator overhead, not arithmetic. Autograd records about ten nodes per
+    layer (addmm, transpose, activation, accumulate-grad), each a torch dispatch of a few
+    microseconds; numpy's matmul and ufuncs on such arrays cost about one. tanh matters
+    too: this torch build's CPU tanh takes about 2.8 ns per element against numpy's 0.4
+    (measured on the 2-core dev box). Elsewhere (a GPU, float64) it is plain nn.Sequential.
+    The layers and their state-dict keys are nn.Sequential's (`0.weight`, `0.bias`,
+    `2.weight`, ...), so checkpoints and the numpy policy (numpy_policy.py) are unchanged.
     tests/unit/test_models.py checks outputs and gradients against plain autograd.
     """
 
@@ -68,55 +70,56 @@ class MLP(nn.Sequential):
         for layer in self:
             if isinstance(layer, nn.Linear):
                 params += [layer.weight, layer.bias]
-        out: Tensor = _MLPFunction.apply(x, self.activation, *params)
+        if not all(_numpy_ready(t) for t in (x, *params)):
+            out: Tensor = super().forward(x)
+            return out
+        out = _MLPFunction.apply(x, self.activation, *params)
         return out
 
 
-def _activate_(x: Tensor, activation: str) -> Tensor:
-    """The activation in place on a fresh layer output. tanh on a CPU float32 tensor runs
-    in numpy: this torch build's CPU tanh costs about 2.8 ns per element against numpy's
-    0.4 (measured on the 2-core dev box), and a CartPole update applies it 40 times."""
-    if activation == "relu":
-        return x.relu_()
-    if x.device.type == "cpu" and x.dtype == torch.float32 and x.is_contiguous():
-        out = x.numpy()
-        np.tanh(out, out=out)
-        return x
-    return x.tanh_()
+def _numpy_ready(t: Tensor) -> bool:
+    return t.device.type == "cpu" and t.dtype == torch.float32
+
+
+def _as_numpy(t: Tensor) -> np.ndarray:
+    return t.detach().numpy()
 
 
 class _MLPFunction(torch.autograd.Function):
-    """h_{k+1} = act(h_k W_k^T + b_k) for each layer; backward by the chain rule."""
+    """h_{k+1} = act(h_k W_k^T + b_k) for each layer, in numpy; backward by the chain rule:
+    g_k = g_{k+1}' * act'(h_{k+1}), dW_k = g_k^T h_k, db_k = sum g_k, g_{k-1}' = g_k W_k."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, activation: str, *params: Tensor) -> Tensor:
-        hidden = [x]
-        h = x
-        for weight, bias in zip(params[0::2], params[1::2], strict=True):
-            h = _activate_(torch.addmm(bias, h, weight.t()), activation)
+        weights = [_as_numpy(w) for w in params[0::2]]
+        h = _as_numpy(x)
+        hidden = [h]
+        for weight, bias in zip(weights, params[1::2], strict=True):
+            z = np.matmul(h, weight.T)
+            z += _as_numpy(bias)
+            h = np.maximum(z, 0.0, out=z) if activation == "relu" else np.tanh(z, out=z)
             hidden.append(h)
-        ctx.activation = activation
-        ctx.save_for_backward(*hidden, *params[0::2])
-        return h
+        ctx.activation, ctx.hidden, ctx.weights = activation, hidden, weights
+        out = torch.from_numpy(h)
+        ctx.save_for_backward(out)  # so that autograd's version check catches in-place edits
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        saved = ctx.saved_tensors
-        layers = (len(saved) - 1) // 2
-        hidden, weights = saved[: layers + 1], saved[layers + 1 :]
-        grads: list[Tensor | None] = [None, None] * layers
-        for k in range(layers - 1, -1, -1):
+        ctx.saved_tensors  # noqa: B018 - raises if the output was modified in place
+        hidden, weights = ctx.hidden, ctx.weights
+        g = _as_numpy(grad.contiguous())
+        grads: list[Tensor | None] = [None, None] * len(weights)
+        for k in range(len(weights) - 1, -1, -1):
             out = hidden[k + 1]
-            if ctx.activation == "relu":
-                grad = torch.ops.aten.threshold_backward(grad, out, 0)
-            else:
-                grad = torch.ops.aten.tanh_backward(grad, out)
-            grads[2 * k] = grad.t().mm(hidden[k])
-            grads[2 * k + 1] = grad.sum(0)
+            g = g * (out > 0) if ctx.activation == "relu" else g * (1.0 - out * out)
+            grads[2 * k] = torch.from_numpy(np.matmul(g.T, hidden[k]))
+            grads[2 * k + 1] = torch.from_numpy(g.sum(0))
             if k > 0 or ctx.needs_input_grad[0]:
-                grad = grad.mm(weights[k])
-        return (grad if ctx.needs_input_grad[0] else None, None, *grads)
+                g = np.matmul(g, weights[k])
+        input_grad = torch.from_numpy(g) if ctx.needs_input_grad[0] else None
+        return (input_grad, None, *grads)
 
 
 def mlp_out_dim(in_dim: int, hidden_sizes: list[int]) -> int:

@@ -12,14 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from surge.algos.ppo import (
-    PPOLearner,
-    RolloutBatch,
-    bootstrap_next_values,
-    clipped_surrogate_loss,
-    explained_variance,
-    value_loss,
-)
+from surge.algos.losses import clipped_surrogate_loss, explained_variance, value_loss
+from surge.algos.ppo import PPOLearner, RolloutBatch, bootstrap_next_values
 from surge.config.schema import ModelConfig, PPOConfig
 from surge.errors import ConfigError
 from surge.models.actor_critic import ActorCritic

@@ -1,13 +1,13 @@
-"""The fused PPO loss (algos/fused_loss.py) against the reference loss functions in
-algos/ppo.py: same value, same gradients, same statistics."""
+"""The fused PPO loss (algos/losses.py) against the reference loss functions
+in the same module: same value, same gradients, same statistics."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from surge.algos.fused_loss import LOSS_STATS, ppo_loss
-from surge.algos.ppo import clipped_surrogate_loss, value_loss
+from surge.algos.advantages import normalize
+from surge.algos.losses import LOSS_STATS, clipped_surrogate_loss, ppo_loss, value_loss
 
 B = 256
 CLIP = 0.2
@@ -29,19 +29,24 @@ def _inputs(seed: int) -> dict[str, torch.Tensor]:
     }
 
 
-def _reference(x: dict[str, torch.Tensor], clip_vloss: bool, ent_coef: float, vf_coef: float):
-    pg, clipfrac, approx_kl = clipped_surrogate_loss(
-        x["new_logp"], x["old_logp"], x["advantages"], CLIP
-    )
+def _reference(
+    x: dict[str, torch.Tensor], clip_vloss: bool, ent_coef: float, vf_coef: float, norm_adv: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    adv = normalize(x["advantages"]) if norm_adv else x["advantages"]
+    pg, clipfrac, approx_kl = clipped_surrogate_loss(x["new_logp"], x["old_logp"], adv, CLIP)
     v = value_loss(x["new_values"], x["old_values"], x["returns"], CLIP, clip_vloss)
     ent = x["entropy"].mean()
     loss = pg - ent_coef * ent + vf_coef * v
     return loss, torch.stack([pg, v, ent, approx_kl, clipfrac])
 
 
-@pytest.mark.parametrize("clip_vloss", [True, False])
-@pytest.mark.parametrize("ent_coef", [0.0, 0.01])
-def test_fused_loss_matches_the_reference_functions(clip_vloss: bool, ent_coef: float) -> None:
+@pytest.mark.parametrize(
+    ("clip_vloss", "ent_coef", "norm_adv"),
+    [(True, 0.0, True), (True, 0.01, False), (False, 0.0, False), (False, 0.01, True)],
+)
+def test_fused_loss_matches_the_reference_functions(
+    clip_vloss: bool, ent_coef: float, norm_adv: bool
+) -> None:
     vf_coef = 0.5
     grads = []
     results = []
@@ -51,10 +56,11 @@ def test_fused_loss_matches_the_reference_functions(clip_vloss: bool, ent_coef: 
         if fused:
             loss, stats = ppo_loss(
                 *x.values(), clip_coef=CLIP, clip_vloss=clip_vloss, ent_coef=ent_coef,
-                vf_coef=vf_coef,
+                vf_coef=vf_coef, norm_adv=norm_adv,
             )  # fmt: skip
+            assert loss.grad_fn is not None and "PPOLoss" in type(loss.grad_fn).__name__
         else:
-            loss, stats = _reference(x, clip_vloss, ent_coef, vf_coef)
+            loss, stats = _reference(x, clip_vloss, ent_coef, vf_coef, norm_adv)
         (loss * 3.0).backward()  # a non-unit upstream gradient
         results.append((loss.detach(), stats.detach()))
         grads.append([x[k].grad for k in ("new_logp", "entropy", "new_values")])
@@ -94,3 +100,21 @@ def test_fused_loss_gradient_is_zero_exactly_where_the_clip_binds() -> None:
     value_clipped = (clipped_v - x["returns"]) ** 2 > (x["new_values"] - x["returns"]) ** 2
     assert value_clipped.any()
     assert bool((new_values.grad[value_clipped] == 0).all())
+
+
+def test_off_the_cpu_path_is_the_reference_composition() -> None:
+    """float64 inputs stand in for a GPU: ppo_loss composes the reference functions, which
+    autograd differentiates (and gives the same numbers as the fused node on float32)."""
+    x = {k: v.double().requires_grad_(k == "new_logp") for k, v in _inputs(2).items()}
+    loss, stats = ppo_loss(
+        *x.values(), clip_coef=CLIP, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True
+    )
+    assert loss.dtype == torch.float64 and "PPOLoss" not in type(loss.grad_fn).__name__
+    ref_loss, ref_stats = _reference(x, True, 0.01, 0.5, True)
+    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(stats, ref_stats.detach())
+    x32 = {k: v.detach().float() for k, v in x.items()}
+    loss32, _ = ppo_loss(
+        *x32.values(), clip_coef=CLIP, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True
+    )
+    torch.testing.assert_close(loss32.double(), loss.detach(), rtol=1e-5, atol=1e-6)
