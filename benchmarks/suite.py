@@ -19,7 +19,7 @@ benchmarks/peers/analyze.py computes every number from it the same way:
 Peers write the common log themselves (benchmarks/peers/*.py). surge is run unchanged as
 `python -m surge train PRESET key=value ...`; its metrics.jsonl (every `log.interval_s=1`
 s) is read while it runs, and each record is placed on the launch clock by its own
-`wall_time_s` plus the smallest observed delay between launch and the record's arrival.
+Unix `time` (launch time subtracted).
 surge's windowed `episode_return_mean` (20 episodes) stands in for the per-episode returns.
 
 After each throughput task surge ran, the limits of the same config: the raw env rate and
@@ -228,11 +228,19 @@ class SurgeTail:
         if not recs:
             path.write_text("")
             return
+        # Records carry the Unix time they were written at (`time`); older surges only
+        # their run time, placed by the earliest arrival seen (late by up to a poll).
+        clocked = all(r.get("time") is not None for _, r in recs)
         offset = min(a - float(r["wall_time_s"]) for a, r in recs)
         with open(path, "w") as f:
             for _, r in recs:
                 out = {
-                    "t": round(float(r["wall_time_s"]) + offset, 3),
+                    "t": round(
+                        float(r["time"]) - self.launched
+                        if clocked
+                        else float(r["wall_time_s"]) + offset,
+                        3,
+                    ),
                     "steps": int(r.get("env_steps") or 0),
                     "return_mean": r.get("episode_return_mean"),
                 }

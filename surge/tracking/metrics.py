@@ -39,6 +39,7 @@ TB_TAGS: dict[str, str] = {
     "grad_norm": "losses/grad_norm",
 }
 STEP_KEY = "env_steps"
+CLOCK_KEY = "time"  # Unix time of the record: TensorBoard stamps its own, so it is not plotted
 
 
 def tb_tag(key: str) -> str:
@@ -100,7 +101,7 @@ class MetricsWriter:
                 raise ValueError(f"a metrics record needs '{STEP_KEY}' for TensorBoard's x axis")
             step = int(record[STEP_KEY])
             for key, value in record.items():
-                if key == STEP_KEY or isinstance(value, bool):
+                if key in (STEP_KEY, CLOCK_KEY) or isinstance(value, bool):
                     continue
                 if isinstance(value, int | float) and math.isfinite(value):
                     self._tb.add_scalar(tb_tag(key), value, global_step=step)

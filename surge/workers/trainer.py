@@ -166,6 +166,7 @@ class TrainerWorker:
         record: dict[str, Any] = {
             "env_steps": self.env_steps,
             "wall_time_s": round(self.wall_time_s(), 3),
+            "time": round(time.time(), 3),  # the Unix clock, to line the run up with others
             "episode_return_mean": self.return_mean,
             "episode_length_mean": float(np.mean(self.recent_lengths))
             if self.recent_lengths
