@@ -82,11 +82,16 @@ class ActorCritic(nn.Module):
 
     def evaluate(self, obs: dict[str, Tensor], action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(logp [B], entropy [B], value [B]) of given actions, with grad, for the loss."""
-        pi, v = self._features(obs)
-        params = self.action_head(pi)
+        x = self.encoder(obs)
+        if self.critic_torso is None:  # one torso feeds both heads
+            pi = self.actor_torso(x)
+            params, value = self.action_head(pi), self.value_head(pi)
+        else:  # each head in its torso's autograd node (layers.MLP)
+            params = self.actor_torso(x, head=self.action_head.linear)
+            value = self.critic_torso(x, head=self.value_head)
         logp = self.action_head.log_prob(params, action)
         entropy = self.action_head.entropy(params)
-        return logp, entropy, self.value_head(v).squeeze(-1)
+        return logp, entropy, value.squeeze(-1)
 
     def value(self, obs: dict[str, Tensor]) -> Tensor:
         """V(s) [B]. Runs only the critic path (with grad unless the caller disables it)."""

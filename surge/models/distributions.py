@@ -72,11 +72,14 @@ def gaussian_sample(mean: Tensor, log_std: Tensor, generator: torch.Generator | 
 
 
 class ActionHead(nn.Module):
-    """Maps policy features to distribution parameters (`forward`) and scores actions.
+    """Maps policy features to distribution parameters (`forward`: the `linear` layer) and
+    scores actions.
 
     `sample`, `log_prob` and `entropy` take those parameters, so one forward pass serves all
     three. Actions are in the action space's own coordinates (a nonzero `start` is applied).
     """
+
+    linear: nn.Linear
 
     def forward(self, features: Tensor) -> Tensor:
         raise NotImplementedError

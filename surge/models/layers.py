@@ -63,17 +63,21 @@ class MLP(nn.Sequential):
         super().__init__(*layers)
         self.activation = activation
 
-    def forward(self, x: Tensor) -> Tensor:
-        if len(self) == 0:
-            return x
+    def forward(self, x: Tensor, head: nn.Linear | None = None) -> Tensor:
+        """The torso's features; with `head`, that linear layer applied to them (no
+        activation after it), in the same autograd node."""
         params: list[Tensor] = []
         for layer in self:
             if isinstance(layer, nn.Linear):
                 params += [layer.weight, layer.bias]
+        if head is not None:
+            params += [head.weight, head.bias]
+        if not params:
+            return x
         if not all(_numpy_ready(t) for t in (x, *params)):
             out: Tensor = super().forward(x)
-            return out
-        out = _MLPFunction.apply(x, self.activation, *params)
+            return out if head is None else head(out)
+        out = _MLPFunction.apply(x, self.activation, head is not None, *params)
         return out
 
 
@@ -86,20 +90,31 @@ def _as_numpy(t: Tensor) -> np.ndarray:
 
 
 class _MLPFunction(torch.autograd.Function):
-    """h_{k+1} = act(h_k W_k^T + b_k) for each layer, in numpy; backward by the chain rule:
-    g_k = g_{k+1}' * act'(h_{k+1}), dW_k = g_k^T h_k, db_k = sum g_k, g_{k-1}' = g_k W_k."""
+    """h_{k+1} = act(h_k W_k^T + b_k) for each layer (no act after a head layer), in numpy;
+    backward by the chain rule: g_k = g_{k+1}' * act'(h_{k+1}), dW_k = g_k^T h_k,
+    db_k = sum g_k, g_{k-1}' = g_k W_k."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, activation: str, *params: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, activation: str, has_head: bool, *params: Tensor) -> Tensor:
         weights = [_as_numpy(w) for w in params[0::2]]
         h = _as_numpy(x)
         hidden = [h]
-        for weight, bias in zip(weights, params[1::2], strict=True):
+        for k, (weight, bias) in enumerate(zip(weights, params[1::2], strict=True)):
             z = np.matmul(h, weight.T)
             z += _as_numpy(bias)
-            h = np.maximum(z, 0.0, out=z) if activation == "relu" else np.tanh(z, out=z)
+            if has_head and k == len(weights) - 1:
+                h = z
+            elif activation == "relu":
+                h = np.maximum(z, 0.0, out=z)
+            else:
+                h = np.tanh(z, out=z)
             hidden.append(h)
-        ctx.activation, ctx.hidden, ctx.weights = activation, hidden, weights
+        ctx.activation, ctx.has_head, ctx.hidden, ctx.weights = (
+            activation,
+            has_head,
+            hidden,
+            weights,
+        )
         out = torch.from_numpy(h)
         ctx.save_for_backward(out)  # so that autograd's version check catches in-place edits
         return out
@@ -113,13 +128,18 @@ class _MLPFunction(torch.autograd.Function):
         grads: list[Tensor | None] = [None, None] * len(weights)
         for k in range(len(weights) - 1, -1, -1):
             out = hidden[k + 1]
-            g = g * (out > 0) if ctx.activation == "relu" else g * (1.0 - out * out)
+            if ctx.has_head and k == len(weights) - 1:
+                pass  # the head layer is linear
+            elif ctx.activation == "relu":
+                g = g * (out > 0)
+            else:
+                g = g * (1.0 - out * out)
             grads[2 * k] = torch.from_numpy(np.matmul(g.T, hidden[k]))
             grads[2 * k + 1] = torch.from_numpy(g.sum(0))
             if k > 0 or ctx.needs_input_grad[0]:
                 g = np.matmul(g, weights[k])
         input_grad = torch.from_numpy(g) if ctx.needs_input_grad[0] else None
-        return (input_grad, None, *grads)
+        return (input_grad, None, None, *grads)
 
 
 def mlp_out_dim(in_dim: int, hidden_sizes: list[int]) -> int:

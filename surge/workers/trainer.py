@@ -8,8 +8,6 @@ counted exactly once, by the one worker that also owns the step count.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
 import time
 from collections import deque
@@ -264,10 +262,11 @@ def warm_up() -> None:
     """What a trainer process can do before it knows its run (surge/runtime/warm.py calls
     this while the controller starts): the first calls into torch's libraries (LAPACK for
     the orthogonal init, GEMM, the autograd engine), which load and set up state on first
-    use, and the TensorBoard import. Uses its own generator: the global seed is untouched."""
+    use. Uses its own generator: the global seed is untouched. TensorBoard's import (about
+    0.15 s) is left to MetricsWriter's thread, which overlaps it with the first updates:
+    here it would delay them, since this runs after the controller has sent the worker's
+    arguments."""
     g = torch.Generator().manual_seed(0)
     w = torch.nn.init.orthogonal_(torch.empty(16, 16), generator=g)
     x = torch.randn(8, 16, generator=g, requires_grad=True)
     torch.tanh(x @ w).sum().backward()
-    with contextlib.suppress(ImportError):  # TensorBoard is optional: MetricsWriter says so
-        importlib.import_module("torch.utils.tensorboard")

@@ -223,25 +223,32 @@ def test_unsupported_action_spaces_raise_env_spec_error(space: gym.Space[Any]) -
 
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 @pytest.mark.parametrize("input_grad", [False, True])
-def test_mlp_torso_matches_plain_autograd(activation: str, input_grad: bool) -> None:
-    """The torso's hand-written backward (layers.py `_MLPFunction`) against nn.Sequential
-    with the same layers: outputs, every parameter's gradient and the input's gradient."""
+@pytest.mark.parametrize("with_head", [False, True])
+def test_mlp_torso_matches_plain_autograd(
+    activation: str, input_grad: bool, with_head: bool
+) -> None:
+    """The torso's numpy forward and hand-written backward (layers.py `_MLPFunction`), with
+    and without a head layer in the same node, against nn.Sequential with the same layers:
+    outputs, every parameter's gradient and the input's gradient."""
     torch.manual_seed(0)
     fused = mlp(5, [32, 16], activation)  # type: ignore[arg-type]
-    plain = torch.nn.Sequential(*fused)  # the same Linear modules, run by autograd
+    head = torch.nn.Linear(16, 3)
     assert list(fused.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    layers = [*fused, head] if with_head else list(fused)
+    plain = torch.nn.Sequential(*layers)  # the same modules, run by autograd
     x = torch.randn(64, 5)
-    upstream = torch.randn(64, 16)
+    upstream = torch.randn(64, 3 if with_head else 16)
     results = []
-    for net in (plain, fused):
-        net.zero_grad(set_to_none=True)
+    for run in (plain, lambda inp: fused(inp, head=head if with_head else None)):
+        plain.zero_grad(set_to_none=True)
         inp = x.clone().requires_grad_(input_grad)
-        out = net(inp)
+        out = run(inp)
         (out * upstream).sum().backward()
-        grads = [p.grad.clone() for p in net.parameters()]  # type: ignore[union-attr]
+        grads = [p.grad.clone() for p in plain.parameters()]  # type: ignore[union-attr]
         results.append((out.detach(), grads, inp.grad))
     (ref_out, ref_grads, ref_in), (out, grads, in_grad) = results
     torch.testing.assert_close(out, ref_out)
+    assert len(grads) == (6 if with_head else 4)
     for g, ref in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g, ref)
     if input_grad:
@@ -249,3 +256,23 @@ def test_mlp_torso_matches_plain_autograd(activation: str, input_grad: bool) -> 
     else:
         assert in_grad is None
     assert torch.equal(mlp(5, [], "tanh")(x), x)  # no hidden layers: the identity
+
+
+def test_evaluate_runs_each_head_in_its_torso_node() -> None:
+    """Separate torsos: evaluate's logits and values come from one layers.MLP node each, and
+    match the module-by-module forward (torso, then head) that `act` uses."""
+    model = _model(gym.spaces.Discrete(3))
+    obs = _vec_obs(16)
+    action = torch.randint(0, 3, (16,))
+    logp, entropy, value = model.evaluate(obs, action)
+    assert type(value.grad_fn).__name__ == "SqueezeBackward1"
+    assert "MLPFunction" in type(value.grad_fn.next_functions[0][0]).__name__  # type: ignore[union-attr]
+    with torch.no_grad():
+        x = model.encoder(obs)
+        plain = torch.nn.Sequential.forward  # module by module, no fused node
+        logits = model.action_head(plain(model.actor_torso, x))
+        ref_logp = torch.log_softmax(logits, -1).gather(-1, action[:, None])[:, 0]
+        assert model.critic_torso is not None
+        ref_value = model.value_head(plain(model.critic_torso, x))[:, 0]
+    torch.testing.assert_close(logp.detach(), ref_logp)
+    torch.testing.assert_close(value.detach(), ref_value)
