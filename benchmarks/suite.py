@@ -730,8 +730,12 @@ def main() -> int:
         else:
             task_runs = []
             try:
-                for seed in seeds:  # seeds outermost: a slow period hits every contender alike
-                    for contender in task.contenders:
+                # Seeds outermost: a slow period hits every contender alike. The order turns
+                # around on every other seed, so no contender always runs right after the same
+                # other one (a run leaves the page cache and memory in its own state).
+                for i, seed in enumerate(seeds):
+                    order = task.contenders if i % 2 == 0 else task.contenders[::-1]
+                    for contender in order:
                         task_runs.append(
                             run_one(
                                 task_name,
