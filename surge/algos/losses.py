@@ -2,12 +2,12 @@
 on CPU computes their sum as one autograd node (numpy forward, hand-written gradient).
 
 `ppo_loss` is exactly `clipped_surrogate_loss - ent_coef * mean(entropy) + vf_coef *
-value_loss` (below), after per-minibatch advantage
-normalisation (`normalize`) when asked. Built from those functions, autograd records about
-30 nodes per minibatch (exp, clamp, max, pow, mean, ...); on [B] vectors of a few hundred
-elements each costs a torch dispatch of several microseconds against about one for a numpy
-ufunc. Off the CPU the reference functions run as they are.
-tests/unit/test_losses.py checks value, gradients and statistics against them.
+value_loss` (below), after per-minibatch advantage normalisation (`normalize`) when asked.
+Built from those functions, autograd records about 30 nodes per minibatch (exp, clamp, max,
+pow, mean, ...); on [B] vectors of a few hundred elements each costs a torch dispatch of
+several microseconds against about one for a numpy ufunc. Off the CPU the reference
+functions run as they are. tests/unit/test_losses.py checks value, gradients and
+statistics against them.
 
 The gradients, per sample i of a minibatch of B (r = exp(new_logp - old_logp), c = clip_coef):
 
@@ -35,7 +35,7 @@ from torch.autograd.function import once_differentiable
 
 from surge.algos.advantages import normalize
 
-# --- the reference definitions --------------------------------------------------------------------
+# --- the reference definitions --------------------------------------------------------------
 
 
 def clipped_surrogate_loss(
@@ -156,9 +156,9 @@ class _PPOLoss(torch.autograd.Function):
         vf_coef: float,
         norm_adv: bool,
     ) -> tuple[Tensor, Tensor]:
-        logp, ent, values = (x.detach().numpy() for x in (new_logp, entropy, new_values))
-        old_logp_, adv, old_values_, returns_ = (
-            x.detach().numpy() for x in (old_logp, advantages, old_values, returns)
+        inputs = (new_logp, entropy, new_values, old_logp, advantages, old_values, returns)
+        logp, ent, values, old_logp_, adv, old_values_, returns_ = (
+            x.detach().numpy() for x in inputs
         )
         if norm_adv:
             adv = _normalized(adv)

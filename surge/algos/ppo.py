@@ -204,7 +204,6 @@ class PPOLearner:
         for _epoch in range(cfg.epochs):
             perm = torch.randperm(size, generator=self.generator)
             epoch_obs, epoch_actions, epoch_scalars = _rows(obs, perm), actions[perm], scalars[perm]
-            loss_stats = torch.zeros(len(LOSS_STATS))
             for start in range(0, size, mb_size):
                 rows = slice(start, start + mb_size)
                 mb_logp, mb_values, mb_adv, mb_returns = epoch_scalars[rows].unbind(1)
