@@ -54,8 +54,12 @@ def env_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
 def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
     import torch
 
+    from surge.algos.numpy_ppo import NumpyPPOLearner
     from surge.algos.ppo import PPOLearner, RolloutBatch
     from surge.models.actor_critic import ActorCritic
+    from surge.models.numpy_net import NumpyActorCritic
+    from surge.models.numpy_policy import numpy_layout
+    from surge.workers.weights import model_to_flat
 
     torch.set_num_threads(cfg.workers.trainer_threads)
     env = probe_env(cfg.env, cfg.seed)
@@ -88,7 +92,21 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
         truncated=torch.zeros(T, N, dtype=torch.bool),
     )
     vtrace = cfg.appo if cfg.algo == "appo" else None
-    learner = PPOLearner(model, cfg.ppo, g, vtrace)
+    # The backend the trainer would use (surge/workers/learners.py: model.backend)
+    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
+    backend = "numpy" if layout is not None and cfg.model.backend != "torch" else "torch"
+    learner: Any
+    if backend == "numpy":
+        net = NumpyActorCritic(layout, model_to_flat(model).copy())
+        learner = NumpyPPOLearner(net, cfg.ppo, np.random.default_rng(0), vtrace)
+        batch = RolloutBatch(
+            **{
+                k: ({kk: vv.numpy() for kk, vv in v.items()} if isinstance(v, dict) else v.numpy())
+                for k, v in vars(batch).items()
+            }
+        )
+    else:
+        learner = PPOLearner(model, cfg.ppo, g, vtrace)
     learner.update(batch, cfg.ppo.lr)  # warm-up (allocator, kernels)
     updates, start, cpu = 0, time.perf_counter(), time.process_time()
     while updates < 3 or time.perf_counter() - start < secs:
@@ -99,6 +117,7 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
         "samples_per_s": updates * T * N / wall,
         "update_ms": 1000 * wall / updates,
         "threads": cfg.workers.trainer_threads,
+        "backend": backend,
         "cpu_per_wall": (time.process_time() - cpu) / wall,
     }
 
@@ -118,7 +137,7 @@ def main() -> None:
         print(
             f"{preset}: env {e['env_steps_per_s']:,.0f} steps/s ({e['envs']} envs); learner "
             f"{lrn['samples_per_s']:,.0f} samples/s ({lrn['update_ms']:.1f} ms/update, "
-            f"{lrn['threads']} threads)",
+            f"{lrn['threads']} threads, {lrn['backend']})",
             flush=True,
         )
     if args.json:

@@ -1,21 +1,43 @@
-"""Advantage estimation: pure functions over time-major [T, N] tensors."""
+"""Advantage estimation: pure numpy functions over time-major [T, N] arrays.
+
+`gae` and `vtrace` also take CPU torch tensors (the torch learner's batches, which share
+memory with numpy) and then return tensors. The maths runs in numpy either way: the time
+loop costs about 1 us per step there against about 10 us per torch call, and the numpy
+learner (numpy_ppo.py) must not import torch at all.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import torch
-from torch import Tensor
+
+Array = Any
+"""A numpy array, or a CPU torch tensor."""
+
+
+def _numpy(x: Array) -> np.ndarray:
+    return x.detach().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def _like(result: np.ndarray, example: Array) -> Array:
+    """`result` as the kind of array `example` is (a torch tensor if it is one)."""
+    if hasattr(example, "detach"):
+        import torch  # already imported by whoever passed a tensor
+
+        return torch.from_numpy(result)
+    return result
 
 
 def gae(
-    rewards: Tensor,
-    values: Tensor,
-    next_values: Tensor,
-    terminated: Tensor,
-    dones: Tensor,
+    rewards: Array,
+    values: Array,
+    next_values: Array,
+    terminated: Array,
+    dones: Array,
     gamma: float,
     lam: float,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Array, Array]:
     """Generalised advantage estimation (Schulman et al. 2016). Returns (advantages, returns).
 
     All inputs are [T, N] (time-major, N envs); `terminated` and `dones` are bool.
@@ -34,60 +56,57 @@ def gae(
         A_t     = delta_t + gamma * lam * (1 - dones_t) * A_{t+1}     (A_T = 0)
         returns = A + values
     """
+    example = rewards
+    rewards, values, next_values, terminated, dones = (
+        _numpy(x) for x in (rewards, values, next_values, terminated, dones)
+    )
     shape = rewards.shape
     others = {"values": values, "next_values": next_values, "terminated": terminated}
     for name, x in {**others, "dones": dones}.items():
         if x.shape != shape:
             raise ValueError(f"gae: {name} has shape {tuple(x.shape)}, rewards {tuple(shape)}")
-    not_terminal = 1.0 - terminated.to(rewards.dtype)
-    carry = gamma * lam * (1.0 - dones.to(rewards.dtype))
-    deltas = rewards + gamma * not_terminal * next_values - values
-    advantages = _discounted_backwards(deltas, carry)
-    return advantages, advantages + values
+    dtype = rewards.dtype
+    not_terminal = 1.0 - terminated.astype(dtype)
+    carry = (gamma * lam) * (1.0 - dones.astype(dtype))
+    deltas = rewards + (gamma * not_terminal) * next_values - values
+    advantages = discounted_backwards(deltas, carry.astype(dtype))
+    return _like(advantages, example), _like(advantages + values, example)
 
 
-def _discounted_backwards(x: Tensor, carry: Tensor) -> Tensor:
-    """y[t] = x[t] + carry[t] * y[t+1], y[T] = 0, over the time dim of [T, N] tensors.
-
-    The loop runs on numpy views of CPU tensors: a step costs about 1 us there against
-    about 10 us per torch call, and the loop is a few percent of a small-MLP update."""
-    if x.device.type != "cpu" or x.requires_grad or carry.requires_grad:
-        out = torch.empty_like(x)
-        last = torch.zeros_like(x[0]) if len(x) else x
-        for t in range(x.shape[0] - 1, -1, -1):
-            last = x[t] + carry[t] * last
-            out[t] = last
-        return out
-    xs, cs = x.contiguous().numpy(), carry.contiguous().numpy()
-    ys = np.empty_like(xs)
-    last_np = np.zeros(xs.shape[1:], xs.dtype)
-    for t in range(xs.shape[0] - 1, -1, -1):
-        last_np = xs[t] + cs[t] * last_np
-        ys[t] = last_np
-    return torch.from_numpy(ys)
+def discounted_backwards(x: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """y[t] = x[t] + carry[t] * y[t+1], y[T] = 0, over the time dim of [T, N] arrays."""
+    ys = np.empty_like(x)
+    last = np.zeros(x.shape[1:], x.dtype)
+    for t in range(x.shape[0] - 1, -1, -1):
+        last = x[t] + carry[t] * last
+        ys[t] = last
+    return ys
 
 
-def normalize(x: Tensor, eps: float = 1e-8) -> Tensor:
+def normalize(x: np.ndarray, eps: float = 1e-8) -> np.ndarray:
     """(x - mean) / (std + eps), with the unbiased std as in CleanRL. A single element has
-    no spread, so it is only centred (to 0) rather than divided by a NaN std."""
-    centred = x - x.mean()
-    if x.numel() < 2:
+    no spread, so it is only centred (to 0) rather than divided by a NaN std.
+    (np.add.reduce and a dot product: ndarray.mean's and .std's Python wrappers cost more
+    than the arithmetic on a minibatch of a few hundred advantages.)"""
+    centred = x - x.dtype.type(float(np.add.reduce(x)) / x.size)
+    if x.size < 2:
         return centred
-    return centred / (x.std() + eps)
+    std = np.sqrt(float(np.dot(centred, centred)) / (x.size - 1))
+    return centred / x.dtype.type(std + eps)
 
 
 def vtrace(
-    rewards: Tensor,
-    values: Tensor,
-    next_values: Tensor,
-    terminated: Tensor,
-    dones: Tensor,
-    log_rhos: Tensor,
+    rewards: Array,
+    values: Array,
+    next_values: Array,
+    terminated: Array,
+    dones: Array,
+    log_rhos: Array,
     gamma: float,
     lam: float = 1.0,
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Array, Array]:
     """V-trace (Espeholt et al. 2018, IMPALA): off-policy corrected value targets and policy
     advantages for actions chosen by a behaviour policy mu. Returns (advantages, targets).
 
@@ -109,23 +128,30 @@ def vtrace(
     On-policy (log_rhos = 0) with rho_bar, c_bar >= 1, the targets equal GAE(lam)'s returns;
     `lam` is the lambda variant of the paper's remark 2.
     """
+    example = rewards
+    rewards, values, next_values, terminated, dones, log_rhos = (
+        _numpy(x) for x in (rewards, values, next_values, terminated, dones, log_rhos)
+    )
     shape = rewards.shape
     inputs = {"values": values, "next_values": next_values, "terminated": terminated}
     for name, x in {**inputs, "dones": dones, "log_rhos": log_rhos}.items():
         if x.shape != shape:
             raise ValueError(f"vtrace: {name} has shape {tuple(x.shape)}, rewards {tuple(shape)}")
-    rhos = torch.exp(log_rhos)
-    clipped_rhos = torch.clamp(rhos, max=rho_bar)
-    cs = lam * torch.clamp(rhos, max=c_bar)
-    not_terminal = 1.0 - terminated.to(rewards.dtype)
-    cont = 1.0 - dones.to(rewards.dtype)
-    bootstrap = rewards + gamma * not_terminal * next_values
+    dtype = rewards.dtype
+    rhos = np.exp(log_rhos).astype(dtype, copy=False)
+    clipped_rhos = np.minimum(rhos, rho_bar)
+    cs = lam * np.minimum(rhos, c_bar)
+    not_terminal = 1.0 - terminated.astype(dtype)
+    cont = 1.0 - dones.astype(dtype)
+    bootstrap = rewards + (gamma * not_terminal) * next_values
     deltas = clipped_rhos * (bootstrap - values)
-    carry = gamma * cont * cs
-    corrections = _discounted_backwards(deltas, carry)  # D_t = v_s - V(x_s)
-    after = torch.zeros_like(deltas)  # D_{t+1} per step, 0 at the segment end
+    carry = (gamma * cont * cs).astype(dtype, copy=False)
+    corrections = discounted_backwards(deltas.astype(dtype, copy=False), carry)  # v_s - V(x_s)
+    after = np.zeros_like(corrections)  # D_{t+1} per step, 0 at the segment end
     after[:-1] = corrections[1:]
     targets = values + corrections
     next_targets = next_values + cont * after
-    advantages = rewards + gamma * not_terminal * next_targets - values
-    return advantages, targets
+    advantages = rewards + (gamma * not_terminal) * next_targets - values
+    return _like(advantages.astype(dtype, copy=False), example), _like(
+        targets.astype(dtype, copy=False), example
+    )

@@ -9,19 +9,8 @@ several microseconds against about one for a numpy ufunc. Off the CPU the refere
 functions run as they are. tests/unit/test_losses.py checks value, gradients and
 statistics against them.
 
-The gradients, per sample i of a minibatch of B (r = exp(new_logp - old_logp), c = clip_coef):
-
-- policy: the surrogate takes min(A r, A clip(r, 1-c, 1+c)). Where the unclipped term is the
-  smaller (or they tie, which is every r inside the range), d/d new_logp = -A r / B. Where
-  the clipped term is strictly smaller, r is outside the range, the clip is constant in r,
-  and the gradient is 0.
-- value (clipped): the loss takes max((V-R)^2, (V_clip-R)^2). Where the unclipped error is
-  the larger (or they tie: V inside old +- c, V_clip = V), d/dV = vf_coef (V - R) / B; else
-  V_clip is constant in V and the gradient is 0. Unclipped: always vf_coef (V - R) / B.
-- entropy: -ent_coef / B each; with ent_coef 0 no gradient flows into the entropy at all.
-
-These match autograd of the reference functions everywhere except on measure-zero ties
-outside the clip range, where torch splits a max's gradient in half.
+The gradient is written out in numpy_ppo.py (`ppo_loss_numpy`), which the numpy learner
+uses directly.
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from surge.algos.advantages import normalize
+from surge.algos.numpy_ppo import ppo_loss_numpy
 
 # --- the reference definitions --------------------------------------------------------------
 
@@ -82,11 +71,16 @@ def explained_variance(pred: Tensor, target: Tensor) -> Tensor:
     return 1.0 - (target - pred).var(unbiased=False) / var_target
 
 
+def normalize(x: Tensor, eps: float = 1e-8) -> Tensor:
+    """(x - mean) / (std + eps), with the unbiased std as in CleanRL (`advantages.normalize`
+    for tensors on any device). A single element is only centred."""
+    centred = x - x.mean()
+    if x.numel() < 2:
+        return centred
+    return centred / (x.std() + eps)
+
+
 # --- the fused loss ---------------------------------------------------------------------------
-
-
-LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
-"""The order of the statistics `ppo_loss` returns beside the loss."""
 
 
 def ppo_loss(
@@ -121,24 +115,6 @@ def ppo_loss(
     return loss, stats
 
 
-def _mean(x: np.ndarray) -> float:
-    # np.add.reduce: ndarray.mean's Python wrapper costs about 4 us on a [256] vector
-    return float(np.add.reduce(x)) / x.size
-
-
-def _clip(x: np.ndarray, low: float, high: float) -> np.ndarray:
-    return np.minimum(np.maximum(x, low), high)  # np.clip's wrapper is as slow as .mean's
-
-
-def _normalized(x: np.ndarray, eps: float = 1e-8) -> np.ndarray:
-    """`advantages.normalize` in numpy: the unbiased std, as in CleanRL."""
-    centred = x - np.float32(_mean(x))
-    if x.size < 2:
-        return centred
-    std = np.sqrt(float(np.dot(centred, centred)) / (x.size - 1))
-    return centred / np.float32(std + eps)
-
-
 class _PPOLoss(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -157,51 +133,26 @@ class _PPOLoss(torch.autograd.Function):
         norm_adv: bool,
     ) -> tuple[Tensor, Tensor]:
         inputs = (new_logp, entropy, new_values, old_logp, advantages, old_values, returns)
-        logp, ent, values, old_logp_, adv, old_values_, returns_ = (
-            x.detach().numpy() for x in inputs
-        )
-        if norm_adv:
-            adv = _normalized(adv)
-        log_ratio = logp - old_logp_
-        ratio = np.exp(log_ratio)
-        surrogate = adv * ratio
-        clipped = adv * _clip(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-        policy_loss = -_mean(np.minimum(surrogate, clipped))
-
-        error = values - returns_
-        if clip_vloss:
-            delta = _clip(values - old_values_, -clip_coef, clip_coef)
-            clipped_error = old_values_ + delta - returns_
-            squared, clipped_squared = error * error, clipped_error * clipped_error
-            value_loss = 0.5 * _mean(np.maximum(squared, clipped_squared))
-            value_grad = error * (squared >= clipped_squared)
-        else:
-            value_loss = 0.5 * _mean(error * error)
-            value_grad = error
-        mean_entropy = _mean(ent)
-        loss = policy_loss - ent_coef * mean_entropy + vf_coef * value_loss
-
-        approx_kl = _mean((ratio - 1.0) - log_ratio)
-        clipfrac = np.count_nonzero(np.abs(ratio - 1.0) > clip_coef) / ratio.size
-        stats = np.array(
-            [policy_loss, value_loss, mean_entropy, approx_kl, clipfrac], dtype=np.float32
-        )
-        ctx.surrogate_taken = surrogate * (surrogate <= clipped)
-        ctx.value_grad = value_grad
-        ctx.ent_coef, ctx.vf_coef = ent_coef, vf_coef
-        out = torch.tensor(loss, dtype=torch.float32)
-        stats_out = torch.from_numpy(stats)
-        ctx.mark_non_differentiable(stats_out)
-        return out, stats_out
+        out = ppo_loss_numpy(
+            *(x.detach().numpy() for x in inputs),
+            clip_coef=clip_coef, clip_vloss=clip_vloss,
+            ent_coef=ent_coef, vf_coef=vf_coef, norm_adv=norm_adv,
+        )  # fmt: skip
+        ctx.grads = out
+        stats = torch.from_numpy(out.stats)
+        ctx.mark_non_differentiable(stats)
+        return torch.tensor(out.loss, dtype=torch.float32), stats
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: Tensor, _stats_grad: Tensor) -> tuple[Tensor | None, ...]:
-        surrogate_taken, value_grad = ctx.surrogate_taken, ctx.value_grad
-        scale = np.float32(float(grad) / surrogate_taken.shape[0])
-        grad_logp = torch.from_numpy(surrogate_taken * -scale)
+        out, scale = ctx.grads, np.float32(float(grad))
         grad_entropy = None
-        if ctx.ent_coef != 0.0 and ctx.needs_input_grad[1]:
-            grad_entropy = torch.full(surrogate_taken.shape, -ctx.ent_coef * float(scale))
-        grad_values = torch.from_numpy(value_grad * np.float32(ctx.vf_coef * scale))
-        return (grad_logp, grad_entropy, grad_values, *([None] * 9))
+        if out.grad_entropy is not None and ctx.needs_input_grad[1]:
+            grad_entropy = torch.full(out.grad_logp.shape, out.grad_entropy * float(scale))
+        return (
+            torch.from_numpy(out.grad_logp * scale),
+            grad_entropy,
+            torch.from_numpy(out.grad_values * scale),
+            *([None] * 9),
+        )

@@ -9,7 +9,6 @@ the value of their final observation instead of being treated as terminal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,42 +16,17 @@ from torch import Tensor
 
 from surge.algos.adam import FusedAdam
 from surge.algos.advantages import gae, vtrace
+from surge.algos.batch import RolloutBatch
 from surge.algos.flat_params import FlatParameters
-from surge.algos.losses import LOSS_STATS, explained_variance, ppo_loss
+from surge.algos.losses import explained_variance, ppo_loss
+from surge.algos.numpy_ppo import APPROX_KL, STATS, check_minibatches
 from surge.config.schema import APPOConfig, PPOConfig
-from surge.errors import ConfigError
 from surge.models.actor_critic import ActorCritic
 
 # --- the batch and the learner --------------------------------------------------------------
 
 
-@dataclass
-class RolloutBatch:
-    """One segment of every env, time-major. Built by the trainer from shared-memory arrays."""
-
-    obs: dict[str, Tensor]
-    """[T, N, *field] observation at each step, in its stored dtype."""
-    last_obs: dict[str, Tensor]
-    """[N, *field] observation after the last step (to bootstrap the last value)."""
-    final_obs: dict[str, Tensor]
-    """[T, N, *field] final observation of an episode truncated at t; garbage elsewhere."""
-    actions: Tensor
-    """[T, N, *action] actions taken."""
-    logp: Tensor
-    """[T, N] behaviour-policy log-probabilities of the actions."""
-    values: Tensor
-    """[T, N] behaviour value estimates V(s_t)."""
-    rewards: Tensor
-    """[T, N] float32 rewards."""
-    terminated: Tensor
-    """[T, N] bool: the episode reached a terminal state at t."""
-    truncated: Tensor
-    """[T, N] bool: the episode was cut at t (time limit) and its final obs is in final_obs."""
-
-
-_LOSS_STATS = (*LOSS_STATS, "grad_norm")
-"""Stats averaged over the minibatch steps of an update."""
-APPROX_KL = LOSS_STATS.index("approx_kl")
+__all__ = ["PPOLearner", "RolloutBatch", "bootstrap_next_values", "current_policy_on"]
 
 
 def _flat(x: Tensor) -> Tensor:
@@ -176,15 +150,7 @@ class PPOLearner:
         cfg = self.cfg
         T, N = batch.rewards.shape
         size = T * N
-        if cfg.epochs < 1:
-            raise ConfigError(f"ppo.epochs={cfg.epochs} must be at least 1", "set ppo.epochs >= 1")
-        if cfg.minibatches < 1 or size % cfg.minibatches:
-            raise ConfigError(
-                f"ppo.minibatches={cfg.minibatches} does not divide the batch of {size} steps "
-                f"(rollout_len {T} x {N} envs)",
-                "choose ppo.minibatches so that it divides ppo.rollout_len x total envs",
-            )
-        mb_size = size // cfg.minibatches
+        mb_size = size // check_minibatches(cfg, T, N)
 
         advantages, returns, anchor_values, target_stats = self.targets(batch)
         obs = {key: _flat(x) for key, x in batch.obs.items()}
@@ -199,7 +165,7 @@ class PPOLearner:
         self.optimizer.lr = lr
         # Summed as one detached tensor and read out once at the end: one sync per update,
         # not one per minibatch, when the model lives on a GPU.
-        totals = torch.zeros(len(_LOSS_STATS))
+        totals = torch.zeros(len(STATS))
         steps = 0
         for _epoch in range(cfg.epochs):
             perm = torch.randperm(size, generator=self.generator)
@@ -229,7 +195,7 @@ class PPOLearner:
             if cfg.target_kl is not None and float(loss_stats[APPROX_KL]) > cfg.target_kl:
                 break
 
-        stats = {key: float(total) / steps for key, total in zip(_LOSS_STATS, totals, strict=True)}
+        stats = {key: float(total) / steps for key, total in zip(STATS, totals, strict=True)}
         stats["explained_variance"] = float(explained_variance(old_values, returns))
         stats["lr"] = float(lr)
         stats.update(target_stats)

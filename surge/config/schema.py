@@ -19,6 +19,7 @@ Activation = Literal["tanh", "relu"]
 EnvBackend = Literal["auto", "gymnasium", "ale", "envpool"]
 EncoderName = Literal["auto", "flat", "nature_cnn"]
 Precision = Literal["auto", "float32", "bfloat16"]
+Backend = Literal["auto", "torch", "numpy"]
 InferenceMode = Literal["remote", "inline"]
 
 
@@ -191,6 +192,16 @@ class ModelConfig:
     torso), `nature_cnn` (the DQN Nature CNN for one uint8 image field [C, H, W], scaled by
     1/255: conv 32 8x8/4, 64 4x4/2, 64 3x3/1, linear 512, ReLU). `auto`: `nature_cnn` for
     one uint8 image observation [C, H, W], else `flat`."""
+
+    backend: Backend = "auto"
+    """What the trainer computes with. `numpy`: the MLP's forward and backward, the PPO loss
+    and Adam written out in numpy (models/numpy_net.py, algos/numpy_ppo.py); the trainer
+    never imports torch (about 1.3 s less start-up) and a small-MLP update costs a fraction
+    of torch's (per-op dispatch dominates there). Covers the `flat` encoder with any hidden
+    sizes and Discrete, MultiDiscrete and Box actions; one BLAS thread. `torch`: the torch
+    model and autograd (any model, `workers.trainer_threads` threads). `auto`: `numpy` for
+    the models it covers, else `torch`. Checkpoints hold the same torch state dict either
+    way; a run resumes with the backend it started with."""
 
     precision: Precision = "auto"
     """Compute dtype of the CNN encoder (bfloat16 autocast around its convolutions and linear

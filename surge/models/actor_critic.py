@@ -16,7 +16,8 @@ from torch import Tensor, nn
 from surge.config.schema import ModelConfig
 from surge.models.distributions import ActionHead, make_action_head
 from surge.models.encoders import Encoder, make_encoder
-from surge.models.layers import VALUE_GAIN, mlp, mlp_out_dim, orthogonal_linear
+from surge.models.layers import mlp, mlp_out_dim, orthogonal_linear
+from surge.models.numpy_net import VALUE_GAIN
 
 
 class ActorCritic(nn.Module):

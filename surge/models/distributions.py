@@ -17,7 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from surge.envs.spaces import action_spec
-from surge.models.layers import POLICY_GAIN, orthogonal_linear
+from surge.models.layers import orthogonal_linear
+from surge.models.numpy_net import POLICY_GAIN
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 

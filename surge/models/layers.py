@@ -4,11 +4,11 @@ Orthogonal initialisation with per-layer gains follows CleanRL's `layer_init`: h
 use gain sqrt(2) so activations keep their scale through the torso, the policy output uses
 0.01 so the initial policy is close to uniform (or to a zero-mean Gaussian), and the value
 output uses 1.0. PPO is known to be sensitive to this choice (Andrychowicz et al. 2021).
+The gains live in numpy_net.py, whose numpy initialisation uses the same ones.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -17,10 +17,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from surge.config.schema import Activation
-
-HIDDEN_GAIN = math.sqrt(2.0)
-POLICY_GAIN = 0.01
-VALUE_GAIN = 1.0
+from surge.models.numpy_net import HIDDEN_GAIN, mlp_backward, mlp_forward
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -90,32 +87,20 @@ def _as_numpy(t: Tensor) -> np.ndarray:
 
 
 class _MLPFunction(torch.autograd.Function):
-    """h_{k+1} = act(h_k W_k^T + b_k) for each layer (no act after a head layer), in numpy;
-    backward by the chain rule: g_k = g_{k+1}' * act'(h_{k+1}), dW_k = g_k^T h_k,
-    db_k = sum g_k, g_{k-1}' = g_k W_k."""
+    """`mlp_forward` / `mlp_backward` (models/numpy_net.py) as one autograd node."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, activation: str, has_head: bool, *params: Tensor) -> Tensor:
         weights = [_as_numpy(w) for w in params[0::2]]
-        h = _as_numpy(x)
-        hidden = [h]
-        for k, (weight, bias) in enumerate(zip(weights, params[1::2], strict=True)):
-            z = np.matmul(h, weight.T)
-            z += _as_numpy(bias)
-            if has_head and k == len(weights) - 1:
-                h = z
-            elif activation == "relu":
-                h = np.maximum(z, 0.0, out=z)
-            else:
-                h = np.tanh(z, out=z)
-            hidden.append(h)
+        layers = list(zip(weights, [_as_numpy(b) for b in params[1::2]], strict=True))
+        hidden = mlp_forward(_as_numpy(x), layers, activation, has_head)
         ctx.activation, ctx.has_head, ctx.hidden, ctx.weights = (
             activation,
             has_head,
             hidden,
             weights,
         )
-        out = torch.from_numpy(h)
+        out = torch.from_numpy(hidden[-1])
         ctx.save_for_backward(out)  # so that autograd's version check catches in-place edits
         return out
 
@@ -123,23 +108,17 @@ class _MLPFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         ctx.saved_tensors  # noqa: B018 - raises if the output was modified in place
-        hidden, weights = ctx.hidden, ctx.weights
-        g = _as_numpy(grad.contiguous())
-        grads: list[Tensor | None] = [None, None] * len(weights)
-        for k in range(len(weights) - 1, -1, -1):
-            out = hidden[k + 1]
-            if ctx.has_head and k == len(weights) - 1:
-                pass  # the head layer is linear
-            elif ctx.activation == "relu":
-                g = g * (out > 0)
-            else:
-                g = g * (1.0 - out * out)
-            grads[2 * k] = torch.from_numpy(np.matmul(g.T, hidden[k]))
-            grads[2 * k + 1] = torch.from_numpy(g.sum(0))
-            if k > 0 or ctx.needs_input_grad[0]:
-                g = np.matmul(g, weights[k])
-        input_grad = torch.from_numpy(g) if ctx.needs_input_grad[0] else None
-        return (input_grad, None, None, *grads)
+        layer_grads, input_grad = mlp_backward(
+            _as_numpy(grad.contiguous()),
+            ctx.hidden,
+            ctx.weights,
+            ctx.activation,
+            ctx.has_head,
+            input_grad=ctx.needs_input_grad[0],
+        )
+        grads = [torch.from_numpy(g) for pair in layer_grads for g in pair]
+        x_grad = torch.from_numpy(input_grad) if input_grad is not None else None
+        return (x_grad, None, None, *grads)
 
 
 def mlp_out_dim(in_dim: int, hidden_sizes: list[int]) -> int:

@@ -102,6 +102,19 @@ def layout_size(layout: NumpyLayout) -> int:
     return sum(math.prod(shape) for _, shape in layout.params)
 
 
+def flat_features(layout: NumpyLayout, obs: dict[str, np.ndarray]) -> np.ndarray:
+    """`FlatEncoder` in numpy: [B, features] float32 from a dict of [B, ...] fields."""
+    parts = []
+    for key, n, start in layout.fields:
+        x = obs[key]
+        if n:
+            idx = x.reshape(len(x)).astype(np.int64) - start
+            parts.append(np.eye(n, dtype=np.float32)[idx])
+        else:
+            parts.append(x.reshape(len(x), -1).astype(np.float32, copy=False))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+
 class NumpyPolicy:
     """`act(obs) -> (action, logp, value)` with the same maths as `ActorCritic.act`.
 
@@ -139,15 +152,7 @@ class NumpyPolicy:
         self._act = np.tanh if layout.activation == "tanh" else _relu
 
     def features(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        parts = []
-        for key, n, start in self.layout.fields:
-            x = obs[key]
-            if n:
-                idx = x.reshape(len(x)).astype(np.int64) - start
-                parts.append(np.eye(n, dtype=np.float32)[idx])
-            else:
-                parts.append(x.reshape(len(x), -1).astype(np.float32, copy=False))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+        return flat_features(self.layout, obs)
 
     def _torso(self, x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         for wt, b in layers:

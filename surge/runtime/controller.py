@@ -25,6 +25,7 @@ from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress
 from surge.tracking.run_dir import create_run_dir
 from surge.workers.base import RunContext
+from surge.workers.learners import backend_name
 
 # Sections and keys that define what a checkpoint holds: changing them on resume cannot work.
 RATE_WINDOW_S = 5.0  # the live display's steps/s is measured over this window
@@ -119,7 +120,10 @@ def _run(
         checkpoint=str(checkpoint) if checkpoint else None,
         resumes=resumes,
     )
-    _print_header(cfg, run_dir, graph.workers, checkpoint)
+    learner = backend_name(ctx)  # here, so that a backend the model cannot use fails early
+    if learner == "torch":
+        learner += f" {importlib.metadata.version('torch')}"
+    _print_header(cfg, run_dir, graph.workers, checkpoint, learner)
     progress = Progress(cfg.total_env_steps, enabled=cfg.log.progress)
 
     recent: deque[tuple[float, float]] = deque()  # (time, env_steps) over the last seconds
@@ -189,7 +193,11 @@ def _number(value: object) -> float:
 
 
 def _print_header(
-    cfg: ExperimentConfig, run_dir: Path, workers: list[WorkerSpec], checkpoint: Path | None
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    workers: list[WorkerSpec],
+    checkpoint: Path | None,
+    learner: str,
 ) -> None:
     w = cfg.workers
     names = ", ".join(s.name for s in workers)
@@ -200,7 +208,7 @@ def _print_header(
     print(
         f"  workers: {names}; {cfg.total_envs} envs ({w.actors} actors x {w.ring_size} groups x "
         f"{w.envs_per_group}); max_policy_lag={cfg.max_policy_lag}; inference {w.inference}; "
-        f"torch {importlib.metadata.version('torch')}",
+        f"learner {learner}",
         file=sys.stderr,
     )
     if checkpoint is not None:

@@ -112,3 +112,17 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     )
     p = state["python"]
     random.setstate((p["version"], tuple(int(x) for x in p["internal"].tolist()), p["gauss_next"]))
+
+
+def as_tensors(obj: Any) -> Any:
+    """`obj` with every numpy array or scalar inside (dicts, lists, tuples) turned into a
+    torch tensor, so a numpy learner's state saves in the weights_only-safe form."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    if isinstance(obj, np.generic):
+        return torch.tensor(obj.item(), dtype=torch.from_numpy(np.asarray(obj)).dtype)
+    if isinstance(obj, dict):
+        return {k: as_tensors(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(as_tensors(v) for v in obj)
+    return obj

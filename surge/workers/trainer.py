@@ -15,27 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from surge.algos.ppo import PPOLearner, RolloutBatch
 from surge.errors import UserError
-from surge.models.actor_critic import ActorCritic
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.runtime.graph import param_subscribers
 from surge.streams.params import ParameterService
-from surge.streams.sample import SampleConsumer, lives_are_unmixed, prefixed
+from surge.streams.sample import SampleConsumer, lives_are_unmixed
 from surge.streams.transport import Transport
 from surge.tracking import timing
-from surge.tracking.checkpoint import (
-    load_checkpoint,
-    restore_rng_state,
-    rng_state_to_tensors,
-    save_checkpoint,
-)
 from surge.tracking.metrics import MetricsWriter
 from surge.tracking.timing import COPY, LEARN
-from surge.workers.base import RunContext, derive_seed
-from surge.workers.weights import model_to_flat
+from surge.workers.base import RunContext
+from surge.workers.learners import make_backend
 
 CHECKPOINT_FORMAT = 2  # 2: FusedAdam's optimizer state (algos/adam.py)
 
@@ -49,12 +40,8 @@ class TrainerWorker:
         self.ctx = ctx
         self.control = control
         self.timers = control.timers
-        torch.set_num_threads(cfg.workers.trainer_threads)
-        torch.manual_seed(derive_seed(cfg.seed, "model"))
-        self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
-        self.generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "trainer"))
-        vtrace = cfg.appo if cfg.algo == "appo" else None
-        self.learner = PPOLearner(self.model, cfg.ppo, self.generator, vtrace)
+        # model.backend: numpy for MLPs (no torch import in this process), else torch
+        self.learner = make_backend(ctx)
         self.consumer = SampleConsumer(transport, cfg.max_policy_lag + 1, ctx.start_version)
         channels = [transport.channel(name) for name in param_subscribers(cfg)]
         self.params = ParameterService(transport, subscribers=channels)
@@ -66,6 +53,8 @@ class TrainerWorker:
         self.recent_returns: deque[float] = deque(maxlen=cfg.return_window)
         self.recent_lengths: deque[float] = deque(maxlen=cfg.return_window)
         if ctx.checkpoint is not None:
+            from surge.tracking.checkpoint import load_checkpoint
+
             self._restore(load_checkpoint(Path(ctx.checkpoint)))
         resumed_at = self.env_steps if ctx.checkpoint is not None else None
         self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at)
@@ -79,7 +68,7 @@ class TrainerWorker:
         self._latest_stats: dict[str, float] = {}
         self._timing_at_last_log = self.control.timing.sum(axis=0)
         self.params.reset()
-        self.params.publish(self.version, model_to_flat(self.model))
+        self.params.publish(self.version, self.learner.flat_parameters())
 
     # ------------------------------------------------------------------ main loop
 
@@ -122,11 +111,11 @@ class TrainerWorker:
             max(0.0, 1.0 - self.env_steps / cfg.total_env_steps) if cfg.ppo.anneal_lr else 1.0
         )
         clock = self.timers.now()
-        self._latest_stats = self.learner.update(_rollout_batch(arrays, cfg.ppo.rollout_len), lr)
+        self._latest_stats = self.learner.update(arrays, lr)
         clock = self.timers.add(LEARN, clock)
         self.version += 1
         self.env_steps += cfg.batch_steps
-        self.params.publish(self.version, model_to_flat(self.model))
+        self.params.publish(self.version, self.learner.flat_parameters())
         self.timers.add(COPY, clock)
         self.control.set_progress(  # every update, for a live display; rates come with logs
             env_steps=self.env_steps,
@@ -200,8 +189,13 @@ class TrainerWorker:
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self) -> None:
+        # torch writes the file: a numpy-backend trainer imports it here, the first time
+        from surge.tracking.checkpoint import as_tensors, rng_state_to_tensors, save_checkpoint
+
+        model, learner = self.learner.state()
         state = {
             "format": CHECKPOINT_FORMAT,
+            "backend": self.learner.name,
             "version": self.version,
             "env_steps": self.env_steps,
             "episodes": self.episodes,
@@ -209,22 +203,30 @@ class TrainerWorker:
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
             "resumes": self.ctx.resumes,
-            "model": self.model.state_dict(),
-            "learner": self.learner.state_dict(),
+            "model": as_tensors(model),
+            "learner": as_tensors(learner),
             "rng": rng_state_to_tensors(),
         }
         save_checkpoint(self.ctx.run_dir, state, self.version, self.cfg.log.keep_checkpoints)
         self._last_checkpoint = time.monotonic()
 
     def _restore(self, state: dict[str, Any]) -> None:
+        from surge.tracking.checkpoint import restore_rng_state
+
         if state.get("format") != CHECKPOINT_FORMAT:
             raise UserError(
                 f"this checkpoint has format {state.get('format')}, this surge writes and "
                 f"reads format {CHECKPOINT_FORMAT}",
                 "resume it with the surge version that wrote it, or start a new run",
             )
-        self.model.load_state_dict(state["model"])
-        self.learner.load_state_dict(state["learner"])
+        backend = state.get("backend", "torch")
+        if backend != self.learner.name:
+            raise UserError(
+                f"this checkpoint was written by the {backend} learner, and this run's "
+                f"model.backend selects the {self.learner.name} one",
+                f"resume with model.backend={backend}",
+            )
+        self.learner.load(state["model"], state["learner"])
         restore_rng_state(state["rng"])
         self.version = int(state["version"])
         self.env_steps = int(state["env_steps"])
@@ -242,31 +244,14 @@ class TrainerWorker:
         self.metrics.close()
 
 
-def _rollout_batch(arrays: dict[str, np.ndarray], steps: int) -> RolloutBatch:
-    """Zero-copy tensors over batch views (the slot is not rewritten until the next publish)."""
-    obs = {k: torch.from_numpy(v) for k, v in prefixed(arrays, "obs/").items()}
-    return RolloutBatch(
-        obs={k: v[:steps] for k, v in obs.items()},
-        last_obs={k: v[steps] for k, v in obs.items()},
-        final_obs={k: torch.from_numpy(v) for k, v in prefixed(arrays, "final_obs/").items()},
-        actions=torch.from_numpy(arrays["action"]),
-        logp=torch.from_numpy(arrays["logp"]),
-        values=torch.from_numpy(arrays["value"]),
-        rewards=torch.from_numpy(arrays["reward"]),
-        terminated=torch.from_numpy(arrays["terminated"]),
-        truncated=torch.from_numpy(arrays["truncated"]),
-    )
-
-
 def warm_up() -> None:
     """What a trainer process can do before it knows its run (surge/runtime/warm.py calls
-    this while the controller starts): the first calls into torch's libraries (LAPACK for
-    the orthogonal init, GEMM, the autograd engine), which load and set up state on first
-    use. Uses its own generator: the global seed is untouched. TensorBoard's import (about
-    0.15 s) is left to MetricsWriter's thread, which overlaps it with the first updates:
-    here it would delay them, since this runs after the controller has sent the worker's
-    arguments."""
-    g = torch.Generator().manual_seed(0)
-    w = torch.nn.init.orthogonal_(torch.empty(16, 16), generator=g)
-    x = torch.randn(8, 16, generator=g, requires_grad=True)
-    torch.tanh(x @ w).sum().backward()
+    this while the controller starts): import the numpy learner and make numpy's first
+    LAPACK and BLAS calls (the orthogonal init's QR), which load state on first use. torch
+    is not imported here: a numpy-backend run never needs it (models/numpy_net.py), and a
+    torch-backend one imports it when its learner is built. TensorBoard's import is left
+    to MetricsWriter's thread, which overlaps it with the first updates."""
+    from surge.algos.numpy_ppo import NumpyPPOLearner  # noqa: F401
+    from surge.models.numpy_net import orthogonal
+
+    orthogonal(np.random.default_rng(0), (16, 8), 1.0) @ np.ones((8, 4), np.float32)

@@ -148,18 +148,6 @@ def test_warm_trainer_process_becomes_the_trainer(run_dir: Path) -> None:
     assert not process.is_alive() and unused.process is None
 
 
-def test_prefetch_reads_ahead_the_libraries_of_a_package() -> None:
-    import os
-
-    from surge.runtime.warm import prefetch_package
-
-    if not hasattr(os, "posix_fadvise"):
-        pytest.skip("no posix_fadvise on this platform")
-    assert prefetch_package("torch") >= 3  # libtorch_cpu, libc10, torch/_C ...
-    assert prefetch_package("surge") == 0  # pure Python: nothing to read ahead
-    assert prefetch_package("no_such_package_here") == 0
-
-
 def test_multiple_actors_and_policy_workers(run_dir: Path) -> None:
     result = _train(
         run_dir,

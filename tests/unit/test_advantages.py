@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -88,13 +89,32 @@ def test_gae_keeps_dtype_and_rejects_mismatched_shapes() -> None:
 
 
 def test_normalize() -> None:
-    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    from surge.algos.losses import normalize as normalize_tensor
+
+    x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
     out = normalize(x)
     # mean 2.5, unbiased std sqrt(5/3)
-    expected = (x - 2.5) / (torch.tensor(5.0 / 3.0).sqrt() + 1e-8)
-    torch.testing.assert_close(out, expected)
-    assert out.mean().abs().item() < 1e-6
-    assert normalize(torch.tensor([3.0])).item() == 0.0
+    expected = (x - 2.5) / (np.sqrt(5.0 / 3.0) + 1e-8)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert out.dtype == np.float32 and abs(out.mean()) < 1e-6
+    assert normalize(np.array([3.0], np.float32)).item() == 0.0
+    # the tensor version (any device) is the same function
+    torch.testing.assert_close(normalize_tensor(torch.from_numpy(x)), torch.from_numpy(out))
+    assert normalize_tensor(torch.tensor([3.0])).item() == 0.0
+
+
+def test_gae_and_vtrace_take_numpy_arrays_and_tensors_alike() -> None:
+    rng = np.random.default_rng(0)
+    r, v, nv, lr = (rng.standard_normal((5, 3)).astype(np.float32) for _ in range(4))
+    term = rng.random((5, 3)) < 0.2
+    done = term | (rng.random((5, 3)) < 0.2)
+    for fn, extra in ((gae, ()), (vtrace, (lr,))):
+        a_np, t_np = fn(r, v, nv, term, done, *extra, 0.9, 0.8)
+        a_t, t_t = fn(*(torch.from_numpy(x) for x in (r, v, nv, term, done, *extra)), 0.9, 0.8)
+        assert isinstance(a_np, np.ndarray) and isinstance(a_t, torch.Tensor)
+        assert a_np.dtype == np.float32 and t_np.dtype == np.float32
+        np.testing.assert_array_equal(a_np, a_t.numpy())
+        np.testing.assert_array_equal(t_np, t_t.numpy())
 
 
 def test_vtrace_hand_computed_off_policy() -> None:

@@ -6,8 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from surge.algos.advantages import normalize
-from surge.algos.losses import LOSS_STATS, clipped_surrogate_loss, ppo_loss, value_loss
+from surge.algos.losses import (
+    clipped_surrogate_loss,
+    normalize,
+    ppo_loss,
+    value_loss,
+)
+from surge.algos.numpy_ppo import LOSS_STATS
 
 B = 256
 CLIP = 0.2

@@ -1,0 +1,266 @@
+"""The numpy learner (models/numpy_net.py, algos/numpy_ppo.py) computes what the torch one
+computes: network outputs, every gradient, Adam, and whole PPO / APPO updates."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from surge.algos.adam import FusedAdam
+from surge.algos.batch import RolloutBatch
+from surge.algos.flat_params import FlatParameters
+from surge.algos.numpy_ppo import NumpyAdam, NumpyPPOLearner
+from surge.algos.ppo import PPOLearner
+from surge.config.schema import APPOConfig, ModelConfig, PPOConfig
+from surge.models.actor_critic import ActorCritic
+from surge.models.numpy_net import NumpyActorCritic, initial_parameters
+from surge.models.numpy_policy import numpy_layout
+from surge.workers.weights import model_to_flat
+from tests.unit.test_numpy_policy import SPACES
+
+B = 24
+
+
+def _sample(space: gym.Space[Any], n: int, seed: int) -> np.ndarray | dict[str, np.ndarray]:
+    space.seed(seed)
+    rows = [space.sample() for _ in range(n)]
+    if isinstance(space, gym.spaces.Dict):
+        return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in space.spaces}
+    return np.stack(rows)
+
+
+def _obs(space: gym.Space[Any], n: int, seed: int) -> dict[str, np.ndarray]:
+    x = _sample(space, n, seed)
+    return x if isinstance(x, dict) else {"obs": x.astype(np.float32)}
+
+
+def _pair(
+    obs_space: Any, action_space: Any, cfg: ModelConfig
+) -> tuple[ActorCritic, NumpyActorCritic]:
+    torch.manual_seed(0)
+    model = ActorCritic(obs_space, action_space, cfg)
+    layout = numpy_layout(obs_space, action_space, cfg)
+    assert layout is not None
+    return model, NumpyActorCritic(layout, model_to_flat(model).copy())
+
+
+@pytest.mark.parametrize(("name", "obs_space", "action_space", "cfg"), SPACES)
+def test_outputs_and_gradients_match_autograd(
+    name: str, obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
+) -> None:
+    model, net = _pair(obs_space, action_space, cfg)
+    obs = _obs(obs_space, B, 1)
+    actions = _sample(action_space, B, 2)
+    t_obs = {k: torch.from_numpy(v) for k, v in obs.items()}
+
+    logp, entropy, value, fwd = net.evaluate(obs, actions)
+    t_logp, t_entropy, t_value = model.evaluate(t_obs, torch.from_numpy(actions))
+    for mine, ref in ((logp, t_logp), (entropy, t_entropy), (value, t_value)):
+        np.testing.assert_allclose(mine, ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(net.value(obs), t_value.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+    rng = np.random.default_rng(3)
+    g_logp, g_entropy, g_value = (rng.standard_normal(B).astype(np.float32) for _ in range(3))
+    grad = net.backward(fwd, g_logp, g_entropy, g_value).copy()
+    loss = sum(
+        (torch.from_numpy(g) * t).sum()
+        for g, t in ((g_logp, t_logp), (g_entropy, t_entropy), (g_value, t_value))
+    )
+    loss.backward(retain_graph=True)
+    ref = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
+    np.testing.assert_allclose(grad, ref, rtol=1e-4, atol=1e-5)
+
+    # Without an entropy term, no gradient comes from it.
+    model.zero_grad()
+    grad = net.backward(fwd, g_logp, None, g_value).copy()
+    sum(
+        (torch.from_numpy(g) * t).sum() for g, t in ((g_logp, t_logp), (g_value, t_value))
+    ).backward()
+    ref = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
+    np.testing.assert_allclose(grad, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_initial_parameters_are_scaled_orthogonal_like_the_torch_model() -> None:
+    obs_space, action_space = gym.spaces.Box(-1, 1, (5,)), gym.spaces.Box(-1, 1, (2,))
+    cfg = ModelConfig(hidden_sizes=[32, 8], log_std_init=-0.5)
+    layout = numpy_layout(obs_space, action_space, cfg)
+    assert layout is not None
+    net = NumpyActorCritic(layout, initial_parameters(layout, np.random.default_rng(0), -0.5))
+    gains = {
+        "actor_torso.0": 2.0,
+        "actor_torso.2": 2.0,
+        "action_head.linear": 1e-4,
+        "value_head": 1.0,
+    }
+    for prefix, gain_sq in gains.items():
+        w = net.w[f"{prefix}.weight"].astype(np.float64)
+        small = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+        np.testing.assert_allclose(small, gain_sq * np.eye(len(small)), atol=1e-5 * max(1, gain_sq))
+        assert not net.w[f"{prefix}.bias"].any()
+    np.testing.assert_array_equal(net.w["action_head.log_std"], [-0.5, -0.5])
+    again = initial_parameters(layout, np.random.default_rng(0), -0.5)
+    np.testing.assert_array_equal(net.flat, again)  # the seed fixes the init
+
+
+def test_adam_matches_torch() -> None:
+    model = torch.nn.Linear(7, 3)
+    flat = FlatParameters(model)
+    ref = FusedAdam(flat, lr=3e-3, eps=1e-5)
+    params = flat.data.numpy().copy()
+    mine = NumpyAdam(params, lr=3e-3, eps=1e-5)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        g = rng.standard_normal(params.shape).astype(np.float32)
+        flat.grad.copy_(torch.from_numpy(g))
+        ref.step()
+        mine.step(g)
+    np.testing.assert_allclose(params, flat.data.numpy(), rtol=1e-6, atol=1e-7)
+    state = mine.state_dict(lambda x: [x[:21], x[21:]])
+    other = NumpyAdam(params.copy(), lr=1.0)
+    other.load_state_dict(state)
+    assert other.steps == 5 and other.lr == 3e-3
+    np.testing.assert_array_equal(other.exp_avg_sq, mine.exp_avg_sq)
+
+
+OBS = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (3,)), "mode": gym.spaces.Discrete(3)})
+T, N = 8, 4
+
+
+def _batch(model: ActorCritic, action_space: gym.Space[Any]) -> RolloutBatch:
+    g = torch.Generator().manual_seed(1)
+
+    def obs(*lead: int) -> dict[str, torch.Tensor]:
+        return {
+            "pos": torch.rand((*lead, 3), generator=g) * 2 - 1,
+            "mode": torch.randint(0, 3, lead, generator=g),
+        }
+
+    o = obs(T, N)
+    actions, logp, values = model.act(
+        {k: v.reshape(T * N, *v.shape[2:]) for k, v in o.items()}, generator=g
+    )
+    terminated = torch.zeros(T, N, dtype=torch.bool)
+    truncated = torch.zeros(T, N, dtype=torch.bool)
+    terminated[2, 0] = truncated[5, 1] = truncated[T - 1, 3] = True
+    return RolloutBatch(
+        obs=o,
+        last_obs=obs(N),
+        final_obs=obs(T, N),
+        actions=actions.reshape(T, N, *actions.shape[1:]),
+        logp=logp.reshape(T, N) - 0.05,  # a behaviour policy that is not the current one
+        values=values.reshape(T, N),
+        rewards=torch.randn(T, N, generator=g),
+        terminated=terminated,
+        truncated=truncated,
+    )
+
+
+class _InOrder:
+    """A 'generator' that does not shuffle, so both learners see the same minibatches."""
+
+    def permutation(self, n: int) -> np.ndarray:
+        return np.arange(n)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "appo"])
+@pytest.mark.parametrize(
+    "action_space",
+    [gym.spaces.Discrete(4), gym.spaces.MultiDiscrete([3, 2]), gym.spaces.Box(-1, 1, (2,))],
+    ids=["discrete", "multidiscrete", "box"],
+)
+@pytest.mark.parametrize("clip_vloss", [True, False])
+def test_update_matches_the_torch_learner(
+    algo: str, action_space: gym.Space[Any], clip_vloss: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = PPOConfig(epochs=2, minibatches=4, ent_coef=0.01, clip_vloss=clip_vloss, lr=1e-3)
+    vtrace = APPOConfig() if algo == "appo" else None
+    model, net = _pair(OBS, action_space, ModelConfig(hidden_sizes=[16, 16]))
+    batch = _batch(model, action_space)
+    np_batch = RolloutBatch(
+        **{
+            k: ({kk: vv.numpy() for kk, vv in v.items()} if isinstance(v, dict) else v.numpy())
+            for k, v in vars(batch).items()
+        }
+    )
+    monkeypatch.setattr(torch, "randperm", lambda n, generator=None: torch.arange(n))
+    ref = PPOLearner(model, cfg, torch.Generator(), vtrace)
+    mine = NumpyPPOLearner(net, cfg, _InOrder(), vtrace)  # type: ignore[arg-type]
+    for _ in range(2):
+        ref_stats = ref.update(batch, lr=1e-3)
+        stats = mine.update(np_batch, lr=1e-3)
+    np.testing.assert_allclose(net.flat, model_to_flat(model), rtol=1e-4, atol=1e-5)
+    assert stats.keys() == ref_stats.keys()
+    for key, value in ref_stats.items():
+        assert stats[key] == pytest.approx(value, rel=1e-3, abs=1e-5), key
+
+
+def test_learner_state_round_trips() -> None:
+    space = gym.spaces.Discrete(4)
+    _, net = _pair(OBS, space, ModelConfig(hidden_sizes=[8]))
+    model, _ = _pair(OBS, space, ModelConfig(hidden_sizes=[8]))
+    np_batch_src = _batch(model, space)
+    np_batch = RolloutBatch(
+        **{
+            k: ({kk: vv.numpy() for kk, vv in v.items()} if isinstance(v, dict) else v.numpy())
+            for k, v in vars(np_batch_src).items()
+        }
+    )
+    cfg = PPOConfig(epochs=1, minibatches=2)
+    first = NumpyPPOLearner(net, cfg, np.random.default_rng(5))
+    first.update(np_batch, 1e-3)
+    saved, params = first.state_dict(), net.flat.copy()
+    first.update(np_batch, 1e-3)
+    after = net.flat.copy()
+
+    net.flat[...] = params
+    second = NumpyPPOLearner(net, cfg, np.random.default_rng(99))
+    second.load_state_dict(saved)
+    second.update(np_batch, 1e-3)
+    np.testing.assert_array_equal(net.flat, after)  # same moments, same shuffles
+
+
+def test_a_numpy_backend_trainer_never_imports_torch() -> None:
+    """The real trainer and actor workers, driven in one process for a few updates."""
+    script = """
+import sys, tempfile
+from pathlib import Path
+from surge.config.load import load_config
+from surge.envs.make import probe_env
+from surge.runtime.control import Control
+from surge.runtime.controller import _count_params
+from surge.runtime.graph import build_graph, build_worker
+from surge.streams.transport import InlineTransport
+from surge.workers.base import RunContext
+
+cfg, _ = load_config("cartpole-appo", ["log.progress=false"])
+env = probe_env(cfg.env, cfg.seed)
+n_params = _count_params(cfg, env)
+graph = build_graph(cfg, env, n_params)
+ctx = RunContext(cfg=cfg, env=env, run_dir=Path(tempfile.mkdtemp()), n_params=n_params)
+transport = InlineTransport(graph.layouts, graph.channels)
+Control(transport).reset()
+workers = [
+    build_worker(s, ctx, transport, Control(transport, i), life=0)
+    for i, s in enumerate(graph.workers)
+]
+trainer = workers[0]
+for _ in range(10_000):
+    for w in workers:
+        w.poll(0.0)
+    if trainer.version >= 5:
+        break
+assert trainer.version >= 5, trainer.version
+assert trainer.learner.name == "numpy"
+print("torch" in sys.modules)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
