@@ -18,15 +18,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
-import numpy as np
+# As in surge's trainer process (surge/runtime/warm.py): one OpenMP / BLAS thread unless the
+# torch learner raises torch's count; the numpy learner computes on one.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from surge.config.load import load_config
-from surge.config.schema import ExperimentConfig
-from surge.envs.group import make_group
-from surge.envs.make import probe_env
+import numpy as np  # noqa: E402 - after the thread settings, which numpy reads on import
+
+from surge.config.load import load_config  # noqa: E402
+from surge.config.schema import ExperimentConfig  # noqa: E402
+from surge.envs.group import make_group  # noqa: E402
+from surge.envs.make import probe_env  # noqa: E402
 
 
 def env_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:

@@ -115,11 +115,22 @@ def flat_features(layout: NumpyLayout, obs: dict[str, np.ndarray]) -> np.ndarray
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
 
 
+FUSE_MAX_WIDTH = 256
+"""Separate actor and critic torsos run as one network (block-diagonal weights) when their
+widths add up to at most this: one matmul per layer instead of two, for twice the flops,
+which is the better trade while the matmuls are small."""
+
+
 class NumpyPolicy:
     """`act(obs) -> (action, logp, value)` with the same maths as `ActorCritic.act`.
 
-    `flat` is the parameter vector (float32); the weights are views into it, so writing new
-    parameters into `flat` in place updates the policy.
+    `flat` is the parameter vector (float32). The policy computes from its own arrangement
+    of the weights: after writing new parameters into `flat`, call `reload()`.
+
+    Why the arrangement: acting batches are a few rows, so the cost is the number of numpy
+    calls, not flops. The two heads become one matrix (logits and value in one matmul) and
+    separate actor and critic torsos one network with block-diagonal weights
+    (`FUSE_MAX_WIDTH`): a CartPole `act` is three matmuls and two tanh.
     """
 
     def __init__(self, layout: NumpyLayout, flat: np.ndarray, rng: np.random.Generator) -> None:
@@ -127,46 +138,81 @@ class NumpyPolicy:
             raise ValueError(f"flat parameters: want {layout_size(layout)} float32 values")
         self.layout = layout
         self.rng = rng
+        self.flat = flat
         w: dict[str, np.ndarray] = {}
         offset = 0
         for name, shape in layout.params:
             n = math.prod(shape)
             w[name] = flat[offset : offset + n].reshape(shape)
             offset += n
-        # Pre-transposed views: x @ W.T without a transpose per call.
-        self._actor = [
-            (w[f"actor_torso.{2 * i}.weight"].T, w[f"actor_torso.{2 * i}.bias"])
-            for i in range(layout.layers)
-        ]
-        self._critic = (
-            None
-            if layout.shared
-            else [
-                (w[f"critic_torso.{2 * i}.weight"].T, w[f"critic_torso.{2 * i}.bias"])
-                for i in range(layout.layers)
-            ]
-        )
-        self._head = (w["action_head.linear.weight"].T, w["action_head.linear.bias"])
-        self._log_std = w.get("action_head.log_std")
-        self._value = (w["value_head.weight"].T, w["value_head.bias"])
+        self._w = w
+        widths = [shape[0] for name, shape in layout.params if name.startswith("actor_torso")]
+        widths = widths[0::2]  # weight, bias, weight, ...
+        self._fused = not layout.shared and 2 * max(widths, default=0) <= FUSE_MAX_WIDTH
         self._act = np.tanh if layout.activation == "tanh" else _relu
+        self._arange = np.arange(0)
+        self.reload()
+
+    def reload(self) -> None:
+        """Rebuild the policy's weights from `flat` (after new parameters were written)."""
+        w, lay = self._w, self.layout
+
+        def layer(torso: str, i: int) -> tuple[np.ndarray, np.ndarray]:
+            return w[f"{torso}.{2 * i}.weight"].T, w[f"{torso}.{2 * i}.bias"]
+
+        heads_w = [w["action_head.linear.weight"], w["value_head.weight"]]
+        heads_b = np.concatenate([w["action_head.linear.bias"], w["value_head.bias"]])
+        if lay.shared:
+            self._torsos = [[layer("actor_torso", i) for i in range(lay.layers)]]
+            self._heads = [(np.concatenate(heads_w).T.copy(), heads_b)]
+        elif self._fused:
+            torso: list[tuple[np.ndarray, np.ndarray]] = []
+            for i in range(lay.layers):
+                (wa, ba), (wc, bc) = layer("actor_torso", i), layer("critic_torso", i)
+                rows_a = 0 if i == 0 else wa.shape[0]  # layer 0 reads the shared input
+                fused = np.zeros((rows_a + wc.shape[0], wa.shape[1] + wc.shape[1]), np.float32)
+                fused[: wa.shape[0], : wa.shape[1]] = wa
+                fused[rows_a:, wa.shape[1] :] = wc
+                torso.append((fused, np.concatenate([ba, bc])))
+            self._torsos = [torso]
+            wh, wv = heads_w
+            head = np.zeros((wh.shape[1] + wv.shape[1], wh.shape[0] + 1), np.float32)
+            head[: wh.shape[1], :-1] = wh.T
+            head[wh.shape[1] :, -1:] = wv.T
+            self._heads = [(head, heads_b)]
+        else:
+            self._torsos = [
+                [layer(t, i) for i in range(lay.layers)] for t in ("actor_torso", "critic_torso")
+            ]
+            self._heads = [
+                (w["action_head.linear.weight"].T, w["action_head.linear.bias"]),
+                (w["value_head.weight"].T, w["value_head.bias"]),
+            ]
+        self._log_std = w.get("action_head.log_std")
 
     def features(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         return flat_features(self.layout, obs)
 
-    def _torso(self, x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        for wt, b in layers:
-            x = self._act(x @ wt + b)
-        return x
+    def _outputs(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(action distribution parameters [B, out], value [B])."""
+        outs = []
+        for torso, (wt, b) in zip(self._torsos, self._heads, strict=True):
+            h = x
+            for lw, lb in torso:
+                z = h @ lw
+                z += lb
+                h = self._act(z, out=z)
+            out = h @ wt
+            out += b
+            outs.append(out)
+        if len(outs) == 1:
+            return outs[0][:, :-1], outs[0][:, -1]
+        return outs[0], outs[1][:, 0]
 
     def act(
         self, obs: dict[str, np.ndarray], deterministic: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        x = self.features(obs)
-        pi = self._torso(x, self._actor)
-        v = pi if self._critic is None else self._torso(x, self._critic)
-        value = (v @ self._value[0] + self._value[1])[:, 0]
-        params = pi @ self._head[0] + self._head[1]
+        params, value = self._outputs(self.features(obs))
         lay = self.layout
         if lay.head == "gaussian":
             assert self._log_std is not None
@@ -178,20 +224,23 @@ class NumpyPolicy:
             z = (action - params) * np.exp(-self._log_std)
             logp = (-0.5 * z * z - self._log_std - _LOG_SQRT_2PI).sum(-1)
             return action.astype(np.float32), logp.astype(np.float32), value
-        idx_parts, logp = [], np.zeros(len(params), np.float32)
+        rows = len(params)
+        if len(self._arange) != rows:
+            self._arange = np.arange(rows)
+        idx_parts, logp = [], np.zeros(rows, np.float32)
         col = 0
         for n in lay.nvec:
             logits = params[:, col : col + n]
             col += n
             shifted = logits - logits.max(-1, keepdims=True)
-            logp_all = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+            weights = np.exp(shifted)
+            total = weights.sum(-1)
             if deterministic:
                 idx = logits.argmax(-1)
             else:  # inverse CDF, one uniform per row, as surge.models.distributions does
-                cdf = np.exp(logp_all).cumsum(-1)
-                u = self.rng.random((len(cdf), 1), dtype=np.float32)
-                idx = np.minimum((cdf < u).sum(-1), n - 1)
-            logp += np.take_along_axis(logp_all, idx[:, None], -1)[:, 0]
+                u = self.rng.random(rows, dtype=np.float32) * total
+                idx = np.minimum((weights.cumsum(-1) < u[:, None]).sum(-1), n - 1)
+            logp += shifted[self._arange, idx] - np.log(total)
             idx_parts.append(idx)
         if lay.head == "categorical":
             action = idx_parts[0] + lay.start[0]
@@ -200,5 +249,5 @@ class NumpyPolicy:
         return action.astype(np.int64), logp, value
 
 
-def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0.0, out=x)
+def _relu(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0, out=out)

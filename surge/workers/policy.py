@@ -65,7 +65,7 @@ class PolicyEngine:
         self.loaded = -1  # version of the parameters in use; -1: none yet
         layout = numpy_layout(ctx.env.observation_space, ctx.env.action_space, cfg.model)
         self.policy: NumpyPolicy | TorchPolicy
-        if layout is not None:  # weights are views of self.flat: a reload needs no copy
+        if layout is not None:  # reads self.flat: `refresh` has it rebuild its weights
             self.policy = NumpyPolicy(layout, self.flat, np.random.default_rng(seed))
         else:
             self.policy = TorchPolicy(ctx, seed)
@@ -83,6 +83,8 @@ class PolicyEngine:
         self.loaded = self.params.read(self.flat)
         if isinstance(self.policy, TorchPolicy):
             self.policy.load(self.flat)
+        else:
+            self.policy.reload()
         return True
 
     def servable(self, groups: set[int]) -> list[int]:

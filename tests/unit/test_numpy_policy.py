@@ -31,6 +31,12 @@ SPACES: list[tuple[str, gym.Space[Any], gym.Space[Any], ModelConfig]] = [
         ModelConfig(),
     ),
     ("gaussian", Box(-1, 1, (3,)), Box(-2, 2, (2,)), ModelConfig(log_std_init=-0.5)),
+    (  # actor + critic wider than FUSE_MAX_WIDTH: the torsos run one after the other
+        "wide-separate-relu",
+        Box(-1, 1, (5,)),
+        gym.spaces.Discrete(3),
+        ModelConfig(hidden_sizes=[160, 8], activation="relu"),
+    ),
     (
         "dict-with-discrete",
         gym.spaces.Dict({"pos": Box(-1, 1, (2,)), "cell": gym.spaces.Discrete(4, start=1)}),
@@ -73,8 +79,9 @@ def test_numpy_policy_matches_torch(
     t_logp_of, _, _ = model.evaluate(t_obs, torch.from_numpy(action))
     np.testing.assert_allclose(logp, t_logp_of.detach().numpy(), rtol=1e-5, atol=1e-5)
 
-    # New parameters written into the flat vector in place are used at once.
+    # New parameters written into the flat vector are used after a reload.
     flat *= 0.0
+    policy.reload()
     _, _, value = policy.act(np_obs, deterministic=True)
     assert np.all(value == 0.0)
 
