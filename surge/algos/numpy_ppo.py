@@ -23,6 +23,7 @@ measure-zero ties outside the clip range, where torch splits a max's gradient in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ import numpy as np
 from surge.algos.advantages import gae, normalize, vtrace
 from surge.algos.batch import RolloutBatch
 from surge.config.schema import APPOConfig, PPOConfig
+from surge.errors import ConfigError
 from surge.models.numpy_net import NumpyActorCritic
 
 LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
@@ -134,7 +136,11 @@ class NumpyAdam:
     applied to the step size and the denominator, eps outside the square root)."""
 
     def __init__(
-        self, params: np.ndarray, lr: float, eps: float = 1e-8, betas=(0.9, 0.999)
+        self,
+        params: np.ndarray,
+        lr: float,
+        eps: float = 1e-8,
+        betas: tuple[float, float] = (0.9, 0.999),
     ) -> None:
         self.params = params
         self.lr = lr
@@ -165,7 +171,7 @@ class NumpyAdam:
         tmp *= np.float32(self.lr / bias1)
         self.params -= tmp
 
-    def state_dict(self, split: Any) -> dict[str, Any]:
+    def state_dict(self, split: Callable[[np.ndarray], list[np.ndarray]]) -> dict[str, Any]:
         """In FusedAdam's layout (algos/adam.py): per-parameter lists, via `split`."""
         n = len(split(self.exp_avg))
         return {
@@ -315,14 +321,12 @@ class NumpyPPOLearner:
 
     def split(self, flat: np.ndarray) -> list[np.ndarray]:
         """Views of a buffer laid out like the parameters, one per parameter tensor."""
-        views = self.net._views(flat)
+        views = self.net.views(flat)
         return [views[name] for name, _ in self.net.layout.params]
 
 
 def check_minibatches(cfg: PPOConfig, T: int, N: int) -> int:
     """cfg.minibatches, after checking it (and the epochs) against a [T, N] batch."""
-    from surge.errors import ConfigError
-
     size = T * N
     if cfg.epochs < 1:
         raise ConfigError(f"ppo.epochs={cfg.epochs} must be at least 1", "set ppo.epochs >= 1")

@@ -185,11 +185,12 @@ class NumpyActorCritic:
         self.layout = layout
         self.flat = flat
         self.grad = np.zeros_like(flat)
-        self.w = self._views(flat)
-        self.g = self._views(self.grad)
+        self.w = self.views(flat)
+        self.g = self.views(self.grad)
         self.activation = layout.activation
 
-    def _views(self, buffer: np.ndarray) -> dict[str, np.ndarray]:
+    def views(self, buffer: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-parameter views (state-dict names and shapes) of a buffer laid out as `flat`."""
         views: dict[str, np.ndarray] = {}
         offset = 0
         for name, shape in self.layout.params:
