@@ -57,21 +57,14 @@ def env_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
     return {"env_steps_per_s": steps / wall, "envs": n, "cpu_per_wall": cpu_used / wall}
 
 
-def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
+def synthetic_batch(cfg: ExperimentConfig, env: Any, model: Any, g: Any) -> Any:
+    """A torch RolloutBatch of the config's shape: random observations of the env's fields,
+    sampled actions, the model's log-probs and values, random rewards, a few terminations."""
     import torch
 
-    from surge.algos.numpy_ppo import NumpyPPOLearner
-    from surge.algos.ppo import PPOLearner, RolloutBatch
-    from surge.models.actor_critic import ActorCritic
-    from surge.models.numpy_net import NumpyActorCritic
-    from surge.models.numpy_policy import numpy_layout
-    from surge.workers.weights import model_to_flat
+    from surge.algos.batch import RolloutBatch
 
-    torch.set_num_threads(cfg.workers.trainer_threads)
-    env = probe_env(cfg.env, cfg.seed)
-    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
     T, N = cfg.ppo.rollout_len, cfg.total_envs
-    g = torch.Generator().manual_seed(0)
 
     def field(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
         if np.issubdtype(dtype, np.integer):
@@ -86,7 +79,7 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
     with torch.no_grad():
         flat = {k: v.reshape(T * N, *v.shape[2:]) for k, v in obs.items()}
         logp, _, values = model.evaluate(flat, actions.reshape(T * N, *actions.shape[2:]))
-    batch = RolloutBatch(
+    return RolloutBatch(
         obs=obs,
         last_obs={k: v[-1] for k, v in obs.items()},
         final_obs={k: torch.zeros_like(v) for k, v in obs.items()},
@@ -97,6 +90,24 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
         terminated=torch.rand(T, N, generator=g) < 0.01,
         truncated=torch.zeros(T, N, dtype=torch.bool),
     )
+
+
+def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
+    import torch
+
+    from surge.algos.numpy_ppo import NumpyPPOLearner
+    from surge.algos.ppo import PPOLearner
+    from surge.models.actor_critic import ActorCritic
+    from surge.models.numpy_net import NumpyActorCritic
+    from surge.models.numpy_policy import numpy_layout
+    from surge.workers.weights import model_to_flat
+
+    torch.set_num_threads(cfg.workers.trainer_threads)
+    env = probe_env(cfg.env, cfg.seed)
+    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    g = torch.Generator().manual_seed(0)
+    batch = synthetic_batch(cfg, env, model, g)
+    T, N = cfg.ppo.rollout_len, cfg.total_envs
     vtrace = cfg.appo if cfg.algo == "appo" else None
     # The backend the trainer would use (surge/workers/learners.py: model.backend)
     layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
@@ -105,12 +116,7 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
     if backend == "numpy":
         net = NumpyActorCritic(layout, model_to_flat(model).copy())
         learner = NumpyPPOLearner(net, cfg.ppo, np.random.default_rng(0), vtrace)
-        batch = RolloutBatch(
-            **{
-                k: ({kk: vv.numpy() for kk, vv in v.items()} if isinstance(v, dict) else v.numpy())
-                for k, v in vars(batch).items()
-            }
-        )
+        batch = batch.map(lambda t: t.numpy())
     else:
         learner = PPOLearner(model, cfg.ppo, g, vtrace)
     learner.update(batch, cfg.ppo.lr)  # warm-up (allocator, kernels)

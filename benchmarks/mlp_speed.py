@@ -30,8 +30,8 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from limits import synthetic_batch  # noqa: E402 - benchmarks/, next to this file
 
-from surge.algos.batch import RolloutBatch  # noqa: E402
 from surge.algos.numpy_ppo import NumpyPPOLearner  # noqa: E402
 from surge.algos.ppo import PPOLearner  # noqa: E402
 from surge.config.load import load_config  # noqa: E402
@@ -91,29 +91,8 @@ def main() -> None:
 
     T, N = cfg.ppo.rollout_len, cfg.total_envs
     gen = torch.Generator().manual_seed(1)
-    obs = {"obs": torch.randn(T + 1, N, *env.observation_space.shape, generator=gen)}
-    space = env.action_space
-    space.seed(0)
-    actions = torch.from_numpy(np.stack([space.sample() for _ in range(T * N)]))
-    with torch.no_grad():
-        logp, _, values = model.evaluate({"obs": obs["obs"][:T].reshape(T * N, -1)}, actions)
-    batch = RolloutBatch(
-        obs={"obs": obs["obs"][:T]},
-        last_obs={"obs": obs["obs"][T]},
-        final_obs={"obs": torch.zeros_like(obs["obs"][:T])},
-        actions=actions.reshape(T, N, *actions.shape[1:]),
-        logp=logp.reshape(T, N),
-        values=values.reshape(T, N),
-        rewards=torch.randn(T, N, generator=gen),
-        terminated=torch.rand(T, N, generator=gen) < 0.01,
-        truncated=torch.zeros(T, N, dtype=torch.bool),
-    )
-    np_batch = RolloutBatch(
-        **{
-            k: ({kk: vv.numpy() for kk, vv in v.items()} if isinstance(v, dict) else v.numpy())
-            for k, v in vars(batch).items()
-        }
-    )
+    batch = synthetic_batch(cfg, env, model, gen)
+    np_batch = batch.map(lambda t: t.numpy())
     vtrace = cfg.appo if cfg.algo == "appo" else None
     net = NumpyActorCritic(layout, flat.copy())
     numpy_learner = NumpyPPOLearner(net, cfg.ppo, np.random.default_rng(0), vtrace)

@@ -155,3 +155,13 @@ def vtrace(
     return _like(advantages.astype(dtype, copy=False), example), _like(
         targets.astype(dtype, copy=False), example
     )
+
+
+def vtrace_stats(log_rhos: Array, rho_bar: float) -> dict[str, float]:
+    """The mean importance ratio pi/mu of a batch and the fraction `vtrace` clips."""
+    rhos = np.exp(_numpy(log_rhos))
+    return {
+        "vtrace_rho_mean": float(rhos.mean()),
+        # a margin: rounding puts half of the on-policy ratios just above 1
+        "vtrace_clipped_frac": float((rhos > rho_bar * 1.001).mean()),
+    }

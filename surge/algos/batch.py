@@ -37,6 +37,14 @@ class RolloutBatch:
     truncated: Array
     """[T, N] bool: the episode was cut at t (time limit) and its final obs is in final_obs."""
 
+    def map(self, fn: Callable[[Array], Array]) -> RolloutBatch:
+        """The same batch with `fn` applied to every array (e.g. `lambda t: t.numpy()`)."""
+        fields = {
+            k: {kk: fn(vv) for kk, vv in v.items()} if isinstance(v, dict) else fn(v)
+            for k, v in vars(self).items()
+        }
+        return RolloutBatch(**fields)
+
 
 def slot_batch(
     arrays: dict[str, np.ndarray], steps: int, wrap: Callable[[np.ndarray], Array] = lambda x: x
@@ -44,15 +52,15 @@ def slot_batch(
     """The batch over a slot's arrays without copying (the slot is not rewritten until the
     trainer publishes the next version); `wrap` turns each array into the learner's kind
     (torch.from_numpy for the torch learner)."""
-    obs = {k: wrap(v) for k, v in prefixed(arrays, "obs/").items()}
+    obs = prefixed(arrays, "obs/")
     return RolloutBatch(
         obs={k: v[:steps] for k, v in obs.items()},
         last_obs={k: v[steps] for k, v in obs.items()},
-        final_obs={k: wrap(v) for k, v in prefixed(arrays, "final_obs/").items()},
-        actions=wrap(arrays["action"]),
-        logp=wrap(arrays["logp"]),
-        values=wrap(arrays["value"]),
-        rewards=wrap(arrays["reward"]),
-        terminated=wrap(arrays["terminated"]),
-        truncated=wrap(arrays["truncated"]),
-    )
+        final_obs=prefixed(arrays, "final_obs/"),
+        actions=arrays["action"],
+        logp=arrays["logp"],
+        values=arrays["value"],
+        rewards=arrays["reward"],
+        terminated=arrays["terminated"],
+        truncated=arrays["truncated"],
+    ).map(wrap)

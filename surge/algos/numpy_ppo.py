@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.advantages import gae, normalize, vtrace
+from surge.algos.advantages import gae, normalize, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
 from surge.config.schema import APPOConfig, PPOConfig
 from surge.errors import ConfigError
@@ -244,12 +244,7 @@ class NumpyPPOLearner:
             batch.rewards, values, self._next_values(batch, values), batch.terminated, dones,
             log_rhos, cfg.gamma, cfg.gae_lambda, self.vtrace.rho_bar, self.vtrace.c_bar,
         )  # fmt: skip
-        rhos = np.exp(log_rhos)
-        stats = {
-            "vtrace_rho_mean": float(rhos.mean()),
-            "vtrace_clipped_frac": float((rhos > self.vtrace.rho_bar * 1.001).mean()),
-        }
-        return adv, ret, values, stats
+        return adv, ret, values, vtrace_stats(log_rhos, self.vtrace.rho_bar)
 
     def update(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
         """Train on one batch; return the stats of the update (as `PPOLearner.update`)."""

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from surge.algos.adam import FusedAdam
-from surge.algos.advantages import gae, vtrace
+from surge.algos.advantages import gae, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
 from surge.algos.flat_params import FlatParameters
 from surge.algos.losses import explained_variance, ppo_loss
@@ -132,13 +132,7 @@ class PPOLearner:
             self.vtrace.rho_bar,
             self.vtrace.c_bar,
         )
-        rhos = log_rhos.exp()
-        stats = {
-            "vtrace_rho_mean": float(rhos.mean()),
-            # a margin: rounding puts half of the on-policy ratios just above 1
-            "vtrace_clipped_frac": float((rhos > self.vtrace.rho_bar * 1.001).float().mean()),
-        }
-        return adv, ret, values, stats
+        return adv, ret, values, vtrace_stats(log_rhos, self.vtrace.rho_bar)
 
     def update(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
         """Train on one batch; return the stats of the update.

@@ -9,7 +9,6 @@ fixed seed reproduces the actions exactly. The formulas here are checked against
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import gymnasium as gym
@@ -19,9 +18,7 @@ from torch import Tensor, nn
 from surge.envs.spaces import action_spec
 from surge.models.layers import orthogonal_linear
 from surge.models.numpy_net import POLICY_GAIN
-
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-
+from surge.models.numpy_policy import LOG_SQRT_2PI
 
 # --- pure functions -------------------------------------------------------------------------
 
@@ -56,12 +53,12 @@ def categorical_sample(logits: Tensor, generator: torch.Generator | None) -> Ten
 def gaussian_log_prob(mean: Tensor, log_std: Tensor, action: Tensor) -> Tensor:
     """log density [...] of a diagonal Gaussian, summed over the last (action) dim."""
     z = (action - mean) * torch.exp(-log_std)
-    return (-0.5 * z * z - log_std - _LOG_SQRT_2PI).sum(-1)
+    return (-0.5 * z * z - log_std - LOG_SQRT_2PI).sum(-1)
 
 
 def gaussian_entropy(log_std: Tensor) -> Tensor:
     """Entropy of a diagonal Gaussian, summed over the last dim (independent of the mean)."""
-    return (0.5 + _LOG_SQRT_2PI + log_std).sum(-1)
+    return (0.5 + LOG_SQRT_2PI + log_std).sum(-1)
 
 
 def gaussian_sample(mean: Tensor, log_std: Tensor, generator: torch.Generator | None) -> Tensor:

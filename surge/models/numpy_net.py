@@ -22,12 +22,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from surge.models.numpy_policy import NumpyLayout, flat_features, layout_size
+from surge.models.numpy_policy import (
+    LOG_SQRT_2PI,
+    NumpyLayout,
+    flat_features,
+    layout_size,
+    param_views,
+)
 
 HIDDEN_GAIN = math.sqrt(2.0)
 POLICY_GAIN = 0.01
 VALUE_GAIN = 1.0
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 # --- pure functions: MLP forward and backward -------------------------------------------------
@@ -106,11 +111,8 @@ def initial_parameters(
     weights with gain sqrt(2) in the torsos, 0.01 for the policy output, 1 for the value
     output; zero biases; log-std at `log_std_init`)."""
     flat = np.zeros(layout_size(layout), np.float32)
-    offset = 0
-    for name, shape in layout.params:
-        n = math.prod(shape)
-        view = flat[offset : offset + n].reshape(shape)
-        offset += n
+    for name, view in param_views(layout, flat).items():
+        shape = view.shape
         if name.endswith("log_std"):
             view[:] = log_std_init
         elif name.endswith("weight"):
@@ -191,13 +193,7 @@ class NumpyActorCritic:
 
     def views(self, buffer: np.ndarray) -> dict[str, np.ndarray]:
         """Per-parameter views (state-dict names and shapes) of a buffer laid out as `flat`."""
-        views: dict[str, np.ndarray] = {}
-        offset = 0
-        for name, shape in self.layout.params:
-            n = math.prod(shape)
-            views[name] = buffer[offset : offset + n].reshape(shape)
-            offset += n
-        return views
+        return param_views(self.layout, buffer)
 
     def _layers(
         self, views: dict[str, np.ndarray], torso: str, head: str | None
@@ -254,8 +250,8 @@ class NumpyActorCritic:
         if lay.head == "gaussian":
             log_std = self.w["action_head.log_std"]
             z = (action - params) * np.exp(-log_std)
-            logp = (-0.5 * z * z - log_std - _LOG_SQRT_2PI).sum(-1)
-            entropy = np.full(len(params), float((0.5 + _LOG_SQRT_2PI + log_std).sum()), np.float32)
+            logp = (-0.5 * z * z - log_std - LOG_SQRT_2PI).sum(-1)
+            entropy = np.full(len(params), float((0.5 + LOG_SQRT_2PI + log_std).sum()), np.float32)
             return logp, entropy, value, Forward(actor, critic, [], z)
         idx_all = np.asarray(action, dtype=np.int64).reshape(len(params), -1) - np.asarray(
             lay.start

@@ -24,7 +24,7 @@ import numpy as np
 from surge.config.schema import ModelConfig
 from surge.envs.spaces import flatten_obs_space
 
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,17 @@ def layout_size(layout: NumpyLayout) -> int:
     return sum(math.prod(shape) for _, shape in layout.params)
 
 
+def param_views(layout: NumpyLayout, buffer: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-parameter views (state-dict names and shapes) of a flat buffer in the layout."""
+    views: dict[str, np.ndarray] = {}
+    offset = 0
+    for name, shape in layout.params:
+        n = math.prod(shape)
+        views[name] = buffer[offset : offset + n].reshape(shape)
+        offset += n
+    return views
+
+
 def flat_features(layout: NumpyLayout, obs: dict[str, np.ndarray]) -> np.ndarray:
     """`FlatEncoder` in numpy: [B, features] float32 from a dict of [B, ...] fields."""
     parts = []
@@ -139,13 +150,7 @@ class NumpyPolicy:
         self.layout = layout
         self.rng = rng
         self.flat = flat
-        w: dict[str, np.ndarray] = {}
-        offset = 0
-        for name, shape in layout.params:
-            n = math.prod(shape)
-            w[name] = flat[offset : offset + n].reshape(shape)
-            offset += n
-        self._w = w
+        self._w = param_views(layout, flat)
         widths = [shape[0] for name, shape in layout.params if name.startswith("actor_torso")]
         widths = widths[0::2]  # weight, bias, weight, ...
         self._fused = not layout.shared and 2 * max(widths, default=0) <= FUSE_MAX_WIDTH
@@ -222,7 +227,7 @@ class NumpyPolicy:
                 noise = self.rng.standard_normal(params.shape, dtype=np.float32)
                 action = params + np.exp(self._log_std) * noise
             z = (action - params) * np.exp(-self._log_std)
-            logp = (-0.5 * z * z - self._log_std - _LOG_SQRT_2PI).sum(-1)
+            logp = (-0.5 * z * z - self._log_std - LOG_SQRT_2PI).sum(-1)
             return action.astype(np.float32), logp.astype(np.float32), value
         rows = len(params)
         if len(self._arange) != rows:

@@ -182,12 +182,7 @@ def test_update_matches_the_torch_learner(
     vtrace = APPOConfig() if algo == "appo" else None
     model, net = _pair(OBS, action_space, ModelConfig(hidden_sizes=[16, 16]))
     batch = _batch(model, action_space)
-    np_batch = RolloutBatch(
-        **{
-            k: ({kk: vv.numpy() for kk, vv in v.items()} if isinstance(v, dict) else v.numpy())
-            for k, v in vars(batch).items()
-        }
-    )
+    np_batch = batch.map(lambda t: t.numpy())
     monkeypatch.setattr(torch, "randperm", lambda n, generator=None: torch.arange(n))
     ref = PPOLearner(model, cfg, torch.Generator(), vtrace)
     mine = NumpyPPOLearner(net, cfg, _InOrder(), vtrace)  # type: ignore[arg-type]
@@ -205,12 +200,7 @@ def test_learner_state_round_trips() -> None:
     _, net = _pair(OBS, space, ModelConfig(hidden_sizes=[8]))
     model, _ = _pair(OBS, space, ModelConfig(hidden_sizes=[8]))
     np_batch_src = _batch(model, space)
-    np_batch = RolloutBatch(
-        **{
-            k: ({kk: vv.numpy() for kk, vv in v.items()} if isinstance(v, dict) else v.numpy())
-            for k, v in vars(np_batch_src).items()
-        }
-    )
+    np_batch = np_batch_src.map(lambda t: t.numpy())
     cfg = PPOConfig(epochs=1, minibatches=2)
     first = NumpyPPOLearner(net, cfg, np.random.default_rng(5))
     first.update(np_batch, 1e-3)
