@@ -38,18 +38,20 @@ def clip_by_global_norm_(grad: Tensor, max_norm: float) -> Tensor:
 
 
 class FlatParameters:
-    """Moves `model`'s parameters into one float32 buffer (`data`) and gives each a gradient
-    view into another (`grad`). The model keeps working as before: its `Parameter` objects
-    are the same, only their storage moved. Do not replace `p.data` or set `p.grad = None`
-    afterwards; copy into parameters in place (`load_state_dict` does)."""
+    """Moves `model`'s parameters into one buffer (`data`, float32, or float64 for reference
+    computations) and gives each a gradient view into another (`grad`). The model keeps
+    working as before: its `Parameter` objects are the same, only their storage moved. Do
+    not replace `p.data` or set `p.grad = None` afterwards; copy into parameters in place
+    (`load_state_dict` does)."""
 
     def __init__(self, model: nn.Module) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
+        dtype = self.params[0].dtype if self.params else torch.float32
         for p in self.params:
-            if p.dtype != torch.float32 or not _dense_layout(p):
+            if p.dtype != dtype or not p.is_floating_point() or not _dense_layout(p):
                 raise ValueError(
-                    f"FlatParameters needs dense float32 parameters, got {p.dtype} "
-                    f"{tuple(p.shape)} with strides {p.stride()}"
+                    f"FlatParameters needs dense floating-point parameters of one dtype, got "
+                    f"{p.dtype} {tuple(p.shape)} with strides {p.stride()} (first: {dtype})"
                 )
         self.offsets: list[int] = []
         total = 0
@@ -57,8 +59,8 @@ class FlatParameters:
             self.offsets.append(total)
             total += p.numel()
         device = self.params[0].device if self.params else torch.device("cpu")
-        self.data = torch.empty(total, device=device)
-        self.grad = torch.zeros(total, device=device)
+        self.data = torch.empty(total, dtype=dtype, device=device)
+        self.grad = torch.zeros(total, dtype=dtype, device=device)
         with torch.no_grad():
             for p, offset in zip(self.params, self.offsets, strict=True):
                 view = _view_like(self.data, offset, p)

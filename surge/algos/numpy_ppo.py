@@ -2,8 +2,8 @@
 
 The numpy learner runs the same algorithm as `ppo.PPOLearner` (the same targets, minibatch
 loop, loss, clip and Adam) on `models.numpy_net.NumpyActorCritic`, without importing torch:
-see numpy_net.py for why. tests/unit/test_numpy_ppo.py checks an update against the torch
-learner's from the same parameters and batch.
+see numpy_net.py for why. tests/unit/test_numpy_learner.py checks whole updates against the
+torch learner's from the same parameters and batch, both in float64.
 
 The PPO loss's gradient, per sample i of a minibatch of B (r = exp(new_logp - old_logp),
 c = clip_coef):
@@ -12,9 +12,11 @@ c = clip_coef):
   smaller (or they tie, which is every r inside the range), d/d new_logp = -A r / B. Where
   the clipped term is strictly smaller, r is outside the range, the clip is constant in r,
   and the gradient is 0.
-- value (clipped): the loss takes max((V-R)^2, (V_clip-R)^2). Where the unclipped error is
-  the larger (or they tie: V inside old +- c, V_clip = V), d/dV = vf_coef (V - R) / B; else
-  V_clip is constant in V and the gradient is 0. Unclipped: always vf_coef (V - R) / B.
+- value (clipped): the loss takes max((V-R)^2, (V_clip-R)^2). Inside old +- c, V_clip is V
+  (computed as old + (V - old), which rounding may leave a hair off V, so either error may
+  come out the larger) and both terms give d/dV = vf_coef (V - R) / B. Outside, V_clip is
+  constant in V: the gradient is that where the unclipped error is the larger, else 0.
+  Unclipped: always vf_coef (V - R) / B.
 - entropy: -ent_coef / B each; with ent_coef 0 no gradient flows into the entropy at all.
 
 These match autograd of the reference functions (losses.py) everywhere except on
@@ -89,11 +91,14 @@ def ppo_loss_numpy(
 
     error = new_values - returns
     if clip_vloss:
-        delta = _clip(new_values - old_values, -clip_coef, clip_coef)
+        moved = new_values - old_values
+        delta = _clip(moved, -clip_coef, clip_coef)
         clipped_error = old_values + delta - returns
         squared, clipped_squared = error * error, clipped_error * clipped_error
         value_loss = 0.5 * _mean(np.maximum(squared, clipped_squared))
-        value_grad = error * (squared >= clipped_squared)
+        # Zero only where the clip binds (V outside old +- c) and the clipped error is larger;
+        # inside, comparing the two squares would let rounding drop the gradient.
+        value_grad = error * ((np.abs(moved) <= clip_coef) | (squared >= clipped_squared))
     else:
         value_loss = 0.5 * _mean(error * error)
         value_grad = error
@@ -103,13 +108,14 @@ def ppo_loss_numpy(
     approx_kl = _mean((ratio - 1.0) - log_ratio)
     clipfrac = np.count_nonzero(np.abs(ratio - 1.0) > clip_coef) / ratio.size
     stats = np.array([policy_loss, value_loss, mean_entropy, approx_kl, clipfrac], np.float32)
-    scale = np.float32(1.0 / ratio.size)
+    typed = new_logp.dtype.type  # float32 constants keep float32 arrays float32
+    scale = 1.0 / ratio.size
     return LossAndGrads(
         loss=loss,
         stats=stats,
-        grad_logp=(surrogate * (surrogate <= clipped)) * -scale,
-        grad_entropy=None if ent_coef == 0.0 else -ent_coef * float(scale),
-        grad_values=value_grad * np.float32(vf_coef * scale),
+        grad_logp=(surrogate * (surrogate <= clipped)) * typed(-scale),
+        grad_entropy=None if ent_coef == 0.0 else -ent_coef * float(typed(scale)),
+        grad_values=value_grad * typed(vf_coef * scale),
     )
 
 
@@ -127,13 +133,13 @@ def clip_by_global_norm(grad: np.ndarray, max_norm: float) -> float:
     norm = float(np.sqrt(np.dot(grad, grad)))
     factor = max_norm / (norm + 1e-6)
     if factor < 1.0:
-        grad *= np.float32(factor)
+        grad *= grad.dtype.type(factor)
     return norm
 
 
 class NumpyAdam:
-    """Adam over one flat float32 vector, with torch.optim.Adam's update (bias corrections
-    applied to the step size and the denominator, eps outside the square root)."""
+    """Adam over one flat float32 (or float64) vector, with torch.optim.Adam's update (bias
+    corrections applied to the step size and the denominator, eps outside the square root)."""
 
     def __init__(
         self,
@@ -155,20 +161,21 @@ class NumpyAdam:
         b1, b2 = self.betas
         self.steps += 1
         m, v, tmp = self.exp_avg, self.exp_avg_sq, self._scratch
-        m *= np.float32(b1)
-        np.multiply(grad, np.float32(1.0 - b1), out=tmp)
+        typed = self.params.dtype.type
+        m *= typed(b1)
+        np.multiply(grad, typed(1.0 - b1), out=tmp)
         m += tmp
-        v *= np.float32(b2)
+        v *= typed(b2)
         np.multiply(grad, grad, out=tmp)
-        tmp *= np.float32(1.0 - b2)
+        tmp *= typed(1.0 - b2)
         v += tmp
         bias1 = 1.0 - b1**self.steps
         bias2_sqrt = (1.0 - b2**self.steps) ** 0.5
         np.sqrt(v, out=tmp)
-        tmp *= np.float32(1.0 / bias2_sqrt)
-        tmp += np.float32(self.eps)
+        tmp *= typed(1.0 / bias2_sqrt)
+        tmp += typed(self.eps)
         np.divide(m, tmp, out=tmp)
-        tmp *= np.float32(self.lr / bias1)
+        tmp *= typed(self.lr / bias1)
         self.params -= tmp
 
     def state_dict(self, split: Callable[[np.ndarray], list[np.ndarray]]) -> dict[str, Any]:
@@ -188,8 +195,8 @@ class NumpyAdam:
         self.lr = float(state["lr"])
         self.steps = int(steps.pop())
         for mine, saved in (("exp_avg", state["exp_avg"]), ("exp_avg_sq", state["exp_avg_sq"])):
-            parts = [np.asarray(x, np.float32).reshape(-1) for x in saved]
-            flat = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+            parts = [np.asarray(x, self.params.dtype).reshape(-1) for x in saved]
+            flat = np.concatenate(parts) if parts else np.zeros(0, self.params.dtype)
             if flat.shape != self.params.shape:
                 raise ValueError("optimizer state does not match the model's parameters")
             getattr(self, mine)[...] = flat
@@ -248,7 +255,7 @@ class NumpyPPOLearner:
 
     def update(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
         """Train on one batch; return the stats of the update (as `PPOLearner.update`)."""
-        cfg = self.cfg
+        cfg, net = self.cfg, self.net
         T, N = batch.rewards.shape
         size = T * N
         mb_size = size // check_minibatches(cfg, T, N)
@@ -259,12 +266,11 @@ class NumpyPPOLearner:
         old_values, returns = _flat(anchor_values), _flat(returns)
         scalars = np.stack(
             [_flat(batch.logp), old_values, _flat(advantages), returns], axis=1
-        ).astype(np.float32)
+        ).astype(net.dtype)
 
         self.optimizer.lr = lr
         totals = np.zeros(len(STATS))
         steps = 0
-        net = self.net
         for _epoch in range(cfg.epochs):
             perm = self.rng.permutation(size)
             epoch_obs = {key: x[perm] for key, x in obs.items()}
@@ -286,7 +292,7 @@ class NumpyPPOLearner:
                 g_entropy = (
                     None
                     if out.grad_entropy is None
-                    else np.full(len(new_logp), out.grad_entropy, np.float32)
+                    else np.full(len(new_logp), out.grad_entropy, net.dtype)
                 )
                 grad = net.backward(fwd, out.grad_logp, g_entropy, out.grad_values)
                 grad_norm = clip_by_global_norm(grad, cfg.max_grad_norm)

@@ -63,7 +63,7 @@ def current_policy_on(model: ActorCritic, batch: RolloutBatch, chunk: int = 2048
     T, N = batch.rewards.shape
     obs = {key: _flat(x) for key, x in batch.obs.items()}
     actions = _flat(batch.actions)
-    out = torch.empty(T * N, 2)
+    out = torch.empty(T * N, 2, dtype=batch.rewards.dtype)
     with torch.no_grad():
         for start in range(0, T * N, chunk):
             rows = slice(start, start + chunk)
@@ -154,7 +154,7 @@ class PPOLearner:
         # gather, and every minibatch is a slice of the shuffled copy (a view).
         scalars = torch.stack(
             [_flat(batch.logp), old_values, _flat(advantages), returns], dim=1
-        ).float()
+        ).to(batch.rewards.dtype)
 
         self.optimizer.lr = lr
         # Summed as one detached tensor and read out once at the end: one sync per update,

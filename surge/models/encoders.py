@@ -37,7 +37,8 @@ class Encoder(nn.Module):
 
 
 class FlatEncoder(Encoder):
-    """Casts each field to float32, flattens it per row, and concatenates the fields.
+    """Casts each field to float32 (the module's dtype: a float64 copy, made by `.double()`,
+    serves as a reference in the tests), flattens it per row, and concatenates the fields.
 
     Box fields (any dtype, including uint8; no rescaling) are flattened; Discrete fields
     (int64 [B]) become one-hot vectors of size n (the space's `start` is subtracted first).
@@ -48,6 +49,7 @@ class FlatEncoder(Encoder):
     def __init__(self, obs_space: gym.Space[Any]) -> None:
         super().__init__()
         leaves = flatten_obs_space(obs_space)
+        self.dtype = torch.get_default_dtype()
         # (key, one-hot size or 0 for Box, discrete start): precomputed for the hot path.
         self._fields: list[tuple[str, int, int]] = []
         dim = 0
@@ -62,17 +64,22 @@ class FlatEncoder(Encoder):
                 dim += math.prod(space.shape)
         self.out_dim = dim
 
+    def _apply(self, fn: Any, recurse: bool = True) -> FlatEncoder:
+        # .double() / .to(dtype) convert parameters; this encoder has none, so it follows
+        # the conversion by applying it to a probe tensor
+        self.dtype = fn(torch.empty(0, dtype=self.dtype)).dtype
+        return super()._apply(fn, recurse)  # type: ignore[no-any-return]
+
     def forward(self, obs: dict[str, Tensor]) -> Tensor:
         parts = [self._encode(obs[key], n, start) for key, n, start in self._fields]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
-    @staticmethod
-    def _encode(x: Tensor, n: int, start: int) -> Tensor:
+    def _encode(self, x: Tensor, n: int, start: int) -> Tensor:
         if n:
             idx = x.long() - start if start else x.long()
-            return nn.functional.one_hot(idx.reshape(x.shape[0]), n).to(torch.float32)
+            return nn.functional.one_hot(idx.reshape(x.shape[0]), n).to(self.dtype)
         x = x.reshape(x.shape[0], -1)
-        return x if x.dtype == torch.float32 else x.to(torch.float32)
+        return x if x.dtype == self.dtype else x.to(self.dtype)
 
 
 class NatureCNN(Encoder):

@@ -7,12 +7,14 @@ A torch op costs a few microseconds of dispatch against about one for numpy, and
 trainer that never imports torch starts about 1.3 s sooner (torch's import is most of a
 small run's start-up, and far more when its 430 MB of libraries are not in the page cache).
 `model.backend` chooses; the numpy learner (algos/numpy_ppo.py) is the default for the
-models this covers (`numpy_layout` is not None). tests/unit/test_numpy_net.py checks
+models this covers (`numpy_layout` is not None). tests/unit/test_numpy_learner.py checks
 outputs and every gradient against `ActorCritic` and autograd.
 
 The parameters are one float32 vector laid out as `ActorCritic.parameters()` (the layout of
 `numpy_policy.numpy_layout`), which is also what the parameter service publishes: the
 trainer publishes it as it is, and `state_dict` gives the torch model's keys and shapes.
+Every function here also computes in float64 when given float64 parameters: the tests
+compare the two learners there, where rounding cannot tip a clip or an Adam step.
 """
 
 from __future__ import annotations
@@ -177,15 +179,19 @@ class Forward:
 
 
 class NumpyActorCritic:
-    """`ActorCritic`'s training maths over one flat float32 parameter vector (`flat`) with a
-    gradient vector of the same layout (`grad`). Every weight is a view into `flat`, so
-    writing new values into `flat` in place (Adam) updates the network."""
+    """`ActorCritic`'s training maths over one flat parameter vector (`flat`: float32, or
+    float64 for reference computations) with a gradient vector of the same layout (`grad`).
+    Every weight is a view into `flat`, so writing new values into `flat` in place (Adam)
+    updates the network."""
 
     def __init__(self, layout: NumpyLayout, flat: np.ndarray) -> None:
-        if flat.dtype != np.float32 or flat.shape != (layout_size(layout),):
-            raise ValueError(f"flat parameters: want {layout_size(layout)} float32 values")
+        if flat.dtype not in (np.float32, np.float64) or flat.shape != (layout_size(layout),):
+            raise ValueError(
+                f"flat parameters: want {layout_size(layout)} float32 or float64 values"
+            )
         self.layout = layout
         self.flat = flat
+        self.dtype: type[np.floating] = flat.dtype.type
         self.grad = np.zeros_like(flat)
         self.w = self.views(flat)
         self.g = self.views(self.grad)
@@ -212,7 +218,7 @@ class NumpyActorCritic:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         for name, shape in self.layout.params:
-            value = np.asarray(state[name], dtype=np.float32)
+            value = np.asarray(state[name], dtype=self.dtype)
             if value.shape != shape:
                 raise ValueError(f"{name}: shape {value.shape}, the model has {shape}")
             self.w[name][...] = value
@@ -221,7 +227,7 @@ class NumpyActorCritic:
 
     def value(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """V(s) [B], no gradient."""
-        x = flat_features(self.layout, obs)
+        x = flat_features(self.layout, obs, self.dtype)
         torso = "actor_torso" if self.layout.shared else "critic_torso"
         return mlp_forward(x, self._layers(self.w, torso, "value_head"), self.activation, True)[-1][
             :, 0
@@ -232,7 +238,7 @@ class NumpyActorCritic:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Forward]:
         """(logp [B], entropy [B], value [B], what `backward` needs) for given actions."""
         lay, act = self.layout, self.activation
-        x = flat_features(lay, obs)
+        x = flat_features(lay, obs, self.dtype)
         if lay.shared:
             actor = mlp_forward(x, self._layers(self.w, "actor_torso", None), act, False)
             feat = actor[-1]
@@ -251,13 +257,13 @@ class NumpyActorCritic:
             log_std = self.w["action_head.log_std"]
             z = (action - params) * np.exp(-log_std)
             logp = (-0.5 * z * z - log_std - LOG_SQRT_2PI).sum(-1)
-            entropy = np.full(len(params), float((0.5 + LOG_SQRT_2PI + log_std).sum()), np.float32)
+            entropy = np.full(len(params), (0.5 + LOG_SQRT_2PI + log_std).sum(), self.dtype)
             return logp, entropy, value, Forward(actor, critic, [], z)
         idx_all = np.asarray(action, dtype=np.int64).reshape(len(params), -1) - np.asarray(
             lay.start
         )
-        logp = np.zeros(len(params), np.float32)
-        entropy = np.zeros(len(params), np.float32)
+        logp = np.zeros(len(params), self.dtype)
+        entropy = np.zeros(len(params), self.dtype)
         terms = []
         col = 0
         for i, n in enumerate(lay.nvec):
@@ -296,8 +302,8 @@ class NumpyActorCritic:
                 for idx, probs, logp_all, ent, _ in fwd.head_terms
             ]
             g_params = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
-        g_value = g_value[:, None].astype(np.float32, copy=False)
-        g_params = g_params.astype(np.float32, copy=False)
+        g_value = g_value[:, None].astype(self.dtype, copy=False)
+        g_params = g_params.astype(self.dtype, copy=False)
         if lay.shared:
             feat = fwd.actor[-1]
             np.matmul(g_params.T, feat, out=self.g["action_head.linear.weight"])

@@ -113,16 +113,18 @@ def param_views(layout: NumpyLayout, buffer: np.ndarray) -> dict[str, np.ndarray
     return views
 
 
-def flat_features(layout: NumpyLayout, obs: dict[str, np.ndarray]) -> np.ndarray:
-    """`FlatEncoder` in numpy: [B, features] float32 from a dict of [B, ...] fields."""
+def flat_features(
+    layout: NumpyLayout, obs: dict[str, np.ndarray], dtype: type[np.floating] = np.float32
+) -> np.ndarray:
+    """`FlatEncoder` in numpy: [B, features] of `dtype` from a dict of [B, ...] fields."""
     parts = []
     for key, n, start in layout.fields:
         x = obs[key]
         if n:
             idx = x.reshape(len(x)).astype(np.int64) - start
-            parts.append(np.eye(n, dtype=np.float32)[idx])
+            parts.append(np.eye(n, dtype=dtype)[idx])
         else:
-            parts.append(x.reshape(len(x), -1).astype(np.float32, copy=False))
+            parts.append(x.reshape(len(x), -1).astype(dtype, copy=False))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
 
 

@@ -3,10 +3,13 @@ round-trips, and the flat buffers keep each parameter's layout and clip like tor
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from surge.algos.adam import FusedAdam
 from surge.algos.flat_params import FlatParameters
+
+pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)
 
 
 def _model() -> torch.nn.Module:

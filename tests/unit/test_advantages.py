@@ -8,6 +8,8 @@ import torch
 
 from surge.algos.advantages import gae, normalize, vtrace
 
+pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)
+
 F64 = torch.float64
 
 

@@ -16,6 +16,8 @@ from surge.errors import EnvSpecError
 from surge.models.actor_critic import ActorCritic
 from surge.models.encoders import FlatEncoder, NatureCNN, make_encoder
 
+pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)
+
 FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 
 

@@ -1,5 +1,9 @@
 """The numpy learner (models/numpy_net.py, algos/numpy_ppo.py) computes what the torch one
-computes: network outputs, every gradient, Adam, and whole PPO / APPO updates."""
+computes: network outputs, every gradient, Adam, and whole PPO / APPO updates.
+
+The two implementations are compared in float64 (tests/numerics.py says why); the float32
+path each backend runs in training is compared with a float64 reference, one step at a time.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from surge.config.schema import APPOConfig, ModelConfig, PPOConfig
 from surge.models.actor_critic import ActorCritic
 from surge.models.numpy_net import NumpyActorCritic, initial_parameters
 from surge.models.numpy_policy import numpy_layout
-from surge.workers.weights import model_to_flat
+from tests.numerics import assert_float32_close, float64_torch
 from tests.unit.test_numpy_policy import SPACES
 
 B = 24
@@ -40,50 +44,80 @@ def _obs(space: gym.Space[Any], n: int, seed: int) -> dict[str, np.ndarray]:
     return x if isinstance(x, dict) else {"obs": x.astype(np.float32)}
 
 
+def _flat64(model: ActorCritic) -> np.ndarray:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double().numpy()
+
+
 def _pair(
-    obs_space: Any, action_space: Any, cfg: ModelConfig
+    obs_space: Any, action_space: Any, cfg: ModelConfig, dtype: type[np.floating] = np.float64
 ) -> tuple[ActorCritic, NumpyActorCritic]:
+    """A float64 torch model and a numpy network (`dtype`) with the same parameters."""
     torch.manual_seed(0)
-    model = ActorCritic(obs_space, action_space, cfg)
+    with float64_torch():
+        model = ActorCritic(obs_space, action_space, cfg)
     layout = numpy_layout(obs_space, action_space, cfg)
     assert layout is not None
-    return model, NumpyActorCritic(layout, model_to_flat(model).copy())
+    return model, NumpyActorCritic(layout, _flat64(model).astype(dtype))
 
 
+def _grads(model: ActorCritic) -> np.ndarray:
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()  # type: ignore[union-attr]
+
+
+def _accumulations(layout_widths: list[int], rows: int) -> int:
+    """Terms summed along the network (the fan-ins) and over the batch (a gradient)."""
+    return sum(layout_widths) + rows
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize(("name", "obs_space", "action_space", "cfg"), SPACES)
 def test_outputs_and_gradients_match_autograd(
-    name: str, obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
+    name: str,
+    obs_space: gym.Space[Any],
+    action_space: gym.Space[Any],
+    cfg: ModelConfig,
+    dtype: type[np.floating],
 ) -> None:
-    model, net = _pair(obs_space, action_space, cfg)
+    """float64: the numpy maths equals autograd's; float32: within rounding of it."""
+    model, net = _pair(obs_space, action_space, cfg, dtype)
     obs = _obs(obs_space, B, 1)
     actions = _sample(action_space, B, 2)
     t_obs = {k: torch.from_numpy(v) for k, v in obs.items()}
+    in_dim = sum(net.views(net.flat)["actor_torso.0.weight"].shape[1:]) if cfg.hidden_sizes else 0
+    widths = [in_dim, *cfg.hidden_sizes, 8]
+
+    def check(mine: np.ndarray, ref: torch.Tensor | np.ndarray, what: str) -> None:
+        ref = ref.detach().numpy() if isinstance(ref, torch.Tensor) else ref
+        if dtype == np.float64:
+            np.testing.assert_allclose(mine, ref, rtol=1e-10, atol=1e-12, err_msg=what)
+        else:
+            assert_float32_close(mine, ref, _accumulations(widths, B), what)
 
     logp, entropy, value, fwd = net.evaluate(obs, actions)
     t_logp, t_entropy, t_value = model.evaluate(t_obs, torch.from_numpy(actions))
-    for mine, ref in ((logp, t_logp), (entropy, t_entropy), (value, t_value)):
-        np.testing.assert_allclose(mine, ref.detach().numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(net.value(obs), t_value.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for mine, ref, what in ((logp, t_logp, "logp"), (entropy, t_entropy, "entropy"),
+                            (value, t_value, "value")):  # fmt: skip
+        assert mine.dtype == dtype
+        check(mine, ref, what)
+    check(net.value(obs), t_value, "value()")
 
     rng = np.random.default_rng(3)
-    g_logp, g_entropy, g_value = (rng.standard_normal(B).astype(np.float32) for _ in range(3))
-    grad = net.backward(fwd, g_logp, g_entropy, g_value).copy()
+    g_logp, g_entropy, g_value = (rng.standard_normal(B) for _ in range(3))
+    grad = net.backward(fwd, *(g.astype(dtype) for g in (g_logp, g_entropy, g_value))).copy()
     loss = sum(
         (torch.from_numpy(g) * t).sum()
         for g, t in ((g_logp, t_logp), (g_entropy, t_entropy), (g_value, t_value))
     )
     loss.backward(retain_graph=True)
-    ref = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
-    np.testing.assert_allclose(grad, ref, rtol=1e-4, atol=1e-5)
+    check(grad, _grads(model), "gradient")
 
     # Without an entropy term, no gradient comes from it.
     model.zero_grad()
-    grad = net.backward(fwd, g_logp, None, g_value).copy()
+    grad = net.backward(fwd, g_logp.astype(dtype), None, g_value.astype(dtype)).copy()
     sum(
         (torch.from_numpy(g) * t).sum() for g, t in ((g_logp, t_logp), (g_value, t_value))
     ).backward()
-    ref = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
-    np.testing.assert_allclose(grad, ref, rtol=1e-4, atol=1e-5)
+    check(grad, _grads(model), "gradient without entropy")
 
 
 def test_initial_parameters_are_scaled_orthogonal_like_the_torch_model() -> None:
@@ -133,11 +167,13 @@ T, N = 8, 4
 
 
 def _batch(model: ActorCritic, action_space: gym.Space[Any]) -> RolloutBatch:
+    """A [T, N] batch in the model's dtype, acted by the model under a shifted log-prob."""
     g = torch.Generator().manual_seed(1)
+    dtype = next(model.parameters()).dtype
 
     def obs(*lead: int) -> dict[str, torch.Tensor]:
         return {
-            "pos": torch.rand((*lead, 3), generator=g) * 2 - 1,
+            "pos": torch.rand((*lead, 3), generator=g, dtype=dtype) * 2 - 1,
             "mode": torch.randint(0, 3, lead, generator=g),
         }
 
@@ -155,7 +191,7 @@ def _batch(model: ActorCritic, action_space: gym.Space[Any]) -> RolloutBatch:
         actions=actions.reshape(T, N, *actions.shape[1:]),
         logp=logp.reshape(T, N) - 0.05,  # a behaviour policy that is not the current one
         values=values.reshape(T, N),
-        rewards=torch.randn(T, N, generator=g),
+        rewards=torch.randn(T, N, generator=g, dtype=dtype),
         terminated=terminated,
         truncated=truncated,
     )
@@ -178,6 +214,10 @@ class _InOrder:
 def test_update_matches_the_torch_learner(
     algo: str, action_space: gym.Space[Any], clip_vloss: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Two updates of 2 epochs x 4 minibatches, in float64: 16 Adam steps through the clips
+    give the same parameters and statistics. (In float32 they need not: a ratio rounded to
+    the other side of a clip, or a near-zero gradient whose sign Adam's first step takes
+    at full size, sends the two runs apart, differently on each CPU.)"""
     cfg = PPOConfig(epochs=2, minibatches=4, ent_coef=0.01, clip_vloss=clip_vloss, lr=1e-3)
     vtrace = APPOConfig() if algo == "appo" else None
     model, net = _pair(OBS, action_space, ModelConfig(hidden_sizes=[16, 16]))
@@ -189,10 +229,40 @@ def test_update_matches_the_torch_learner(
     for _ in range(2):
         ref_stats = ref.update(batch, lr=1e-3)
         stats = mine.update(np_batch, lr=1e-3)
-    np.testing.assert_allclose(net.flat, model_to_flat(model), rtol=1e-4, atol=1e-5)
+    assert net.flat.dtype == np.float64
+    np.testing.assert_allclose(net.flat, _flat64(model), rtol=1e-9, atol=1e-12)
     assert stats.keys() == ref_stats.keys()
-    for key, value in ref_stats.items():
-        assert stats[key] == pytest.approx(value, rel=1e-3, abs=1e-5), key
+    for key, value in ref_stats.items():  # the stats are summed in float32 on both sides
+        assert stats[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.parametrize("algo", ["ppo", "appo"])
+@pytest.mark.parametrize(
+    "action_space",
+    [gym.spaces.Discrete(4), gym.spaces.MultiDiscrete([3, 2]), gym.spaces.Box(-1, 1, (2,))],
+    ids=["discrete", "multidiscrete", "box"],
+)
+def test_float32_update_step_is_within_rounding_of_float64(
+    algo: str, action_space: gym.Space[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The float32 numpy learner as the trainer runs it: one minibatch step from the same
+    parameters moves them to within rounding of the float64 step. (Adam's first step is
+    lr * g / (|g| + eps): its rounding error is at most lr/eps times the gradient's.)"""
+    cfg = PPOConfig(epochs=1, minibatches=4, ent_coef=0.01, lr=1e-3, adam_eps=1e-5)
+    vtrace = APPOConfig() if algo == "appo" else None
+    model, net64 = _pair(OBS, action_space, ModelConfig(hidden_sizes=[16, 16]))
+    _, net32 = _pair(OBS, action_space, ModelConfig(hidden_sizes=[16, 16]), np.float32)
+    batch = _batch(model, action_space).map(lambda t: t.numpy())
+    start = net64.flat.copy()
+    grads = {}
+    for net in (net64, net32):
+        learner = NumpyPPOLearner(net, cfg, _InOrder(), vtrace)  # type: ignore[arg-type]
+        learner.optimizer.step = lambda g, net=net: grads.__setitem__(net.dtype, g.copy())  # type: ignore[method-assign]
+        b = batch.map(lambda x, net=net: x.astype(net.dtype) if x.dtype.kind == "f" else x)
+        learner.update(b, lr=1e-3)  # every minibatch step: the gradient of the last one
+    accumulations = _accumulations([8, 16, 16, 8], T * N) + T  # + the advantage recursion
+    assert_float32_close(grads[np.float32], grads[np.float64], accumulations, "gradient")
+    assert np.array_equal(net64.flat, start)  # the stub optimizer stepped nothing
 
 
 def test_learner_state_round_trips() -> None:
@@ -227,6 +297,8 @@ from surge.runtime.controller import _count_params
 from surge.runtime.graph import build_graph, build_worker
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext
+
+pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)
 
 cfg, _ = load_config("cartpole-appo", ["log.progress=false"])
 env = probe_env(cfg.env, cfg.seed)

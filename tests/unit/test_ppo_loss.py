@@ -18,6 +18,8 @@ from surge.config.schema import ModelConfig, PPOConfig
 from surge.errors import ConfigError
 from surge.models.actor_critic import ActorCritic
 
+pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)
+
 # --- pure losses ----------------------------------------------------------------------------
 
 
