@@ -40,7 +40,9 @@ class TrainResult:
     reason: str  # "solved" | "budget" | "interrupted"
     env_steps: int
     episode_return_mean: float
+    """Mean return of the last `return_window` episodes; NaN when none has ended."""
     wall_time_s: float
+    episodes: int = 0
 
 
 def train(cfg: ExperimentConfig, name: str = "run", warm: WarmProcess | None = None) -> TrainResult:
@@ -143,6 +145,7 @@ def _run(
                 episode_return_mean=p["episode_return_mean"],
                 policy_lag_mean=p["policy_lag_mean"],
                 policy_version=int(p["policy_version"]),
+                episodes=int(p["episodes"]),
             )
 
     if warm is not None and cfg.runtime != "local":
@@ -170,6 +173,7 @@ def _run(
         env_steps=int(last.get("env_steps", 0)),
         episode_return_mean=_number(last.get("episode_return_mean")),
         wall_time_s=float(last.get("wall_time_s", 0.0)),
+        episodes=int(last.get("episodes", 0)),
     )
     _print_footer(result)
     return result
@@ -222,8 +226,13 @@ def _print_footer(result: TrainResult) -> None:
         "interrupted": "interrupted; checkpoint saved, continue with `surge resume "
         f"{result.run_dir}`",
     }.get(result.reason, result.reason)
+    episodes = (
+        f"{result.episodes:,} episodes, mean return {result.episode_return_mean:.1f}"
+        if result.episodes and math.isfinite(result.episode_return_mean)
+        else "no episode has ended yet"
+    )
     print(
         f"surge: {summary}: {result.env_steps:,} env steps in {result.wall_time_s:.1f} s, "
-        f"episode return {result.episode_return_mean:.1f}",
+        f"{episodes}",
         file=sys.stderr,
     )

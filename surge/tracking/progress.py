@@ -1,6 +1,9 @@
 """The live one-line progress display on the terminal.
 
-    env steps 123,456/500,000 (24.7%) | 4,120 steps/s | return 187.3 | lag 0.00 | v 241 | ETA 1m32s
+    env steps 123,456/500,000 (24.7%) | 4,120 steps/s | episodes 611 | return 187.3
+        | lag 0.00 | v 241 | ETA 1m32s                                      (one line)
+
+Until the first episode ends the return is shown as `-` (and `episodes 0` says why).
 
 On a TTY the line is redrawn in place (at most ~5 times a second); into a file or pipe a
 full line is printed at most every 10 s, so logs stay readable.
@@ -39,6 +42,7 @@ def render_line(
     episode_return_mean: float | None,
     policy_lag_mean: float | None,
     policy_version: int,
+    episodes: int,
 ) -> str:
     pct = 100.0 * env_steps / total_env_steps if total_env_steps else 0.0
     remaining = max(total_env_steps - env_steps, 0)
@@ -46,7 +50,8 @@ def render_line(
     return (
         f"env steps {env_steps:,}/{total_env_steps:,} ({pct:.1f}%)"
         f" | {_number(steps_per_s, ',.0f')} steps/s"
-        f" | return {_number(episode_return_mean, '.1f')}"
+        f" | episodes {episodes:,}"
+        f" | return {_number(episode_return_mean if episodes else None, '.1f')}"
         f" | lag {_number(policy_lag_mean, '.2f')}"
         f" | v {policy_version}"
         f" | ETA {eta}"
@@ -80,6 +85,7 @@ class Progress:
         episode_return_mean: float | None,
         policy_lag_mean: float | None,
         policy_version: int,
+        episodes: int,
     ) -> None:
         if not self.enabled:
             return
@@ -90,6 +96,7 @@ class Progress:
             episode_return_mean,
             policy_lag_mean,
             policy_version,
+            episodes,
         )
         now = self.clock()
         if self._last_shown is None or now - self._last_shown >= self.interval:

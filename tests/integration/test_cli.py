@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from surge.tracking.metrics import read_metrics
 from tests.conftest import QUICK, run_surge
 
 pytestmark = pytest.mark.integration
@@ -101,13 +102,18 @@ def test_existing_run_dir_is_not_overwritten(tmp_path: Path) -> None:
 
 def test_run_with_no_finished_episode_ends_cleanly(tmp_path: Path) -> None:
     # Acrobot episodes last up to 500 steps: none ends in 4 updates of 32 steps per env.
+    # The progress display is on (into a pipe: one line at the first update) and says so.
     run = tmp_path / "run"
     result = run_surge(
         "train", "env.id=Acrobot-v1", "runtime=serial", "total_env_steps=512", f"run_dir={run}",
-        *QUICK,
+        "ppo.rollout_len=32", "log.interval_s=0",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "episode return nan" in result.stderr
+    assert "| episodes 0 | return - |" in result.stderr
+    assert "no episode has ended yet" in result.stderr
+    assert "nan" not in result.stderr.lower()
+    records = read_metrics(run)
+    assert records and all(r["episode_return_mean"] is None for r in records)
 
 
 def test_resume_refuses_changes_to_what_the_checkpoint_holds(tmp_path: Path) -> None:
