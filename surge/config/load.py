@@ -364,6 +364,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.log.interval_s >= 0, "log.interval_s", cfg.log.interval_s, ">= 0")
     ci = cfg.log.checkpoint_interval_s
     need(ci >= 0, "log.checkpoint_interval_s", ci, ">= 0")
+    first = cfg.log.first_checkpoint_s
+    need(first >= 0, "log.first_checkpoint_s", first, ">= 0")
     need(cfg.log.keep_checkpoints >= 1, "log.keep_checkpoints", cfg.log.keep_checkpoints, ">= 1")
     batch = cfg.batch_steps
     if batch % p.minibatches:

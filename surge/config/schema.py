@@ -290,6 +290,10 @@ class LogConfig:
     checkpoint_interval_s: float = 60.0
     """Seconds between checkpoints (one is always written at the end and on Ctrl+C)."""
 
+    first_checkpoint_s: float = 5.0
+    """Seconds from the trainer's start to its first checkpoint (or `checkpoint_interval_s`
+    if that is shorter), so that a run whose trainer dies early can still be resumed."""
+
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep."""
 

@@ -60,7 +60,11 @@ class TrainerWorker:
         self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at)
         self._started = time.monotonic()
         self._last_log = (self._started, self.env_steps)
-        self._last_checkpoint = self._started
+        # The first checkpoint comes early, so that every trainer loss is resumable.
+        log = cfg.log
+        self._next_checkpoint = self._started + min(
+            log.first_checkpoint_s, log.checkpoint_interval_s
+        )
         self._lag_sum = 0.0
         self._lag_count = 0
         self._lag_max = 0
@@ -133,7 +137,7 @@ class TrainerWorker:
         out_of_budget = self.env_steps >= cfg.total_env_steps
         if now - self._last_log[0] >= cfg.log.interval_s or solved or out_of_budget:
             self._log(now)
-        if now - self._last_checkpoint >= cfg.log.checkpoint_interval_s:
+        if now >= self._next_checkpoint:
             self.save_checkpoint()
         if solved or out_of_budget:
             self.save_checkpoint()
@@ -208,7 +212,7 @@ class TrainerWorker:
             "rng": rng_state_to_tensors(),
         }
         save_checkpoint(self.ctx.run_dir, state, self.version, self.cfg.log.keep_checkpoints)
-        self._last_checkpoint = time.monotonic()
+        self._next_checkpoint = time.monotonic() + self.cfg.log.checkpoint_interval_s
 
     def _restore(self, state: dict[str, Any]) -> None:
         from surge.tracking.checkpoint import restore_rng_state

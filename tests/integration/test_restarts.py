@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -69,17 +70,23 @@ def test_killed_actor_and_policy_worker_restart_and_the_run_still_solves(run_dir
 
 
 def test_killed_trainer_stops_the_run_and_resume_reaches_the_target(run_dir: Path) -> None:
+    """With the default checkpoint settings, a trainer SIGKILLed 10 s after the first metrics
+    row (long before the 60 s checkpoint interval) leaves a checkpoint to resume from: the
+    first one is written `log.first_checkpoint_s` (5 s) after the start. The first run's
+    stop_return (above CartPole's maximum of 500) keeps it going until the kill; the resumed
+    run stops at the target."""
     proc = subprocess.Popen(
         [
-            *SURGE, "train", f"run_dir={run_dir}", "log.interval_s=0.5", "log.progress=false",
-            "log.checkpoint_interval_s=1",
+            *SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", "log.interval_s=0.5",
+            "log.progress=false", "stop_return=1000",
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     try:
-        assert wait_for(lambda: _steps(run_dir) > 20_000, timeout=90)
-        assert wait_for(lambda: latest_checkpoint(run_dir) is not None, timeout=10)
+        assert wait_for(lambda: _steps(run_dir) > 0, timeout=90)
+        time.sleep(10.0)
+        assert proc.poll() is None, "the run ended before the kill"
         _kill(run_dir, "trainer-0")
         _, err = proc.communicate(timeout=30)
     finally:
@@ -90,7 +97,7 @@ def test_killed_trainer_stops_the_run_and_resume_reaches_the_target(run_dir: Pat
     ckpt = latest_checkpoint(run_dir)
     assert ckpt is not None  # written atomically: the last one is whole
 
-    resumed = run_surge("resume", str(run_dir), timeout=300)
+    resumed = run_surge("resume", str(run_dir), "stop_return=475", timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from" in resumed.stderr
     records = read_metrics(run_dir)
