@@ -16,6 +16,7 @@ import os
 import time
 from pathlib import Path
 
+import machine  # benchmarks/, next to this file
 import numpy as np
 
 from surge.config.schema import EnvConfig
@@ -70,6 +71,7 @@ def main() -> None:
     ap.add_argument("--envs", type=int, default=8)
     ap.add_argument("--secs", type=float, default=10.0)
     args = ap.parse_args()
+    print(machine.summary())
     print(f"{args.env}, {args.envs} envs, random actions, {args.secs:.0f} s each")
     print("| backend | env.threads | steps/s | cores used | others' cores |")
     print("|---|---|---|---|---|")

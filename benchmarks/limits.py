@@ -27,6 +27,7 @@ from typing import Any
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+import machine  # noqa: E402 - benchmarks/, next to this file
 import numpy as np  # noqa: E402 - after the thread settings, which numpy reads on import
 
 from surge.config.load import load_config  # noqa: E402
@@ -141,7 +142,8 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"machine": machine.describe()}
+    print(machine.summary(out["machine"]), flush=True)
     for preset in args.presets:
         cfg, _ = load_config(preset, args.set)
         out[preset] = {"env": env_rate(cfg, args.secs), "learner": learner_rate(cfg, args.secs)}

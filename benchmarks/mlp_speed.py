@@ -28,6 +28,7 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
+import machine  # noqa: E402 - benchmarks/, next to this file
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from limits import synthetic_batch  # noqa: E402 - benchmarks/, next to this file
@@ -107,6 +108,7 @@ def main() -> None:
         args.rounds,
     )
 
+    print(machine.summary())
     print(f"{args.preset}: act on {rows} rows, update on {T} x {N} steps, one thread")
     print("| path | numpy | torch | torch / numpy |")
     print("|---|---|---|---|")

@@ -28,7 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from surge_run import run_once  # benchmarks/, next to this file
+from machine import describe, summary  # benchmarks/, next to this file
+from surge_run import run_once
 
 DEFAULT_PRESET = "cartpole-ppo"
 
@@ -70,8 +71,11 @@ def main() -> None:
             return "solved"
         return "budget" if r["exit_code"] == 0 else f"exit {r['exit_code']}"
 
+    info = describe()
     lines = [
         f"preset {args.preset}, overrides: {' '.join(args.overrides) or 'none'}",
+        "",
+        summary(info) + ".",
         "",
         "| runtime | seed | ended | wall s (with start) | env steps | trainer s | steps/s "
         "| steady steps/s |",
@@ -101,6 +105,7 @@ def main() -> None:
             {
                 "preset": args.preset,
                 "overrides": args.overrides,
+                "machine": info,
                 "rows": rows,
                 "steady_ratio": ratio,
             },

@@ -51,8 +51,9 @@ VENVS = ROOT / "benchmarks" / ".venvs"
 sys.path.insert(0, str(PEERS))
 
 import analyze  # noqa: E402  (benchmarks/peers, standard library only)
+import machine  # noqa: E402  (benchmarks/, next to this file)
 import memmon  # noqa: E402
-import suite_limits  # noqa: E402  (benchmarks/, next to this file)
+import suite_limits  # noqa: E402
 
 # =====================================================================================
 # surge: preset and overrides per task. EDIT HERE when surge's presets change.
@@ -498,6 +499,8 @@ def markdown(
         f"Measured {meta['date']} on {meta['machine']}; one run at a time. `python "
         f"benchmarks/suite.py {meta['argv']}`.",
         "",
+        machine.summary(meta["machine_detail"]) + ".",
+        "",
         "steps/s = env steps per second from 10% to 100% of the run's steps. Time to solve = "
         "seconds from process launch until the mean return of the last 20 episodes reaches "
         "475 (median over seeds; an unsolved seed counts as slowest). 'vs fastest peer' is "
@@ -772,6 +775,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.python_version()} "
         f"(suite), Linux {platform.release()}",
+        "machine_detail": machine.describe(),
         "argv": " ".join(sys.argv[1:]),
         "wall_s": round(time.time() - started, 1),
         "versions": versions(surge_py),

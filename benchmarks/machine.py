@@ -1,0 +1,90 @@
+"""What machine a benchmark ran on: the line every report starts with.
+
+Machines of one kind differ in CPU features (some have AVX-512 and native bf16, others AVX2
+only), and the kernels torch, numpy, MKL and oneDNN pick follow them (or the variables that
+cap them). A number means little without them, so each report names the CPU, its cores, the
+flags that change which kernels run, the libraries' versions and kernel sets, and which
+precision surge's `precision: auto` takes there.
+
+    python benchmarks/machine.py          # print it
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+"""CPU flags that decide which kernels run (AVX2 or AVX-512 paths, native bf16)."""
+
+KERNEL_VARIABLES = (
+    "ATEN_CPU_CAPABILITY",
+    "NPY_DISABLE_CPU_FEATURES",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ONEDNN_MAX_CPU_ISA",
+)
+"""Environment variables that cap those kernels (tests/numerics.py sets them all)."""
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    """(model name with family/model numbers, flags) of the first CPU in /proc/cpuinfo."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if not key.strip():
+                break  # the end of the first CPU's block
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor() or platform.machine(), set()
+    model = fields.get("model name", platform.machine())
+    if "cpu family" in fields:
+        model += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
+    return model, set(fields.get("flags", "").split())
+
+
+def describe() -> dict[str, Any]:
+    """The machine and library facts a benchmark result depends on."""
+    import numpy as np
+    import torch
+
+    from surge.models.encoders import native_bf16
+
+    model, flags = _cpuinfo()
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as npy_features
+    except ImportError:  # numpy < 2
+        from numpy.core._multiarray_umath import __cpu_features__ as npy_features
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "flags": {flag: flag in flags for flag in FLAGS},
+        "torch": torch.__version__,
+        "torch_kernels": torch.backends.cpu.get_cpu_capability(),
+        "numpy": np.__version__,
+        "numpy_avx512": bool(npy_features.get("AVX512F")),
+        "precision_auto": "bfloat16" if native_bf16() else "float32",
+        "kernel_variables": {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ},
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
+
+
+def summary(info: dict[str, Any] | None = None) -> str:
+    """One line for the top of a report."""
+    info = describe() if info is None else info
+    flags = ", ".join(f for f, on in info["flags"].items() if on) or "none of " + "/".join(FLAGS)
+    caps = "; ".join(f"{k}={v}" for k, v in info["kernel_variables"].items())
+    return (
+        f"CPU: {info['cpu']}, {info['cores']} cores ({flags}); torch {info['torch']} "
+        f"({info['torch_kernels']} kernels), numpy {info['numpy']} "
+        f"(AVX-512 {'on' if info['numpy_avx512'] else 'off'}); `precision: auto` = "
+        f"{info['precision_auto']}" + (f"; capped by {caps}" if caps else "")
+    )
+
+
+if __name__ == "__main__":
+    print(summary())
