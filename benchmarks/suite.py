@@ -79,7 +79,7 @@ ATARI_STICKY = 0.25  # ALE v5's default sticky actions, the same for every conte
 SURGE: dict[str, tuple[str, list[str]]] = {
     # task:                (preset,         overrides)
     "cartpole-throughput": ("cartpole-ppo", CARTPOLE_MATCHED + SURGE_FAST + UNTIL_STOPPED),
-    "cartpole-solve": ("cartpole-appo", []),  # surge's fastest CartPole preset, as shipped
+    "cartpole-solve": ("cartpole-appo", []),  # the default preset (`surge train`), as shipped
     "pong-throughput": (  # CleanRL ppo_atari settings (algo ppo, clip .1, 8 x 128, 4 x 4)
         "pong-ppo",
         SURGE_FAST + UNTIL_STOPPED + [f"env.atari.repeat_action_probability={ATARI_STICKY}"],
@@ -108,10 +108,17 @@ class Task:
     note: str = ""
 
 
-ALL = ("surge", "cleanrl", "sb3", "sf", "rllib")
+ALL = ("surge", "cleanrl", "sb3", "sf", "rllib", "sb3-default")
+PEERS_MATCHED = ALL[:-1]  # sb3-default runs SB3's own defaults: only in the solve task
 TASKS: dict[str, Task] = {
     "cartpole-throughput": Task(
-        "cartpole", "throughput", 60, (1,), ALL, 1, "CleanRL ppo.py settings for every contender"
+        "cartpole",
+        "throughput",
+        60,
+        (1,),
+        PEERS_MATCHED,
+        1,
+        "CleanRL ppo.py settings for every contender",
     ),
     "cartpole-solve": Task(
         "cartpole",
@@ -123,7 +130,13 @@ TASKS: dict[str, Task] = {
         "each library's recommended settings; process start included",
     ),
     "pong-throughput": Task(
-        "pong", "throughput", 120, (1,), ALL, 2, "CleanRL ppo_atari.py settings for every contender"
+        "pong",
+        "throughput",
+        120,
+        (1,),
+        PEERS_MATCHED,
+        2,
+        "CleanRL ppo_atari.py settings for every contender",
     ),
     "pong-appo": Task(
         "pong", "throughput", 120, (1,), ("surge", "sf"), 2, "asynchronous PPO, same model/batch"
@@ -135,13 +148,16 @@ PEER_SCRIPTS = {
     "sb3": ("base", "sb3_ppo.py"),
     "sf": ("sf", "sf_appo.py"),
     "rllib": ("rllib", "rllib_ppo.py"),
+    "sb3-default": ("base", "sb3_ppo.py"),
 }
+PEER_ARGS = {"sb3-default": ["--defaults"]}  # arguments a contender always gets
 LABELS = {
     "surge": "surge",
     "cleanrl": "CleanRL-style PPO",
     "sb3": "Stable-Baselines3 PPO",
     "sf": "Sample Factory 2 APPO",
     "rllib": "RLlib PPO",
+    "sb3-default": "Stable-Baselines3 PPO, its defaults",
 }
 STARTUP_SLACK = 45.0  # seconds past --secs before memmon interrupts a peer that overran
 GRACE = 15.0  # SIGINT -> SIGKILL
@@ -316,6 +332,7 @@ def run_one(
             f"--seed={seed}",
             f"--threads={task.threads}",
             f"--sticky={ATARI_STICKY}",
+            *PEER_ARGS.get(contender, []),
             *PEER_EXTRA.get((task_name, contender), []),
         ]
         timeout = task.secs + STARTUP_SLACK

@@ -11,6 +11,8 @@ orthogonal init). Pong: CnnPolicy (Nature CNN shared by both heads), 8 envs x 12
 solve: rl-baselines3-zoo's tuned CartPole-v1 settings: 8 envs x 32 steps, batch 256,
 20 epochs, gamma .98, lambda .8, ent 0, lr 1e-3 and clip .2 both annealed linearly over 1e5
 steps. SB3 does not clip the value loss (CleanRL does): a library difference kept as is.
+--defaults: SB3's own defaults instead, as `PPO("MlpPolicy", env)` gives a new user: one env,
+2048 steps, batch 64, 10 epochs, lr 3e-4, gamma .99, lambda .95, ent 0.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ ZOO_CARTPOLE = dict(
 )
 
 
+SB3_DEFAULTS = dict(n_envs=1, total=1_000_000, policy="MlpPolicy", kwargs={})
+
+
 class StopCallback(BaseCallback):
     """Stops learn() at max_secs, or at a solve in solve mode."""
 
@@ -106,10 +111,14 @@ class StopCallback(BaseCallback):
 
 
 def main() -> None:
-    args = common.common_args(__doc__.split("\n\n")[0]).parse_args()
+    parser = common.common_args(__doc__.split("\n\n")[0])
+    parser.add_argument("--defaults", action="store_true", help="SB3's default settings")
+    args = parser.parse_args()
     target = args.target if args.env == "cartpole" else None
     log = common.setup(args, target)
     spec = ZOO_CARTPOLE if (args.mode == "solve" and args.env == "cartpole") else MATCHED[args.env]
+    if args.defaults:
+        spec = SB3_DEFAULTS
     env = DummyVecEnv([lambda: common.make_env(args.env) for _ in range(spec["n_envs"])])
     model = PPO(spec["policy"], env, seed=args.seed, device="cpu", verbose=0, **spec["kwargs"])
     stop = StopCallback(log, args.max_secs, on_solve=args.mode == "solve")

@@ -22,7 +22,7 @@ import yaml
 from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError, UserError
 
-DEFAULT_PRESET = "cartpole-ppo"
+DEFAULT_PRESET = "cartpole-appo"
 _DESCRIPTION_PREFIX = "# description:"
 
 

@@ -88,14 +88,16 @@ def test_train_from_yaml_then_eval_plot_and_resume(tmp_path: Path) -> None:
 
 
 def _tiny_run(run: Path) -> None:
-    result = run_surge("train", "runtime=serial", "total_env_steps=256", f"run_dir={run}", *QUICK)
+    result = run_surge(
+        "train", "cartpole-ppo", "runtime=serial", "total_env_steps=256", f"run_dir={run}", *QUICK
+    )
     assert result.returncode == 0, result.stderr
 
 
 def test_existing_run_dir_is_not_overwritten(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _tiny_run(run)
-    result = run_surge("train", "runtime=serial", f"run_dir={run}", *QUICK)
+    result = run_surge("train", "cartpole-ppo", "runtime=serial", f"run_dir={run}", *QUICK)
     assert result.returncode == 2
     assert "surge resume" in result.stderr
 

@@ -84,7 +84,7 @@ def test_hung_worker_is_detected_by_heartbeat(run_dir: Path) -> None:
 def test_killed_worker_is_named(run_dir: Path) -> None:
     proc = subprocess.Popen(
         [
-            *SURGE, "train", f"run_dir={run_dir}", "total_env_steps=10000000",
+            *SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", "total_env_steps=10000000",
             "workers.max_restarts=0", *QUICK,
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -104,7 +104,7 @@ def test_killed_worker_is_named(run_dir: Path) -> None:
 
 def test_ctrl_c_saves_a_checkpoint_and_resume_continues(run_dir: Path) -> None:
     proc = subprocess.Popen(
-        [*SURGE, "train", f"run_dir={run_dir}", "total_env_steps=10000000", *QUICK],
+        [*SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", "total_env_steps=10000000", *QUICK],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     assert wait_for(lambda: len(metrics_so_far(run_dir)) > 3, timeout=60)
@@ -133,7 +133,7 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(run_dir: Path) -> None:
 
 def test_controller_killed_leaves_no_orphans(run_dir: Path) -> None:
     proc = subprocess.Popen(
-        [*SURGE, "train", f"run_dir={run_dir}", "total_env_steps=10000000", *QUICK],
+        [*SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", "total_env_steps=10000000", *QUICK],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     assert wait_for(lambda: len(metrics_so_far(run_dir)) > 1, timeout=60)
@@ -156,7 +156,7 @@ def test_python_api_raises_worker_failure(run_dir: Path) -> None:
     from surge.runtime.controller import train
 
     cfg, name = load_config(
-        None, [CRASHING, "env.kwargs={crash_after: 5}", f"run_dir={run_dir}", *QUICK]
+        "cartpole-ppo", [CRASHING, "env.kwargs={crash_after: 5}", f"run_dir={run_dir}", *QUICK]
     )
     with pytest.raises(WorkerFailure) as info:
         train(cfg, name)

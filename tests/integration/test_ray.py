@@ -66,7 +66,7 @@ def cluster() -> Iterator[str]:
 def _start(run_dir: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, **RAY_ENV, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
-        [*SURGE, "train", f"run_dir={run_dir}", "log.progress=false", *args],
+        [*SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", "log.progress=false", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 

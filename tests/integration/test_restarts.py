@@ -42,7 +42,10 @@ def _steps(run_dir: Path) -> int:
 
 def test_killed_actor_and_policy_worker_restart_and_the_run_still_solves(run_dir: Path) -> None:
     proc = subprocess.Popen(
-        [*SURGE, "train", f"run_dir={run_dir}", "log.interval_s=0.5", "log.progress=false"],
+        [
+            *SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", "log.interval_s=0.5",
+            "log.progress=false",
+        ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
@@ -119,7 +122,9 @@ def test_restarted_actor_with_groups_a_segment_apart_does_not_deadlock(tmp_path:
     from surge.streams.transport import InlineTransport
     from surge.workers.base import RunContext
 
-    cfg, _ = load_config(None, ["ppo.rollout_len=8", "log.progress=false", "log.tensorboard=false"])
+    cfg, _ = load_config(
+        "cartpole-ppo", ["ppo.rollout_len=8", "log.progress=false", "log.tensorboard=false"]
+    )
     env = probe_env(cfg.env, cfg.seed)
     n_params = _count_params(cfg, env)
     graph = build_graph(cfg, env, n_params)

@@ -28,6 +28,8 @@ from surge.models.numpy_policy import numpy_layout
 from tests.numerics import assert_float32_close, float64_torch
 from tests.unit.test_numpy_policy import SPACES
 
+pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)
+
 B = 24
 
 
@@ -297,8 +299,6 @@ from surge.runtime.controller import _count_params
 from surge.runtime.graph import build_graph, build_worker
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext
-
-pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)
 
 cfg, _ = load_config("cartpole-appo", ["log.progress=false"])
 env = probe_env(cfg.env, cfg.seed)

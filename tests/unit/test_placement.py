@@ -11,7 +11,7 @@ from surge.runtime.placement import NodeInfo, place, pods
 
 
 def _cfg(*overrides: str):  # type: ignore[no-untyped-def]
-    cfg, _ = load_config(None, ["runtime=ray", *overrides])
+    cfg, _ = load_config("cartpole-ppo", ["runtime=ray", *overrides])
     return cfg
 
 

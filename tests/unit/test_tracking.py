@@ -143,7 +143,7 @@ def test_rng_round_trip_through_checkpoint(tmp_path: Path) -> None:
 
 def test_create_run_dir_default_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    cfg, name = load_config(None, ["seed=5"])
+    cfg, name = load_config("cartpole-ppo", ["seed=5"])
     first = create_run_dir(cfg, name)
     second = create_run_dir(cfg, name)
     assert first.parent == Path("runs") and first.name.startswith("cartpole-ppo-")
@@ -157,7 +157,7 @@ def test_create_run_dir_default_name(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_create_run_dir_explicit_refuses_existing_run(tmp_path: Path) -> None:
-    cfg, name = load_config(None, [f"run_dir={tmp_path / 'r'}"])
+    cfg, name = load_config("cartpole-ppo", [f"run_dir={tmp_path / 'r'}"])
     path = create_run_dir(cfg, name)
     assert path == tmp_path / "r" and (path / "config.yaml").is_file()
     with pytest.raises(UserError, match="surge resume"):
