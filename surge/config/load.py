@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.resources
+import importlib.util
 import math
 import re
 import types
@@ -362,6 +363,12 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.return_window >= 1, "return_window", cfg.return_window, ">= 1")
     need(cfg.max_policy_lag >= 0, "max_policy_lag", cfg.max_policy_lag, ">= 0")
     need(cfg.log.interval_s >= 0, "log.interval_s", cfg.log.interval_s, ">= 0")
+    if cfg.log.wandb and importlib.util.find_spec("wandb") is None:
+        raise ConfigError(
+            "log.wandb=true needs the wandb package, which is not installed",
+            "install the extra (pip install 'surge-rl[wandb]', or .venv/bin/pip install wandb "
+            "in a clone), or set log.wandb=false",
+        )
     ci = cfg.log.checkpoint_interval_s
     need(ci >= 0, "log.checkpoint_interval_s", ci, ">= 0")
     first = cfg.log.first_checkpoint_s

@@ -287,6 +287,18 @@ class LogConfig:
     progress: bool = True
     """Show the live progress display on the terminal."""
 
+    wandb: bool = False
+    """Mirror the metrics and the config to Weights & Biases (needs the `wandb` extra:
+    `pip install 'surge-rl[wandb]'`). The run is stored under `run_dir/wandb/` and keeps
+    one W&B run id across `surge resume`; `WANDB_MODE=offline` records it with no network
+    (upload later with `wandb sync`)."""
+
+    wandb_project: str = "surge"
+    """The W&B project the run goes into."""
+
+    wandb_entity: str | None = None
+    """The W&B entity (user or team); None: your default entity."""
+
     checkpoint_interval_s: float = 60.0
     """Seconds between checkpoints (one is always written at the end and on Ctrl+C)."""
 

@@ -103,7 +103,7 @@ def run_local(
         control.reset_worker(slot)
         control.set_progress(restarts=sum(restarts.values()))
         print(
-            f"surge: {spec.name} failed ({_first_line(cause)}); restarting it "
+            f"surge: {spec.name} failed ({_cause_line(cause)}); restarting it "
             f"({restarts[spec.name]}/{ctx.cfg.workers.max_restarts})",
             file=sys.stderr,
         )
@@ -227,7 +227,8 @@ def _failure_detail(transport: ShmTransport, name: str, proc: BaseProcess) -> st
     )
 
 
-def _first_line(text: str) -> str:
+def _cause_line(text: str) -> str:
+    """The last non-empty line of a failure's text: for a traceback, the exception itself."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else "unknown cause"
 

@@ -1,6 +1,8 @@
-"""Run metrics: one JSON object per line in metrics.jsonl, mirrored to TensorBoard.
+"""Run metrics: one JSON object per line in metrics.jsonl, mirrored to TensorBoard and,
+when `log.wandb` is set, to Weights & Biases.
 
-metrics.jsonl is the record of truth (plots and tests read it); TensorBoard is a view.
+metrics.jsonl is the record of truth (plots and tests read it); TensorBoard and W&B are
+views, with the same tags.
 Non-finite floats (NaN before the first episode ends) are written as null so the file
 stays strict JSON for other tools.
 """
@@ -8,9 +10,11 @@ stays strict JSON for other tools.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
@@ -88,11 +92,58 @@ class ScalarWriter:
         self._writer.close()
 
 
+class WandbWriter:
+    """Scalars and the config to a W&B run stored in `run_dir/wandb/`. The run id is derived
+    from the run directory, so `surge resume` continues the same W&B run."""
+
+    def __init__(self, run_dir: Path, options: WandbOptions) -> None:
+        import wandb
+
+        run_dir = Path(run_dir).resolve()
+        run_id = hashlib.sha1(str(run_dir).encode()).hexdigest()[:12]
+        try:
+            self._run = wandb.init(
+                project=options.project,
+                entity=options.entity,
+                name=run_dir.name,
+                id=run_id,
+                resume="allow",
+                dir=str(run_dir),
+                config=options.config,
+                # silent: the terminal belongs to the progress line; logs go to run_dir/wandb
+                settings=wandb.Settings(silent=True, console="off"),
+            )
+        except Exception as e:  # wandb raises its own error types for login and network
+            raise UserError(
+                f"log.wandb=true: W&B could not start a run ({type(e).__name__}: {e})",
+                "log in (`wandb login`, or WANDB_API_KEY), or record offline with "
+                "WANDB_MODE=offline and upload later with `wandb sync`",
+            ) from e
+
+    def add_scalars(self, values: dict[str, float], global_step: int) -> None:
+        self._run.log(values, step=global_step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+@dataclass(frozen=True)
+class WandbOptions:
+    project: str
+    entity: str | None
+    config: dict[str, Any]
+    """The experiment config (`config_to_dict`), shown as the W&B run's config."""
+
+
 class MetricsWriter:
-    """Appends records to run_dir/metrics.jsonl (and TensorBoard if enabled)."""
+    """Appends records to run_dir/metrics.jsonl (and TensorBoard and W&B if enabled)."""
 
     def __init__(
-        self, run_dir: Path, tensorboard: bool, resume_at_steps: int | None = None
+        self,
+        run_dir: Path,
+        tensorboard: bool,
+        resume_at_steps: int | None = None,
+        wandb: WandbOptions | None = None,
     ) -> None:
         self.path = Path(run_dir) / METRICS_FILE
         if resume_at_steps is not None and self.path.exists():
@@ -101,37 +152,58 @@ class MetricsWriter:
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._tb: Any = None
         self._tb_ready: concurrent.futures.Future[Any] | None = None
-        if tensorboard:
-            # TensorBoard's import takes about 0.3 s; it runs in a thread so that training
-            # starts at once. The first write waits for it.
-            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tensorboard")
-            self._tb_ready = pool.submit(ScalarWriter, Path(run_dir) / "tensorboard")
+        self._wandb: WandbWriter | None = None
+        self._wandb_ready: concurrent.futures.Future[WandbWriter] | None = None
+        # TensorBoard's import takes about 0.3 s, W&B's start about 2 s; they run in a thread
+        # so that training starts at once. The first write waits for them.
+        if tensorboard or wandb is not None:
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="metric-sinks")
+            if tensorboard:
+                self._tb_ready = pool.submit(ScalarWriter, Path(run_dir) / "tensorboard")
+            if wandb is not None:
+                self._wandb_ready = pool.submit(WandbWriter, Path(run_dir), wandb)
             pool.shutdown(wait=False)
 
     def write(self, record: dict[str, float | int]) -> None:
         line = json.dumps({k: _clean(v) for k, v in record.items()}, allow_nan=False)
         self._file.write(line + "\n")
         self._file.flush()
+        self._await_sinks()
+        if self._tb is None and self._wandb is None:
+            return
+        if STEP_KEY not in record:
+            raise ValueError(f"a metrics record needs '{STEP_KEY}' for the plots' x axis")
+        step = int(record[STEP_KEY])
+        scalars = {
+            tb_tag(key): value
+            for key, value in record.items()
+            if key not in (STEP_KEY, CLOCK_KEY)
+            and not isinstance(value, bool)
+            and isinstance(value, int | float)
+            and math.isfinite(value)  # NaN: nothing to plot yet (no episode has ended)
+        }
+        if self._tb is not None:
+            for tag, value in scalars.items():
+                self._tb.add_scalar(tag, value, global_step=step)
+        if self._wandb is not None:
+            self._wandb.add_scalars(scalars, global_step=step)
+
+    def _await_sinks(self) -> None:
         if self._tb_ready is not None:
             self._tb, self._tb_ready = self._tb_ready.result(), None
-        if self._tb is not None:
-            if STEP_KEY not in record:
-                raise ValueError(f"a metrics record needs '{STEP_KEY}' for TensorBoard's x axis")
-            step = int(record[STEP_KEY])
-            for key, value in record.items():
-                if key in (STEP_KEY, CLOCK_KEY) or isinstance(value, bool):
-                    continue
-                if isinstance(value, int | float) and math.isfinite(value):
-                    self._tb.add_scalar(tb_tag(key), value, global_step=step)
+        if self._wandb_ready is not None:
+            self._wandb, self._wandb_ready = self._wandb_ready.result(), None
 
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
-        if self._tb_ready is not None:
-            self._tb, self._tb_ready = self._tb_ready.result(), None
+        self._await_sinks()
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._wandb is not None:
+            self._wandb.close()
+            self._wandb = None
 
     def __enter__(self) -> Self:
         return self

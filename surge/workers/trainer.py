@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.runtime.graph import param_subscribers
@@ -23,7 +24,7 @@ from surge.streams.params import ParameterService
 from surge.streams.sample import SampleConsumer, lives_are_unmixed
 from surge.streams.transport import Transport
 from surge.tracking import timing
-from surge.tracking.metrics import MetricsWriter
+from surge.tracking.metrics import MetricsWriter, WandbOptions
 from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import RunContext
 from surge.workers.learners import make_backend
@@ -57,7 +58,7 @@ class TrainerWorker:
 
             self._restore(load_checkpoint(Path(ctx.checkpoint)))
         resumed_at = self.env_steps if ctx.checkpoint is not None else None
-        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at)
+        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at, _wandb(cfg))
         self._started = time.monotonic()
         self._last_log = (self._started, self.env_steps)
         # The first checkpoint comes early, so that every trainer loss is resumable.
@@ -246,6 +247,14 @@ class TrainerWorker:
 
     def close(self) -> None:
         self.metrics.close()
+
+
+def _wandb(cfg: ExperimentConfig) -> WandbOptions | None:
+    if not cfg.log.wandb:
+        return None
+    from surge.config.load import config_to_dict
+
+    return WandbOptions(cfg.log.wandb_project, cfg.log.wandb_entity, config_to_dict(cfg))
 
 
 def warm_up() -> None:

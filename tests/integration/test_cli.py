@@ -150,3 +150,37 @@ def test_users_env_module_in_the_working_directory(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     (run,) = (tmp_path / "runs").iterdir()
     assert run.name.startswith("mycartpole-v0-ppo-")  # named after the env, not the preset
+
+
+def test_wandb_mirrors_metrics_and_config_offline_and_resume_continues_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """log.wandb=true with WANDB_MODE=offline (no network): the W&B run under run_dir/wandb
+    holds the metric tags and the config; a resumed run logs into the same W&B run id."""
+    run = tmp_path / "run"
+    monkeypatch.setenv("WANDB_MODE", "offline")  # run_surge's processes inherit it
+    args = ["runtime=serial", "log.wandb=true", "log.wandb_project=surge-test", *QUICK]
+    first = run_surge("train", "cartpole-ppo", f"run_dir={run}", "total_env_steps=1024", *args)
+    assert first.returncode == 0, first.stderr
+    again = run_surge("resume", str(run), "total_env_steps=2048")
+    assert again.returncode == 0, again.stderr
+    runs = sorted((run / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and len({r.name.rsplit("-", 1)[1] for r in runs}) == 1  # one run id
+    data = b"".join(p.read_bytes() for r in runs for p in r.glob("run-*.wandb"))
+    for expected in (b"charts/policy_version", b"losses/approx_kl", b"CartPole-v1", b"surge-test"):
+        assert expected in data, expected
+
+
+def test_wandb_without_the_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from surge.config.load import load_config
+    from surge.errors import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["log.wandb=true"])
+    assert "log.wandb" in str(info.value) and "surge-rl[wandb]" in str(info.value)
