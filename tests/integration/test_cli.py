@@ -149,7 +149,7 @@ def test_users_env_module_in_the_working_directory(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (run,) = (tmp_path / "runs").iterdir()
-    assert run.name.startswith("mycartpole-v0-ppo-")  # named after the env, not the preset
+    assert run.name.startswith("mycartpole-v0-appo-")  # after the env and algo, not the preset
 
 
 def test_wandb_mirrors_metrics_and_config_offline_and_resume_continues_the_run(

@@ -40,7 +40,8 @@ def test_crashing_env_reports_worker_and_traceback(run_dir: Path, runtime: str) 
     started = time.monotonic()
     proc = subprocess.Popen(
         [
-            *SURGE, "train", CRASHING, "env.kwargs={crash_after: 400}", f"runtime={runtime}",
+            *SURGE, "train", "cartpole-ppo", CRASHING, "env.kwargs={crash_after: 400}",
+            f"runtime={runtime}",
             f"run_dir={run_dir}", "log.checkpoint_interval_s=0", "total_env_steps=100000", *QUICK,
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -68,7 +69,8 @@ def test_crashing_env_reports_worker_and_traceback(run_dir: Path, runtime: str) 
 
 def test_hung_worker_is_detected_by_heartbeat(run_dir: Path) -> None:
     result = run_surge(
-        "train", "env.id=surge.envs.testing:surge/Hanging-v0", "env.kwargs={hang_after: 50}",
+        "train", "cartpole-ppo", "env.id=surge.envs.testing:surge/Hanging-v0",
+        "env.kwargs={hang_after: 50}",
         "workers.heartbeat_timeout_s=3", "workers.max_restarts=1", f"run_dir={run_dir}",
         "total_env_steps=100000", *QUICK,
     )  # fmt: skip
