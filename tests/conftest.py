@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -60,7 +61,9 @@ def wait_for(predicate: object, timeout: float, interval: float = 0.1) -> bool:
 
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
-    return tmp_path / "run"
+    # Worker process titles carry the run directory's name (`surge actor-0 [NAME]`), and the
+    # tests find a run's processes by it: a name no other run on the machine has.
+    return tmp_path / f"run-{uuid.uuid4().hex[:8]}"
 
 
 def metrics_so_far(run_dir: Path) -> list[dict[str, object]]:

@@ -36,7 +36,7 @@ def evaluate(
     torch.set_num_threads(1)
     env = make_env(cfg.env)
     model = ActorCritic(env.observation_space, env.action_space, cfg.model)
-    model.load_state_dict(state["model"])
+    model.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
     model.eval()
     generator = torch.Generator().manual_seed(
         derive_seed(cfg.seed if seed is None else seed, "eval")

@@ -24,12 +24,14 @@ from surge.streams.params import ParameterService
 from surge.streams.sample import SampleConsumer, lives_are_unmixed
 from surge.streams.transport import Transport
 from surge.tracking import timing
+from surge.tracking.checkpoint import rng_state
+from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
 from surge.tracking.metrics import MetricsWriter, WandbOptions
 from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import RunContext
 from surge.workers.learners import make_backend
 
-CHECKPOINT_FORMAT = 2  # 2: FusedAdam's optimizer state (algos/adam.py)
+CHECKPOINT_FORMAT = 2  # the state's layout (2: FusedAdam's optimizer state, algos/adam.py)
 
 
 class TrainerWorker:
@@ -58,6 +60,7 @@ class TrainerWorker:
 
             self._restore(load_checkpoint(Path(ctx.checkpoint)))
         resumed_at = self.env_steps if ctx.checkpoint is not None else None
+        self.checkpoints = CheckpointWriter(ctx.run_dir, cfg.log.keep_checkpoints)
         self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at, _wandb(cfg))
         self._started = time.monotonic()
         self._last_log = (self._started, self.env_steps)
@@ -82,7 +85,7 @@ class TrainerWorker:
         if request == CHECKPOINT_AND_STOP:
             if self.env_steps > self._last_log[1]:
                 self._log(time.monotonic())  # metrics end where the checkpoint does
-            self.save_checkpoint()
+            self.save_checkpoint(wait=True)
             return self._finish("interrupted")
         if request == STOP:
             return self._finish("stopped")
@@ -138,10 +141,10 @@ class TrainerWorker:
         out_of_budget = self.env_steps >= cfg.total_env_steps
         if now - self._last_log[0] >= cfg.log.interval_s or solved or out_of_budget:
             self._log(now)
-        if now >= self._next_checkpoint:
-            self.save_checkpoint()
+        if now >= self._next_checkpoint and not self.checkpoints.busy:
+            self.save_checkpoint()  # a checkpoint never queues behind one still being written
         if solved or out_of_budget:
-            self.save_checkpoint()
+            self.save_checkpoint(wait=True)
             self._finish("solved" if solved else "budget")
 
     @property
@@ -193,10 +196,10 @@ class TrainerWorker:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def save_checkpoint(self) -> None:
-        # torch writes the file: a numpy-backend trainer imports it here, the first time
-        from surge.tracking.checkpoint import as_tensors, rng_state_to_tensors, save_checkpoint
-
+    def save_checkpoint(self, wait: bool = False) -> None:
+        """Snapshot the state and hand it to the writer thread (tracking/checkpoint_writer.py:
+        serialising, fsync and torch's import never stall training). `wait`: return once it
+        is on disk (the last checkpoint of a run)."""
         model, learner = self.learner.state()
         state = {
             "format": CHECKPOINT_FORMAT,
@@ -208,12 +211,14 @@ class TrainerWorker:
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
             "resumes": self.ctx.resumes,
-            "model": as_tensors(model),
-            "learner": as_tensors(learner),
-            "rng": rng_state_to_tensors(),
+            "model": snapshot(model),
+            "learner": snapshot(learner),
+            "rng": rng_state(),
         }
-        save_checkpoint(self.ctx.run_dir, state, self.version, self.cfg.log.keep_checkpoints)
+        self.checkpoints.submit(state, self.version)
         self._next_checkpoint = time.monotonic() + self.cfg.log.checkpoint_interval_s
+        if wait:
+            self.checkpoints.wait()
 
     def _restore(self, state: dict[str, Any]) -> None:
         from surge.tracking.checkpoint import restore_rng_state
@@ -246,6 +251,7 @@ class TrainerWorker:
         return True
 
     def close(self) -> None:
+        self.checkpoints.close()
         self.metrics.close()
 
 

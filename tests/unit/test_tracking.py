@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +19,10 @@ from surge.tracking.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
-    rng_state_to_tensors,
+    rng_state,
     save_checkpoint,
 )
+from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
 from surge.tracking.metrics import MetricsWriter, read_metrics
 from surge.tracking.plot import plot_runs
 from surge.tracking.progress import Progress, format_duration, render_line
@@ -74,12 +77,16 @@ def test_checkpoint_save_load_and_prune(tmp_path: Path) -> None:
     assert latest_checkpoint(tmp_path) is None
     for v in (1, 2, 3, 10, 11):
         path = save_checkpoint(tmp_path, _state(v), version=v, keep=3)
-        assert path.name == f"ckpt-{v:08d}.pt"
+        assert path.name == f"ckpt-{v:08d}.safetensors"
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     # Only the newest three remain, and no temp files are left behind.
-    assert names == ["ckpt-00000003.pt", "ckpt-00000010.pt", "ckpt-00000011.pt"]
+    assert names == [
+        "ckpt-00000003.safetensors",
+        "ckpt-00000010.safetensors",
+        "ckpt-00000011.safetensors",
+    ]
     latest = latest_checkpoint(tmp_path)
-    assert latest is not None and latest.name == "ckpt-00000011.pt"
+    assert latest is not None and latest.name == "ckpt-00000011.safetensors"
     state = load_checkpoint(latest)
     assert state["version"] == 11 and state["name"] == "x" and state["ok"] is True
     assert torch.equal(state["model"]["w"], torch.full((3,), 11.0))
@@ -88,22 +95,51 @@ def test_checkpoint_save_load_and_prune(tmp_path: Path) -> None:
 def test_checkpoint_failed_save_leaves_no_partial_file(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, _state(1), version=1, keep=3)
 
-    class NotSaveable:
-        def __reduce__(self) -> tuple:
-            raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError, match="boom"):
-        save_checkpoint(tmp_path, {"bad": NotSaveable()}, version=2, keep=3)
-    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-00000001.pt"]
+    # Only data goes into a checkpoint: any other object is refused, naming where it is.
+    with pytest.raises(TypeError, match="/model/w: cannot save a PosixPath"):
+        save_checkpoint(tmp_path, {"model": {"w": Path("x")}}, version=2, keep=3)
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-00000001.safetensors"]
 
 
 def test_checkpoint_weights_only_rejects_objects(tmp_path: Path) -> None:
-    # A pickled arbitrary object cannot be loaded with weights_only=True.
+    # A checkpoint of the torch format surge wrote before (format 2) is still read, with
+    # weights_only=True: a pickled arbitrary object is refused.
     path = tmp_path / "checkpoints" / "ckpt-00000001.pt"
     path.parent.mkdir()
     torch.save({"obj": Path("x")}, path)
     with pytest.raises(UserError, match="corrupt or unreadable"):
         load_checkpoint(path)
+    torch.save({"w": torch.ones(2), "version": 1}, path)
+    assert load_checkpoint(path)["version"] == 1 and latest_checkpoint(tmp_path) == path
+
+
+def test_checkpoint_keeps_types_and_never_needs_torch_for_arrays(tmp_path: Path) -> None:
+    """Arrays come back as arrays, tensors as tensors, tuples as tuples, big ints (a numpy
+    generator's 128-bit state) exactly; a state of arrays is written and read by a process
+    that never imports torch."""
+    rng = np.random.default_rng(7)
+    state = {
+        "a": np.arange(3, dtype=np.float64),
+        "t": torch.arange(2, dtype=torch.int64),
+        "tuple": (1, "two", None, True),
+        "gen": rng.bit_generator.state,
+        "nested": [{"x": np.zeros((2, 0), np.float32)}, 2.5],
+    }
+    back = load_checkpoint(save_checkpoint(tmp_path, state, version=1, keep=1))
+    assert isinstance(back["a"], np.ndarray) and back["a"].tolist() == [0.0, 1.0, 2.0]
+    assert isinstance(back["t"], torch.Tensor) and back["t"].tolist() == [0, 1]
+    assert back["tuple"] == (1, "two", None, True) and back["gen"] == state["gen"]
+    assert back["nested"][0]["x"].shape == (2, 0) and back["nested"][1] == 2.5
+    script = f"""
+import sys, numpy as np
+from surge.tracking.checkpoint import save_checkpoint, load_checkpoint
+p = save_checkpoint({str(tmp_path / "np")!r}, {{"w": np.ones(3), "rng": 1}}, version=4, keep=1)
+assert load_checkpoint(p)["w"].tolist() == [1.0, 1.0, 1.0]
+print("torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
 
 
 def test_checkpoint_corrupt_and_missing(tmp_path: Path) -> None:
@@ -131,11 +167,45 @@ def test_rng_round_trip_through_checkpoint(tmp_path: Path) -> None:
     random.seed(0)
     np.random.normal()  # leaves a cached gaussian in numpy's state
     random.gauss(0, 1)  # and in python's
-    path = save_checkpoint(tmp_path, {"rng": rng_state_to_tensors()}, version=1, keep=1)
+    path = save_checkpoint(tmp_path, {"rng": rng_state()}, version=1, keep=1)
     expected = _draws()
     _draws()  # move every generator on
     restore_rng_state(load_checkpoint(path)["rng"])
     assert _draws() == expected
+
+
+def test_background_writer_saves_the_snapshot_in_order_and_surfaces_failures(
+    tmp_path: Path,
+) -> None:
+    """The trainer's checkpoints (tracking/checkpoint_writer.py): what is written is the state
+    at submit time, even as training goes on changing the arrays and tensors; writes happen
+    in order; the RNG states are those of the submit; a failed write raises on the trainer."""
+    np.random.seed(3)
+    random.seed(3)
+    weights, moments = np.arange(4, dtype=np.float32), torch.zeros(2)
+    writer = CheckpointWriter(tmp_path, keep=5)
+    for version in (1, 2):
+        state = {"version": version, "model": {"w": weights}, "learner": [moments]}
+        writer.submit({**snapshot(state), "rng": rng_state()}, version)
+        if version == 1:
+            expected = _draws()  # what the RNGs give right after the first snapshot
+        weights += 10.0  # training goes on while the writer works
+        moments += 1.0
+    writer.close()
+    first = load_checkpoint(tmp_path / "checkpoints" / "ckpt-00000001.safetensors")
+    assert first["model"]["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert first["learner"][0].tolist() == [0.0, 0.0]
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "ckpt-00000002.safetensors"
+    assert load_checkpoint(latest_checkpoint(tmp_path))["model"]["w"].tolist()[0] == 10.0
+    restore_rng_state(first["rng"])
+    assert _draws() == expected
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    writer = CheckpointWriter(blocked, keep=1)
+    writer.submit({"rng": rng_state()}, 1)
+    with pytest.raises(OSError):
+        writer.wait()
 
 
 # ---------------------------------------------------------------- run dir
