@@ -60,7 +60,9 @@ def image_field(obs_space: gym.Space[Any]) -> tuple[str, gym.spaces.Box] | None:
     if len(leaves) != 1:
         return None
     key, space = next(iter(leaves.items()))
-    return (key, space) if is_image_space(space) else None
+    if isinstance(space, gym.spaces.Box) and is_image_space(space):
+        return key, space
+    return None
 
 
 def choose_encoder(obs_space: gym.Space[Any], cfg: ModelConfig) -> str:
