@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from surge.config.schema import ModelConfig
-from surge.envs.spaces import flatten_obs_space
+from surge.envs.spaces import OBS_KEY, flatten_obs_space
 from surge.errors import EnvSpecError
 from surge.models.images import SIZE_RULE, choose_encoder, image_field, image_layout
 from surge.models.images import is_image_space as is_image_space  # re-exported
@@ -212,7 +212,8 @@ class SmallCNN(Encoder):
 
 class ChannelsFirst(Encoder):
     """Runs a [C, H, W] image encoder on an [H, W, C] field: permutes the field to [B, C, H,
-    W] (a view, no copy; an NHWC batch viewed so is already in channels_last memory format)."""
+    W] (a view, no copy; an NHWC batch viewed so is already in channels_last memory format).
+    `inner` is built on the transposed Box alone, so it reads the field as `obs`."""
 
     def __init__(self, inner: Encoder, key: str) -> None:
         super().__init__()
@@ -222,7 +223,7 @@ class ChannelsFirst(Encoder):
         self.is_torso = inner.is_torso
 
     def forward(self, obs: dict[str, Tensor]) -> Tensor:
-        return self.inner({**obs, self.key: obs[self.key].permute(0, 3, 1, 2)})
+        return self.inner({OBS_KEY: obs[self.key].permute(0, 3, 1, 2)})
 
 
 def make_encoder(obs_space: gym.Space[Any], cfg: ModelConfig) -> Encoder:

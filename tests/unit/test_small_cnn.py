@@ -67,6 +67,10 @@ def test_hwc_images_are_transposed_for_the_cnn() -> None:
     obs = _obs(5, 7, 7, 3)
     chw = {"obs": obs["obs"].permute(0, 3, 1, 2).contiguous()}
     torch.testing.assert_close(enc(obs), enc.inner(chw))
+    # The one image of a Dict keeps its key.
+    keyed = make_encoder(gym.spaces.Dict({"image": MINIGRID}), ModelConfig())
+    keyed.load_state_dict(enc.state_dict())
+    torch.testing.assert_close(keyed({"image": obs["obs"]}), enc(obs))
     # An RGB frame [H, W, 3] of 84x84 gets the Nature CNN the same way.
     enc = make_encoder(_box(84, 84, 3), ModelConfig(precision="float32"))
     assert isinstance(enc, ChannelsFirst) and isinstance(enc.inner, NatureCNN)
