@@ -17,7 +17,8 @@ RuntimeName = Literal["serial", "local", "ray"]
 AlgoName = Literal["ppo", "appo"]
 Activation = Literal["tanh", "relu"]
 EnvBackend = Literal["auto", "gymnasium", "ale", "envpool"]
-EncoderName = Literal["auto", "flat", "nature_cnn"]
+EncoderName = Literal["auto", "flat", "nature_cnn", "small_cnn"]
+ImageLayout = Literal["auto", "chw", "hwc"]
 Precision = Literal["auto", "float32", "bfloat16"]
 Backend = Literal["auto", "torch", "numpy"]
 InferenceMode = Literal["remote", "inline"]
@@ -68,6 +69,12 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments passed to `gymnasium.make` (for `ALE/*` ids on the `ale`
     backend: to `ale_py.vector_env.AtariVectorEnv`)."""
+
+    wrappers: list[str] = field(default_factory=list)
+    """Wrappers applied in order to each env after `gymnasium.make`: import paths
+    `module:Name` (or `module.Name`) of a class or function that takes the env and returns
+    the wrapped env, e.g. `minigrid.wrappers:ImgObsWrapper`. Backend `gymnasium` only (the
+    `ale` and `envpool` groups are not gymnasium envs)."""
 
     max_episode_steps: int | None = None
     """Override the env's time limit (episodes are truncated, not terminated, after this many
@@ -173,12 +180,12 @@ class ModelConfig:
     """The actor-critic network."""
 
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    """Widths of the hidden layers of the MLP torso on the `flat` encoder's features (one
-    torso each for actor and critic unless `shared` is set). Not used with `nature_cnn`: the
-    CNN is the torso, and the heads sit on its 512 features."""
+    """Widths of the hidden layers of the MLP torso on the `flat` or `small_cnn` encoder's
+    features (one torso each for actor and critic unless `shared` is set). Not used with
+    `nature_cnn`: the CNN is the torso, and the heads sit on its 512 features."""
 
     activation: Activation = "tanh"
-    """Non-linearity between hidden layers of the MLP torso (the CNN always uses ReLU)."""
+    """Non-linearity between hidden layers of the MLP torso (the CNNs always use ReLU)."""
 
     shared: bool = False
     """Share one MLP torso between the policy and value heads. With `nature_cnn` the CNN is
@@ -189,9 +196,19 @@ class ModelConfig:
 
     encoder: EncoderName = "auto"
     """How observations become features: `flat` (concatenate vector fields, then the MLP
-    torso), `nature_cnn` (the DQN Nature CNN for one uint8 image field [C, H, W], scaled by
-    1/255: conv 32 8x8/4, 64 4x4/2, 64 3x3/1, linear 512, ReLU). `auto`: `nature_cnn` for
-    one uint8 image observation [C, H, W], else `flat`."""
+    torso), `nature_cnn` (the DQN Nature CNN for one uint8 image field, images of at least
+    36x36 such as Atari's 84x84, scaled by 1/255: conv 32 8x8/4, 64 4x4/2, 64 3x3/1, linear
+    512, ReLU; it is the torso), `small_cnn` (MiniGrid's baseline CNN for one uint8 image
+    field of 7x7 to 35x35, raw values: conv 16 2x2, max-pool 2x2, conv 32 2x2, conv 64 2x2,
+    ReLU; the MLP torso sits on its features). `auto`: for one uint8 image observation,
+    `nature_cnn` if its height and width are at least 36, `small_cnn` from 7, an error below
+    7 (use `flat`); else `flat`."""
+
+    image_layout: ImageLayout = "auto"
+    """Axis order of an image observation for the CNN encoders. `auto`: `hwc` when the last
+    dim is at most 4 and the first is larger (MiniGrid's (7, 7, 3), RGB frames), else `chw`
+    (Atari frame stacks (4, 84, 84)). Set it when the guess is wrong, e.g. for an [H, W, C]
+    image with more than 4 channels."""
 
     backend: Backend = "auto"
     """What the trainer computes with. `numpy`: the MLP's forward and backward, the PPO loss
@@ -204,11 +221,11 @@ class ModelConfig:
     way; a run resumes with the backend it started with."""
 
     precision: Precision = "auto"
-    """Compute dtype of the CNN encoder (bfloat16 autocast around its convolutions and linear
-    layer; parameters, gradients, Adam state and the heads stay float32). `bfloat16` makes a
-    Nature CNN PPO update about 2x cheaper on CPUs with native bf16 (AVX512-BF16 or AMX)
-    and emulates it slowly elsewhere; `auto`: `bfloat16` on such CPUs, else `float32`. The
-    flat encoder always computes in float32."""
+    """Compute dtype of the `nature_cnn` encoder (bfloat16 autocast around its convolutions
+    and linear layer; parameters, gradients, Adam state and the heads stay float32).
+    `bfloat16` makes a Nature CNN PPO update about 2x cheaper on CPUs with native bf16
+    (AVX512-BF16 or AMX) and emulates it slowly elsewhere; `auto`: `bfloat16` on such CPUs,
+    else `float32`. The flat and small_cnn encoders always compute in float32."""
 
 
 @dataclass

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import importlib
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +21,7 @@ from surge.envs.atari import (
     resolve_backend,
 )
 from surge.envs.spaces import ArraySpec, action_spec, flatten_obs_space, obs_specs, split_obs
-from surge.errors import EnvSpecError
+from surge.errors import ConfigError, EnvSpecError
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,54 @@ def make_env(cfg: EnvConfig) -> gym.Env[Any, Any]:
     """`gymnasium.make(cfg.id)`; `module:Env-v0` imports `module` first (gymnasium's own syntax).
 
     `ALE/*` ids get the Atari preprocessing of `env.atari` (raw rewards, real game ends:
-    clipping and episodic life belong to the env group)."""
+    clipping and episodic life belong to the env group). Then `env.wrappers`, in order."""
+    wrappers = [load_wrapper(spec, i) for i, spec in enumerate(cfg.wrappers)]
+    env = _make(cfg)
+    for i, wrapper in enumerate(wrappers):
+        env = wrapper(env)
+        if not isinstance(env, gym.Env):
+            raise ConfigError(
+                f"env.wrappers[{i}]={cfg.wrappers[i]!r} returned {type(env).__name__}, "
+                "not a gymnasium.Env",
+                "name a gymnasium.Wrapper subclass, or a function that takes the env and "
+                "returns the wrapped env",
+            )
+    return env
+
+
+def load_wrapper(spec: str, i: int = 0) -> Callable[[gym.Env[Any, Any]], Any]:
+    """The callable an `env.wrappers` entry names: `module:Name` or `module.Name`."""
+    module, sep, name = spec.partition(":")
+    if not sep:
+        module, _, name = spec.rpartition(".")
+    where = f"env.wrappers[{i}]={spec!r}"
+    if not module or not name:
+        raise ConfigError(
+            f"{where}: not an import path",
+            "write `module:Name` (or `module.Name`), e.g. minigrid.wrappers:ImgObsWrapper",
+        )
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except ImportError as e:
+        raise ConfigError(
+            f"{where}: cannot import module {module!r} ({e})",
+            "install the package that provides it (MiniGrid's: pip install -e '.[minigrid]'), "
+            "or put the module on PYTHONPATH",
+        ) from None
+    except AttributeError:
+        raise ConfigError(
+            f"{where}: module {module!r} has no attribute {name!r}",
+            "check the spelling: `module:Name` names a wrapper class or function",
+        ) from None
+    if not callable(obj):
+        raise ConfigError(
+            f"{where}: {type(obj).__name__} is not callable",
+            "name a gymnasium.Wrapper subclass, or a function that takes the env",
+        )
+    return typing.cast(Callable[[gym.Env[Any, Any]], Any], obj)
+
+
+def _make(cfg: EnvConfig) -> gym.Env[Any, Any]:
     if is_atari_id(cfg.id):
         return make_atari_env(cfg)
     kwargs = dict(cfg.kwargs)
@@ -72,6 +122,12 @@ def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
     For the `ale` and `envpool` backends: build a one-env group, step it once, and return
     its spaces (for Atari: the preprocessed frame stack and the game's action set)."""
     backend = resolve_backend(cfg)
+    if cfg.wrappers and backend != "gymnasium":
+        raise ConfigError(
+            f"env.wrappers apply to gymnasium envs; env.backend={backend} steps its own "
+            "vectorised envs",
+            "set env.backend=gymnasium to use env.wrappers, or remove env.wrappers",
+        )
     if backend == "ale":
         return _probe_ale(cfg, seed)
     if backend == "envpool":

@@ -2,8 +2,9 @@
 
 An encoder maps `dict[str, Tensor]` (keys from `flatten_obs_space`, leading batch dim) to one
 flat float32 feature tensor [B, out_dim]. `FlatEncoder` handles vector and discrete fields
-with no parameters; `NatureCNN` handles one uint8 image field [C, H, W] (Atari frame stacks).
-`make_encoder` picks one from `model.encoder`.
+with no parameters; `NatureCNN` handles one uint8 image field [C, H, W] of at least 36x36
+(Atari frame stacks), `SmallCNN` smaller ones from 7x7 (MiniGrid). `make_encoder` picks one
+from `model.encoder`; surge.models.images has the rules for `auto`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from surge.config.schema import ModelConfig
-from surge.envs.spaces import flatten_obs_space
+from surge.envs.spaces import OBS_KEY, flatten_obs_space
 from surge.errors import EnvSpecError
+from surge.models.images import SIZE_RULE, choose_encoder, image_field, image_layout
+from surge.models.images import is_image_space as is_image_space  # re-exported
 
 
 class Encoder(nn.Module):
@@ -157,36 +160,100 @@ def _orthogonal_conv(c_in: int, c_out: int, kernel: int, stride: int) -> nn.Conv
     return conv
 
 
-def _image_field(obs_space: gym.Space[Any]) -> tuple[str, tuple[int, int, int]]:
-    """The key and [C, H, W] shape of the one uint8 image field a CNN can encode."""
-    leaves = flatten_obs_space(obs_space)
-    if len(leaves) == 1:
-        key, space = next(iter(leaves.items()))
-        if is_image_space(space):
-            c, h, w = space.shape  # type: ignore[misc]
-            return key, (c, h, w)
+def _image_field(
+    obs_space: gym.Space[Any], name: str = "nature_cnn"
+) -> tuple[str, tuple[int, int, int]]:
+    """The key and [C, H, W] shape of the one uint8 image field [C, H, W] a CNN can encode
+    (make_encoder gives it [H, W, C] images through `ChannelsFirst`)."""
+    field = image_field(obs_space)
+    if field is not None:
+        c, h, w = field[1].shape
+        return field[0], (c, h, w)
     raise EnvSpecError(
-        f"model.encoder=nature_cnn needs one uint8 image observation [C, H, W]; got {obs_space}",
-        "use model.encoder=flat (or auto) for this env, or wrap it to return uint8 frame stacks",
+        f"model.encoder={name} needs one uint8 image observation [C, H, W]; got {obs_space}",
+        "use model.encoder=flat (or auto) for this env, or wrap it to return uint8 images",
     )
 
 
-def is_image_space(space: gym.Space[Any]) -> bool:
-    """A Box of uint8 with three dims [C, H, W]: what `auto` gives the Nature CNN."""
-    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+class SmallCNN(Encoder):
+    """MiniGrid's baseline CNN (rl-starter-files' ACModel, the minigrid docs' training
+    example) for small images, 7x7 up to 35x35: conv 16 2x2, ReLU, max-pool 2x2, conv 32
+    2x2, ReLU, conv 64 2x2, ReLU, flattened (64 features for MiniGrid's 7x7 view). Not a
+    torso: `ActorCritic` puts the MLP torso(s) of `model.hidden_sizes` on its features, as
+    the baseline puts a 64-unit tanh layer under each head. Orthogonal init with gain
+    sqrt(2), as the Nature CNN.
+
+    Input: one uint8 field [B, C, H, W], cast to float32 and multiplied by `scale`, by
+    default 1: raw values, as the baseline. Small images in RL are mostly symbolic grids:
+    MiniGrid's channels are object, colour and state indices (0-10, 0-5, 0-2), and dividing
+    them by 255 as pixels would shrink them to about 0.04; on MiniGrid-Empty-8x8 the raw
+    values learn faster (docs/environments.md has the measurement). For small pixel images
+    pass `scale=1/255`.
+    """
+
+    def __init__(self, obs_space: gym.Space[Any], *, scale: float = 1.0) -> None:
+        super().__init__()
+        self.key, shape = _image_field(obs_space, "small_cnn")
+        c, h, w = shape
+        h, w = (h - 1) // 2 - 2, (w - 1) // 2 - 2
+        if h < 1 or w < 1:
+            raise EnvSpecError(
+                f"image observations of shape {shape} are too small for small_cnn",
+                f"{SIZE_RULE}; use model.encoder=flat for smaller images",
+            )
+        self.conv1 = _orthogonal_conv(c, 16, 2, 1)
+        self.conv2 = _orthogonal_conv(16, 32, 2, 1)
+        self.conv3 = _orthogonal_conv(32, 64, 2, 1)
+        self.scale = scale
+        self.out_dim = 64 * h * w
+
+    def forward(self, obs: dict[str, Tensor]) -> Tensor:
+        relu = nn.functional.relu
+        x = obs[self.key].to(torch.float32)
+        if self.scale != 1.0:
+            x = x * self.scale
+        x = nn.functional.max_pool2d(relu(self.conv1(x)), 2)
+        x = relu(self.conv3(relu(self.conv2(x))))
+        return x.flatten(1)
+
+
+class ChannelsFirst(Encoder):
+    """Runs a [C, H, W] image encoder on an [H, W, C] field: permutes the field to [B, C, H,
+    W] (a view, no copy; an NHWC batch viewed so is already in channels_last memory format).
+    `inner` is built on the transposed Box alone, so it reads the field as `obs`."""
+
+    def __init__(self, inner: Encoder, key: str) -> None:
+        super().__init__()
+        self.inner = inner
+        self.key = key
+        self.out_dim = inner.out_dim
+        self.is_torso = inner.is_torso
+
+    def forward(self, obs: dict[str, Tensor]) -> Tensor:
+        return self.inner({OBS_KEY: obs[self.key].permute(0, 3, 1, 2)})
 
 
 def make_encoder(obs_space: gym.Space[Any], cfg: ModelConfig) -> Encoder:
-    """The encoder `cfg.encoder` names; `auto` is the Nature CNN for one uint8 image field
-    [C, H, W], else the flat encoder."""
-    name = cfg.encoder
-    if name == "auto":
-        leaves = list(flatten_obs_space(obs_space).values())
-        name = "nature_cnn" if len(leaves) == 1 and is_image_space(leaves[0]) else "flat"
+    """The encoder `cfg.encoder` names; `auto` picks one from the observation
+    (`surge.models.images`: a CNN by image size for one uint8 image field, else flat).
+    [H, W, C] images (`model.image_layout`) reach the CNN through `ChannelsFirst`."""
+    name = choose_encoder(obs_space, cfg)
+    if name == "flat":
+        return FlatEncoder(obs_space)
+    field = image_field(obs_space)
+    assert field is not None  # choose_encoder checked it
+    key, space = field
+    hwc = image_layout(space.shape, cfg.image_layout) == "hwc"
+    if hwc:
+        t = (2, 0, 1)
+        obs_space = gym.spaces.Box(space.low.transpose(t), space.high.transpose(t), None, np.uint8)
+    encoder: Encoder
     if name == "nature_cnn":
         bf16 = cfg.precision == "bfloat16" or (cfg.precision == "auto" and native_bf16())
-        return NatureCNN(obs_space, bf16=bf16)
-    return FlatEncoder(obs_space)
+        encoder = NatureCNN(obs_space, bf16=bf16)
+    else:
+        encoder = SmallCNN(obs_space)
+    return ChannelsFirst(encoder, key) if hwc else encoder
 
 
 @functools.cache

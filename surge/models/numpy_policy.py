@@ -8,7 +8,7 @@ directly (weights are views into it, no copy per reload).
 
 `numpy_layout` mirrors `ActorCritic`'s parameter order and shapes from the config and spaces
 alone (FlatEncoder -> MLP torso(s) -> action head, value head); it returns None for models it
-does not cover (image encoders), and callers fall back to torch. tests/unit/test_numpy_policy.py
+does not cover (the CNN encoders), and callers fall back to torch. tests/unit/test_numpy_policy.py
 checks the mirror against the torch model for every supported space.
 """
 
@@ -23,6 +23,7 @@ import numpy as np
 
 from surge.config.schema import ModelConfig
 from surge.envs.spaces import flatten_obs_space
+from surge.models.images import choose_encoder
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -45,8 +46,8 @@ def numpy_layout(
     obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
 ) -> NumpyLayout | None:
     """The layout for this model, or None when the numpy path does not cover it."""
-    if cfg.encoder == "nature_cnn":
-        return None
+    if choose_encoder(obs_space, cfg) != "flat":
+        return None  # a CNN (an image, [C, H, W] or [H, W, C]): torch's job
     leaves = flatten_obs_space(obs_space)
     fields: list[tuple[str, int, int]] = []
     in_dim = 0
@@ -56,8 +57,6 @@ def numpy_layout(
             fields.append((key, int(space.n), int(space.start)))
             in_dim += int(space.n)
         elif isinstance(space, gym.spaces.Box):
-            if cfg.encoder == "auto" and space.dtype == np.uint8 and len(space.shape) == 3:
-                return None  # an image: the CNN encoder's job
             fields.append((key, 0, 0))
             in_dim += math.prod(space.shape)
         else:

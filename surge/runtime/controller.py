@@ -17,6 +17,7 @@ from surge.config.load import dump_yaml, load_config
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import EnvInfo, probe_env
 from surge.errors import ConfigError, UserError
+from surge.models.images import choose_encoder
 from surge.models.numpy_policy import layout_size, numpy_layout
 from surge.runtime.control import Control
 from surge.runtime.graph import WorkerSpec, build_graph
@@ -51,6 +52,7 @@ def train(cfg: ExperimentConfig, name: str = "run", warm: WarmProcess | None = N
     `warm`: a trainer process already started (surge/runtime/warm.py), used by the `local`
     runtime; the caller closes it whatever happens."""
     env = probe_env(cfg.env, cfg.seed)  # fail on a bad env before creating anything
+    choose_encoder(env.observation_space, cfg.model)  # and on images no encoder fits
     run_dir = create_run_dir(cfg, name)
     return _run(cfg, run_dir, checkpoint=None, env=env, warm=warm)
 

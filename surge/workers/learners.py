@@ -45,7 +45,7 @@ def backend_name(ctx: RunContext) -> str:
     if choice == "numpy" and not covered:
         raise ConfigError(
             "model.backend=numpy covers MLP models on the flat encoder; this model uses "
-            "the Nature CNN (image observations or model.encoder=nature_cnn)",
+            "a CNN encoder (an image observation, or model.encoder=nature_cnn / small_cnn)",
             "set model.backend to auto or torch",
         )
     return "numpy" if covered else "torch"
