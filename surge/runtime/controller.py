@@ -12,6 +12,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from surge.config.load import dump_yaml, load_config
 from surge.config.schema import ExperimentConfig
@@ -99,18 +102,15 @@ def _run(
     n_params = _count_params(cfg, env)
     start_version, resumes = 0, 0
     if checkpoint is not None:
-        from surge.models.actor_critic import ActorCritic
         from surge.tracking.checkpoint import load_checkpoint
 
         state = load_checkpoint(checkpoint)
-        model = ActorCritic(env.observation_space, env.action_space, cfg.model)
-        try:
-            model.load_state_dict(state["model"])
-        except RuntimeError as e:
+        problem = _misfit(cfg, env, state["model"])
+        if problem:
             raise UserError(
-                f"{checkpoint} does not fit the network this config builds: {e}",
+                f"{checkpoint} does not fit the network this config builds: {problem}",
                 "resume with the env and model settings the run was trained with",
-            ) from None
+            )
         start_version, resumes = int(state["version"]), int(state["resumes"]) + 1
     if save_config_to is not None:
         dump_yaml(cfg, save_config_to)  # only once the config is known to work
@@ -179,6 +179,29 @@ def _run(
     )
     _print_footer(result)
     return result
+
+
+def _misfit(cfg: ExperimentConfig, env: EnvInfo, saved: dict[str, Any]) -> str:
+    """Why a checkpoint's model state does not fit the model this config builds ("" if it
+    does). MLPs are compared by parameter names and shapes without importing torch."""
+    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
+    if layout is not None:
+        want = dict(layout.params)
+        have = {name: tuple(np.shape(value)) for name, value in saved.items()}
+        if want == have:
+            return ""
+        diff = sorted(set(want.items()) ^ set(have.items()))
+        return f"parameters differ: {', '.join(f'{n} {s}' for n, s in diff[:6])}"
+    import torch
+
+    from surge.models.actor_critic import ActorCritic
+
+    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    try:
+        model.load_state_dict({k: torch.as_tensor(v) for k, v in saved.items()})
+    except RuntimeError as e:
+        return str(e)
+    return ""
 
 
 def _count_params(cfg: ExperimentConfig, env: EnvInfo) -> int:

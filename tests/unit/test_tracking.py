@@ -338,3 +338,24 @@ def test_plot_two_runs(tmp_path: Path) -> None:
 def test_plot_run_without_metrics(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no metrics.jsonl"):
         plot_runs([tmp_path], tmp_path / "x.png")
+
+
+def test_resume_fit_check_names_the_parameters_that_differ() -> None:
+    """`surge resume` checks a checkpoint's model against the config's network first; for
+    MLPs by names and shapes, without torch."""
+    from surge.envs.make import probe_env
+    from surge.models.numpy_net import NumpyActorCritic, initial_parameters
+    from surge.models.numpy_policy import numpy_layout
+    from surge.runtime.controller import _misfit
+
+    cfg, _ = load_config("cartpole-ppo", [])
+    env = probe_env(cfg.env, cfg.seed)
+    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
+    assert layout is not None
+    net = NumpyActorCritic(layout, initial_parameters(layout, np.random.default_rng(0), 0.0))
+    state = net.state_dict()
+    assert _misfit(cfg, env, state) == ""
+    state["value_head.weight"] = np.zeros((1, 8), np.float32)
+    assert "value_head.weight (1, 8)" in _misfit(cfg, env, state)
+    del state["value_head.bias"]
+    assert "value_head.bias (1,)" in _misfit(cfg, env, state)
