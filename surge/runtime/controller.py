@@ -143,7 +143,8 @@ def _run(
             (t0, s0), (t1, s1) = recent[0], recent[-1]
             progress.update(
                 env_steps=int(p["env_steps"]),
-                steps_per_s=(s1 - s0) / (t1 - t0) if t1 > t0 else p["steps_per_s"],
+                # None until two updates or a log give a rate: shown as "-", not 0
+                steps_per_s=(s1 - s0) / (t1 - t0) if t1 > t0 else (p["steps_per_s"] or None),
                 episode_return_mean=p["episode_return_mean"],
                 policy_lag_mean=p["policy_lag_mean"],
                 policy_version=int(p["policy_version"]),

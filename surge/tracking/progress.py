@@ -38,7 +38,7 @@ def _number(x: float | None, fmt: str) -> str:
 def render_line(
     env_steps: int,
     total_env_steps: int,
-    steps_per_s: float,
+    steps_per_s: float | None,
     episode_return_mean: float | None,
     policy_lag_mean: float | None,
     policy_version: int,
@@ -46,7 +46,7 @@ def render_line(
 ) -> str:
     pct = 100.0 * env_steps / total_env_steps if total_env_steps else 0.0
     remaining = max(total_env_steps - env_steps, 0)
-    eta = format_duration(remaining / steps_per_s) if steps_per_s > 0 else "?"
+    eta = format_duration(remaining / steps_per_s) if steps_per_s and steps_per_s > 0 else "?"
     return (
         f"env steps {env_steps:,}/{total_env_steps:,} ({pct:.1f}%)"
         f" | {_number(steps_per_s, ',.0f')} steps/s"
@@ -81,7 +81,7 @@ class Progress:
     def update(
         self,
         env_steps: int,
-        steps_per_s: float,
+        steps_per_s: float | None,
         episode_return_mean: float | None,
         policy_lag_mean: float | None,
         policy_version: int,

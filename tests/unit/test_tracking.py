@@ -264,6 +264,7 @@ def test_render_line() -> None:
     assert "| episodes 0 | return - |" in render_line(0, 10, 0.0, float("nan"), None, 0, 0)
     assert "nan" not in render_line(0, 10, float("nan"), float("nan"), float("nan"), 0, 0)
     assert "ETA ?" in render_line(0, 10, 0.0, None, None, 0, 0)
+    assert "| - steps/s |" in render_line(0, 10, None, None, None, 0, 0)
 
 
 def test_format_duration() -> None:
