@@ -33,15 +33,9 @@ import numpy as np
 
 from surge.algos.advantages import gae, normalize, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
+from surge.algos.ppo_common import APPROX_KL, STATS, check_minibatches
 from surge.config.schema import APPOConfig, PPOConfig
-from surge.errors import ConfigError
 from surge.models.numpy_net import NumpyActorCritic
-
-LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
-"""The order of the statistics `ppo_loss_numpy` returns beside the loss."""
-STATS = (*LOSS_STATS, "grad_norm")
-"""Stats averaged over the minibatch steps of an update."""
-APPROX_KL = LOSS_STATS.index("approx_kl")
 
 
 def _mean(x: np.ndarray) -> float:
@@ -324,20 +318,6 @@ class NumpyPPOLearner:
         """Views of a buffer laid out like the parameters, one per parameter tensor."""
         views = self.net.views(flat)
         return [views[name] for name, _ in self.net.layout.params]
-
-
-def check_minibatches(cfg: PPOConfig, T: int, N: int) -> int:
-    """cfg.minibatches, after checking it (and the epochs) against a [T, N] batch."""
-    size = T * N
-    if cfg.epochs < 1:
-        raise ConfigError(f"ppo.epochs={cfg.epochs} must be at least 1", "set ppo.epochs >= 1")
-    if cfg.minibatches < 1 or size % cfg.minibatches:
-        raise ConfigError(
-            f"ppo.minibatches={cfg.minibatches} does not divide the batch of {size} steps "
-            f"(rollout_len {T} x {N} envs)",
-            "choose ppo.minibatches so that it divides ppo.rollout_len x total envs",
-        )
-    return cfg.minibatches
 
 
 def _flat(x: np.ndarray) -> np.ndarray:

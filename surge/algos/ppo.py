@@ -19,7 +19,7 @@ from surge.algos.advantages import gae, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
 from surge.algos.flat_params import FlatParameters
 from surge.algos.losses import explained_variance, ppo_loss
-from surge.algos.numpy_ppo import APPROX_KL, STATS, check_minibatches
+from surge.algos.ppo_common import APPROX_KL, STATS, check_minibatches
 from surge.config.schema import APPOConfig, PPOConfig
 from surge.models.actor_critic import ActorCritic
 

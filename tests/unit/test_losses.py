@@ -15,7 +15,8 @@ from surge.algos.losses import (
     ppo_loss,
     value_loss,
 )
-from surge.algos.numpy_ppo import LOSS_STATS, ppo_loss_numpy
+from surge.algos.numpy_ppo import ppo_loss_numpy
+from surge.algos.ppo_common import LOSS_STATS
 from tests.numerics import assert_float32_close
 
 pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)
