@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib.resources
 import importlib.util
 import math
 import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -308,73 +310,74 @@ class _Converter:
 # ---------------------------------------------------------------- validation
 
 
+def _at_least(low: float) -> Callable[[Any], bool]:
+    return lambda v: v >= low
+
+
+def _positive(v: Any) -> bool:
+    return bool(v > 0)
+
+
+_WORKER_COUNTS = ("actors", "ring_size", "envs_per_group", "policy_workers")
+_THREADS = ("actor_threads", "policy_threads", "trainer_threads")
+_RAY_RESOURCES = ("trainer_cpus", "trainer_gpus", "policy_cpus", "policy_gpus", "actor_cpus")
+
+RULES: list[tuple[str, Callable[[Any], bool], str]] = [
+    ("env.id", lambda v: bool(v.strip()), "a non-empty Gymnasium id"),
+    ("env.max_episode_steps", lambda v: v is None or v >= 1, ">= 1 (or null)"),
+    *[
+        (f"env.atari.{n}", _at_least(1), ">= 1")
+        for n in ("frame_skip", "screen_size", "frame_stack")
+    ],
+    ("env.atari.noop_max", _at_least(0), ">= 0"),
+    ("env.atari.repeat_action_probability", lambda v: 0 <= v < 1, "in [0, 1)"),
+    *[(f"workers.{n}", _at_least(1), ">= 1") for n in (*_WORKER_COUNTS, *_THREADS)],
+    ("workers.max_restarts", _at_least(0), ">= 0"),
+    ("workers.heartbeat_timeout_s", _positive, "> 0"),
+    *[(f"ray.{n}", _at_least(0), ">= 0") for n in _RAY_RESOURCES],
+    ("model.hidden_sizes", lambda v: len(v) > 0, "a non-empty list such as [64, 64]"),
+    ("model.hidden_sizes", lambda v: all(s >= 1 for s in v), "a list of positive widths"),
+    *[(f"ppo.{n}", _at_least(1), ">= 1") for n in ("rollout_len", "epochs", "minibatches")],
+    *[(f"ppo.{n}", _positive, "> 0") for n in ("lr", "adam_eps", "clip_coef", "max_grad_norm")],
+    ("ppo.gamma", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("ppo.gae_lambda", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    *[(f"ppo.{n}", _at_least(0), ">= 0") for n in ("ent_coef", "vf_coef")],
+    ("ppo.target_kl", lambda v: v is None or v > 0, "> 0 (or null)"),
+    *[(f"appo.{n}", _positive, "> 0") for n in ("rho_bar", "c_bar")],
+    *[(n, _at_least(1), ">= 1") for n in ("total_env_steps", "return_window")],
+    ("max_policy_lag", _at_least(0), ">= 0"),
+    *[(f"log.{n}", _at_least(0), ">= 0") for n in ("interval_s", "checkpoint_interval_s")],
+    ("log.first_checkpoint_s", _at_least(0), ">= 0"),
+    ("log.keep_checkpoints", _at_least(1), ">= 1"),
+]
+"""(field, check, the rule in words): the value checks the types cannot express."""
+
+
 def validate(cfg: ExperimentConfig) -> None:
     """Check values the types cannot express; raise ConfigError naming the field."""
-
-    def need(ok: bool, field: str, value: Any, rule: str) -> None:
-        if not ok:
+    for field, ok, rule in RULES:
+        value = functools.reduce(getattr, field.split("."), cfg)
+        if not ok(value):
             raise ConfigError(
                 f"{field}: must be {rule}, got {value!r}", f"change {field} so it is {rule}"
             )
+    _check_inference_splits(cfg)
+    _check_minibatches(cfg)
+    _check_extras(cfg)
 
-    need(bool(cfg.env.id.strip()), "env.id", cfg.env.id, "a non-empty Gymnasium id")
-    mes = cfg.env.max_episode_steps
-    need(mes is None or mes >= 1, "env.max_episode_steps", mes, ">= 1 (or null)")
-    for name in ("actors", "ring_size", "envs_per_group", "policy_workers"):
-        need(getattr(cfg.workers, name) >= 1, f"workers.{name}", getattr(cfg.workers, name), ">= 1")
-    for name in ("actor_threads", "policy_threads", "trainer_threads"):
-        need(getattr(cfg.workers, name) >= 1, f"workers.{name}", getattr(cfg.workers, name), ">= 1")
-    for name in ("trainer_cpus", "trainer_gpus", "policy_cpus", "policy_gpus", "actor_cpus"):
-        need(getattr(cfg.ray, name) >= 0, f"ray.{name}", getattr(cfg.ray, name), ">= 0")
+
+def _check_inference_splits(cfg: ExperimentConfig) -> None:
     splits, ring = cfg.workers.inference_splits, cfg.workers.ring_size
-    need(
-        splits == 0 or (splits >= 1 and ring % splits == 0),
-        "workers.inference_splits",
-        splits,
-        f"0 or a divisor of workers.ring_size ({ring})",
-    )
-    need(cfg.workers.max_restarts >= 0, "workers.max_restarts", cfg.workers.max_restarts, ">= 0")
-    hb = cfg.workers.heartbeat_timeout_s
-    need(hb > 0, "workers.heartbeat_timeout_s", hb, "> 0")
-    sizes = cfg.model.hidden_sizes
-    need(len(sizes) > 0, "model.hidden_sizes", sizes, "a non-empty list such as [64, 64]")
-    need(all(s >= 1 for s in sizes), "model.hidden_sizes", sizes, "a list of positive widths")
-    p = cfg.ppo
-    for name in ("rollout_len", "epochs", "minibatches"):
-        need(getattr(p, name) >= 1, f"ppo.{name}", getattr(p, name), ">= 1")
-    need(p.lr > 0, "ppo.lr", p.lr, "> 0")
-    need(p.adam_eps > 0, "ppo.adam_eps", p.adam_eps, "> 0")
-    need(0 < p.gamma <= 1, "ppo.gamma", p.gamma, "in (0, 1]")
-    need(0 <= p.gae_lambda <= 1, "ppo.gae_lambda", p.gae_lambda, "in [0, 1]")
-    need(p.clip_coef > 0, "ppo.clip_coef", p.clip_coef, "> 0")
-    need(p.ent_coef >= 0, "ppo.ent_coef", p.ent_coef, ">= 0")
-    need(p.vf_coef >= 0, "ppo.vf_coef", p.vf_coef, ">= 0")
-    need(p.max_grad_norm > 0, "ppo.max_grad_norm", p.max_grad_norm, "> 0")
-    need(p.target_kl is None or p.target_kl > 0, "ppo.target_kl", p.target_kl, "> 0 (or null)")
-    a = cfg.env.atari
-    for name in ("frame_skip", "screen_size", "frame_stack"):
-        need(getattr(a, name) >= 1, f"env.atari.{name}", getattr(a, name), ">= 1")
-    need(a.noop_max >= 0, "env.atari.noop_max", a.noop_max, ">= 0")
-    rap = a.repeat_action_probability
-    need(0 <= rap < 1, "env.atari.repeat_action_probability", rap, "in [0, 1)")
-    need(cfg.appo.rho_bar > 0, "appo.rho_bar", cfg.appo.rho_bar, "> 0")
-    need(cfg.appo.c_bar > 0, "appo.c_bar", cfg.appo.c_bar, "> 0")
-    need(cfg.total_env_steps >= 1, "total_env_steps", cfg.total_env_steps, ">= 1")
-    need(cfg.return_window >= 1, "return_window", cfg.return_window, ">= 1")
-    need(cfg.max_policy_lag >= 0, "max_policy_lag", cfg.max_policy_lag, ">= 0")
-    need(cfg.log.interval_s >= 0, "log.interval_s", cfg.log.interval_s, ">= 0")
-    if cfg.log.wandb and importlib.util.find_spec("wandb") is None:
+    if not (splits == 0 or (splits >= 1 and ring % splits == 0)):
+        rule = f"0 or a divisor of workers.ring_size ({ring})"
         raise ConfigError(
-            "log.wandb=true needs the wandb package, which is not installed",
-            "install the extra (pip install 'surge-rl[wandb]', or .venv/bin/pip install wandb "
-            "in a clone), or set log.wandb=false",
+            f"workers.inference_splits: must be {rule}, got {splits!r}",
+            f"change workers.inference_splits so it is {rule}",
         )
-    ci = cfg.log.checkpoint_interval_s
-    need(ci >= 0, "log.checkpoint_interval_s", ci, ">= 0")
-    first = cfg.log.first_checkpoint_s
-    need(first >= 0, "log.first_checkpoint_s", first, ">= 0")
-    need(cfg.log.keep_checkpoints >= 1, "log.keep_checkpoints", cfg.log.keep_checkpoints, ">= 1")
-    batch = cfg.batch_steps
+
+
+def _check_minibatches(cfg: ExperimentConfig) -> None:
+    batch, p = cfg.batch_steps, cfg.ppo
     if batch % p.minibatches:
         divisors = [d for d in range(1, min(batch, 4096) + 1) if batch % d == 0]
         near = sorted(divisors, key=lambda d: abs(d - p.minibatches))[:3]
@@ -384,6 +387,16 @@ def validate(cfg: ExperimentConfig) -> None:
             f"set ppo.minibatches to a divisor of {batch} (e.g. "
             f"{', '.join(map(str, sorted(near)))}), or change ppo.rollout_len or "
             "workers.actors / workers.ring_size / workers.envs_per_group",
+        )
+
+
+def _check_extras(cfg: ExperimentConfig) -> None:
+    """Settings that need an optional package."""
+    if cfg.log.wandb and importlib.util.find_spec("wandb") is None:
+        raise ConfigError(
+            "log.wandb=true needs the wandb package, which is not installed",
+            "install the extra (pip install 'surge-rl[wandb]', or .venv/bin/pip install wandb "
+            "in a clone), or set log.wandb=false",
         )
 
 
