@@ -10,6 +10,7 @@ import math
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from surge.errors import ConfigError, UserError
 from surge.models.images import choose_encoder
 from surge.models.numpy_policy import layout_size, numpy_layout
 from surge.runtime.control import Control
-from surge.runtime.graph import WorkerSpec, build_graph
+from surge.runtime.graph import Graph, WorkerSpec, build_graph
 from surge.runtime.warm import WarmProcess
 from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress
@@ -97,21 +98,11 @@ def _run(
     env: EnvInfo | None = None,
     warm: WarmProcess | None = None,
 ) -> TrainResult:
+    """Build the graph, launch it on the configured runtime, report."""
     if env is None:
         env = probe_env(cfg.env, cfg.seed)
     n_params = _count_params(cfg, env)
-    start_version, resumes = 0, 0
-    if checkpoint is not None:
-        from surge.tracking.checkpoint import load_checkpoint
-
-        state = load_checkpoint(checkpoint)
-        problem = _misfit(cfg, env, state["model"])
-        if problem:
-            raise UserError(
-                f"{checkpoint} does not fit the network this config builds: {problem}",
-                "resume with the env and model settings the run was trained with",
-            )
-        start_version, resumes = int(state["version"]), int(state["resumes"]) + 1
+    start_version, resumes = _resume_point(cfg, env, checkpoint)
     if save_config_to is not None:
         dump_yaml(cfg, save_config_to)  # only once the config is known to work
     graph = build_graph(cfg, env, n_params)
@@ -129,48 +120,86 @@ def _run(
         learner += f" {importlib.metadata.version('torch')}"
     _print_header(cfg, run_dir, graph.workers, checkpoint, learner)
     progress = Progress(cfg.total_env_steps, enabled=cfg.log.progress)
-
-    recent: deque[tuple[float, float]] = deque()  # (time, env_steps) over the last seconds
-
-    def on_tick(control: Control) -> None:
-        control.note_controller_cpu()
-        p = control.progress()
-        if p["policy_version"] > start_version:  # training has started
-            now = time.monotonic()
-            recent.append((now, p["env_steps"]))
-            while now - recent[0][0] > RATE_WINDOW_S:
-                recent.popleft()
-            (t0, s0), (t1, s1) = recent[0], recent[-1]
-            progress.update(
-                env_steps=int(p["env_steps"]),
-                # None until two updates or a log give a rate: shown as "-", not 0
-                steps_per_s=(s1 - s0) / (t1 - t0) if t1 > t0 else (p["steps_per_s"] or None),
-                episode_return_mean=p["episode_return_mean"],
-                policy_lag_mean=p["policy_lag_mean"],
-                policy_version=int(p["policy_version"]),
-                episodes=int(p["episodes"]),
-            )
-
-    if warm is not None and cfg.runtime != "local":
-        warm.close()  # only the local runtime starts its trainer as a process of this machine
     try:
-        if cfg.runtime == "serial":
-            from surge.runtime.serial import run_serial
-
-            reason = run_serial(ctx, graph, on_tick)
-        elif cfg.runtime == "ray":
-            from surge.runtime.ray import run_ray
-
-            reason = run_ray(ctx, graph, on_tick)
-        else:
-            from surge.runtime.local import run_local
-
-            reason = run_local(ctx, graph, on_tick, warm)
+        reason = _launch(ctx, graph, ProgressFeed(progress, start_version), warm)
     finally:
         progress.close()
+    result = _result(run_dir, reason)
+    _print_footer(result)
+    return result
+
+
+def _resume_point(cfg: ExperimentConfig, env: EnvInfo, checkpoint: Path | None) -> tuple[int, int]:
+    """(the version to start from, how many times the run has been resumed), after checking
+    that the checkpoint fits the network this config builds."""
+    if checkpoint is None:
+        return 0, 0
+    from surge.tracking.checkpoint import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    problem = _misfit(cfg, env, state["model"])
+    if problem:
+        raise UserError(
+            f"{checkpoint} does not fit the network this config builds: {problem}",
+            "resume with the env and model settings the run was trained with",
+        )
+    return int(state["version"]), int(state["resumes"]) + 1
+
+
+def _launch(
+    ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None], warm: WarmProcess | None
+) -> str:
+    """Run the graph on the configured runtime until it ends; the trainer's finish reason."""
+    if warm is not None and ctx.cfg.runtime != "local":
+        warm.close()  # only the local runtime starts its trainer as a process of this machine
+    if ctx.cfg.runtime == "serial":
+        from surge.runtime.serial import run_serial
+
+        return run_serial(ctx, graph, on_tick)
+    if ctx.cfg.runtime == "ray":
+        from surge.runtime.ray import run_ray
+
+        return run_ray(ctx, graph, on_tick)
+    from surge.runtime.local import run_local
+
+    return run_local(ctx, graph, on_tick, warm)
+
+
+class ProgressFeed:
+    """Called on every controller tick: feeds the trainer's progress (shared memory) to the
+    display, with steps/s over the last `RATE_WINDOW_S` seconds."""
+
+    def __init__(self, progress: Progress, start_version: int) -> None:
+        self.progress = progress
+        self.start_version = start_version
+        self.recent: deque[tuple[float, float]] = deque()  # (time, env_steps)
+
+    def __call__(self, control: Control) -> None:
+        control.note_controller_cpu()
+        p = control.progress()
+        if p["policy_version"] <= self.start_version:
+            return  # training has not started
+        now = time.monotonic()
+        self.recent.append((now, p["env_steps"]))
+        while now - self.recent[0][0] > RATE_WINDOW_S:
+            self.recent.popleft()
+        (t0, s0), (t1, s1) = self.recent[0], self.recent[-1]
+        self.progress.update(
+            env_steps=int(p["env_steps"]),
+            # None until two updates or a log give a rate: shown as "-", not 0
+            steps_per_s=(s1 - s0) / (t1 - t0) if t1 > t0 else (p["steps_per_s"] or None),
+            episode_return_mean=p["episode_return_mean"],
+            policy_lag_mean=p["policy_lag_mean"],
+            policy_version=int(p["policy_version"]),
+            episodes=int(p["episodes"]),
+        )
+
+
+def _result(run_dir: Path, reason: str) -> TrainResult:
+    """The run's outcome, from the last metrics record."""
     records = read_metrics(run_dir)
     last = records[-1] if records else {}
-    result = TrainResult(
+    return TrainResult(
         run_dir=run_dir,
         reason=reason,
         env_steps=int(last.get("env_steps", 0)),
@@ -178,8 +207,6 @@ def _run(
         wall_time_s=float(last.get("wall_time_s", 0.0)),
         episodes=int(last.get("episodes", 0)),
     )
-    _print_footer(result)
-    return result
 
 
 def _misfit(cfg: ExperimentConfig, env: EnvInfo, saved: dict[str, Any]) -> str:
