@@ -10,6 +10,7 @@ transport backs the blocks and channels.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +30,14 @@ from surge.workers.base import RunContext, Worker
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    kind: str  # "trainer" | "policy" | "actor"
+    kind: str
+    """A key of `WORKER_KINDS`: "trainer" | "policy" | "actor" | a registered kind."""
     index: int
+    restartable: bool = True
+    """May be restarted in place after it died or hung (runtime/supervisor.py)."""
+    ends_run: bool = False
+    """Its finishing ends the run, and a stop request is its to act on (the trainer saves a
+    checkpoint first); every other worker leaves at once when asked to stop."""
 
     @property
     def name(self) -> str:
@@ -43,6 +50,34 @@ class Graph:
     """In start order: the trainer publishes version 0 before anyone asks for it."""
     layouts: dict[str, BlockLayout]
     channels: list[str]
+
+    @property
+    def leader(self) -> WorkerSpec:
+        """The worker whose finishing ends the run (the trainer)."""
+        return next(spec for spec in self.workers if spec.ends_run)
+
+
+@dataclass(frozen=True)
+class WorkerKind:
+    """How to build a kind of worker inside its own process (or thread, or Ray actor)."""
+
+    factory: str
+    """`module:function` with the signature of `build_worker`: an import path, so every
+    process (spawned, or a Ray actor on another node) finds the kind the same way."""
+    threads: str
+    """The `workers.*` field that sets its torch / OpenMP thread count."""
+
+
+WORKER_KINDS: dict[str, WorkerKind] = {
+    "trainer": WorkerKind("surge.runtime.graph:_trainer", "trainer_threads"),
+    "policy": WorkerKind("surge.runtime.graph:_policy", "policy_threads"),
+    "actor": WorkerKind("surge.runtime.graph:_actor", "actor_threads"),
+}
+"""Every kind of worker a graph may hold; the runtimes launch any of them."""
+
+
+def worker_threads(cfg: ExperimentConfig, kind: str) -> int:
+    return int(getattr(cfg.workers, WORKER_KINDS[kind].threads))
 
 
 def policy_worker_count(cfg: ExperimentConfig) -> int:
@@ -60,7 +95,7 @@ def param_subscribers(cfg: ExperimentConfig) -> list[str]:
 def build_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
     w = cfg.workers
     workers = (
-        [WorkerSpec("trainer", 0)]
+        [WorkerSpec("trainer", 0, restartable=False, ends_run=True)]
         + [WorkerSpec("policy", p) for p in range(policy_worker_count(cfg))]
         + [WorkerSpec("actor", a) for a in range(w.actors)]
     )
@@ -104,7 +139,7 @@ def write_timing(run_dir: Path, graph: Graph, rows: np.ndarray) -> None:
 def drive(
     worker: Worker,
     control: Control,
-    kind: str,
+    spec: WorkerSpec,
     poll_s: float,
     parent_alive: Callable[[], bool] = lambda: True,
 ) -> None:
@@ -113,7 +148,7 @@ def drive(
         control.beat()
         if not parent_alive():
             break  # the controller is gone: never outlive it
-        if kind != "trainer" and control.stop_request == STOP:
+        if not spec.ends_run and control.stop_request == STOP:
             break
         worker.poll(poll_s)
 
@@ -123,17 +158,38 @@ def build_worker(
 ) -> Worker:
     """Construct one worker inside the process (or thread) that will run it. `life` counts
     the restarts of this worker in the run (0: first start)."""
-    # Imported here so that actor processes never import torch.
-    if spec.kind == "trainer":
-        from surge.workers.trainer import TrainerWorker
+    kind = WORKER_KINDS.get(spec.kind)
+    if kind is None:
+        raise ValueError(f"unknown worker kind {spec.kind!r}; known: {sorted(WORKER_KINDS)}")
+    module, _, function = kind.factory.partition(":")
+    factory = getattr(importlib.import_module(module), function)
+    worker: Worker = factory(spec, ctx, transport, control, life)
+    return worker
 
-        return TrainerWorker(ctx, transport, control)
-    if spec.kind == "policy":
-        from surge.workers.policy import PolicyWorker
 
-        return PolicyWorker(ctx, spec.index, transport, control.timers)
-    if spec.kind == "actor":
-        from surge.workers.actor import ActorWorker
+# The built-in kinds. Each imports its worker where it is built: actor processes never
+# import torch.
 
-        return ActorWorker(ctx, spec.index, transport, control.timers, life)
-    raise ValueError(f"unknown worker kind {spec.kind!r}")
+
+def _trainer(
+    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control, life: int
+) -> Worker:
+    from surge.workers.trainer import TrainerWorker
+
+    return TrainerWorker(ctx, transport, control)
+
+
+def _policy(
+    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control, life: int
+) -> Worker:
+    from surge.workers.policy import PolicyWorker
+
+    return PolicyWorker(ctx, spec.index, transport, control.timers)
+
+
+def _actor(
+    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control, life: int
+) -> Worker:
+    from surge.workers.actor import ActorWorker
+
+    return ActorWorker(ctx, spec.index, transport, control.timers, life)

@@ -28,16 +28,21 @@ from pathlib import Path
 
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
-from surge.runtime.graph import Graph, WorkerSpec, build_worker, drive, write_timing
+from surge.runtime.graph import (
+    Graph,
+    WorkerSpec,
+    build_worker,
+    drive,
+    worker_threads,
+    write_timing,
+)
+from surge.runtime.supervisor import Supervisor
 from surge.runtime.warm import WarmProcess, child_env
+from surge.streams import sample
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
-from surge.tracking.run_dir import WorkersFile
 from surge.workers.base import RunContext
 
-INTERRUPT_GRACE_S = 30.0
-STARTUP_TIMEOUT_S = 300.0
 CHECKPOINT_TIMEOUT_S = 30.0
-TRAINER = "trainer-0"
 
 
 def run_local(
@@ -52,71 +57,19 @@ def run_local(
     transport = ShmTransport(shm)
     control = Control(transport)
     control.reset()
-    spawn = mp.get_context("spawn")
-    procs: dict[str, BaseProcess] = {}
-    states: dict[str, str] = {}
-    workers_file = WorkersFile(ctx.run_dir / "workers.json")
-    host = socket.gethostname()
-
-    restarts = {spec.name: 0 for spec in graph.workers}
-
-    def record(name: str, state: str) -> None:
-        states[name] = state
-        workers_file.write(
-            [
-                {
-                    "name": s.name,
-                    "pid": procs[s.name].pid if s.name in procs else None,
-                    "host": host,
-                    "state": states.get(s.name, "pending"),
-                    "restarts": restarts[s.name],
-                }
-                for s in graph.workers
-            ]
-        )
-
-    def start(slot: int, spec: WorkerSpec) -> BaseProcess:
-        nonlocal warm
-        args = (spec, slot, ctx, shm, os.getpid(), restarts[spec.name])
-        if warm is not None and warm.name == spec.name:
-            proc, warm = warm.launch(args), None
-        else:
-            threads = _threads(ctx, spec)
-            with child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
-                proc = spawn.Process(target=worker_main, args=args, name=spec.name)
-                proc.start()
-        procs[spec.name] = proc
-        record(spec.name, "running")
-        return proc
-
-    def restart(slot: int, spec: WorkerSpec, cause: str) -> BaseProcess | None:
-        """Start a new life of a failed actor / policy worker, if the config allows it."""
-        allowed = spec.kind != "trainer" and restarts[spec.name] < ctx.cfg.workers.max_restarts
-        if not allowed:
-            return None
-        old = procs[spec.name]
-        if old.is_alive():  # hung: it has to go before its successor takes the slot
-            old.kill()
-        old.join()
-        Path(transport.error_path(spec.name)).unlink(missing_ok=True)
-        restarts[spec.name] += 1
-        control.reset_worker(slot)
-        control.set_progress(restarts=sum(restarts.values()))
-        print(
-            f"surge: {spec.name} failed ({_cause_line(cause)}); restarting it "
-            f"({restarts[spec.name]}/{ctx.cfg.workers.max_restarts})",
-            file=sys.stderr,
-        )
-        return start(slot, spec)
-
+    supervisor = Supervisor(ctx.cfg, graph, ctx.run_dir)
+    workers = _Processes(ctx, shm, supervisor, warm)
+    leader = graph.leader.name
     try:
-        for slot, spec in enumerate(graph.workers):
-            start(slot, spec)
+        for spec in graph.workers:
+            workers.start(spec)
         try:
-            return _watch(ctx, graph, procs, control, transport, on_tick, record, restart)
+            return _watch(graph, workers, supervisor, control, transport, on_tick)
         except WorkerFailure as failure:
-            if failure.worker != TRAINER and _checkpoint_now(procs[TRAINER], control, transport):
-                record(TRAINER, "stopped")
+            if failure.worker != leader and _checkpoint_now(
+                workers.procs[leader], control, transport
+            ):
+                supervisor.record(leader, "stopped")
                 failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
             raise
     finally:
@@ -124,43 +77,80 @@ def run_local(
         for name in graph.channels:
             with contextlib.suppress(OSError):
                 transport.channel(name).send(WAKE)
-        _stop_all(procs)
-        for name, proc in procs.items():
-            if states.get(name) == "running":
-                record(name, "stopped" if proc.exitcode == 0 else f"exited ({proc.exitcode})")
+        _stop_all(workers.procs)
+        for name, proc in workers.procs.items():
+            if supervisor.running(name):
+                state = "stopped" if proc.exitcode == 0 else f"exited ({proc.exitcode})"
+                supervisor.record(name, state)
         control.note_controller_cpu()
         write_timing(ctx.run_dir, graph, control.timing)
         destroy_shm(shm)
 
 
+class _Processes:
+    """Starts, and restarts in place, the worker processes of a run."""
+
+    def __init__(
+        self, ctx: RunContext, shm: ShmSpec, supervisor: Supervisor, warm: WarmProcess | None
+    ) -> None:
+        self.ctx, self.shm, self.supervisor, self.warm = ctx, shm, supervisor, warm
+        self.spawn = mp.get_context("spawn")
+        self.procs: dict[str, BaseProcess] = {}
+        self.host = socket.gethostname()
+
+    def start(self, spec: WorkerSpec) -> BaseProcess:
+        sup = self.supervisor
+        args = (spec, sup.slot[spec.name], self.ctx, self.shm, os.getpid(), sup.restarts[spec.name])
+        if self.warm is not None and self.warm.name == spec.name:
+            proc, self.warm = self.warm.launch(args), None
+        else:
+            threads = worker_threads(self.ctx.cfg, spec.kind)
+            with child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
+                proc = self.spawn.Process(target=worker_main, args=args, name=spec.name)
+                proc.start()
+        self.procs[spec.name] = proc
+        sup.started_life(spec.name, pid=proc.pid, host=self.host)
+        return proc
+
+    def restart(
+        self, name: str, cause: str, raised: bool, control: Control, transport: ShmTransport
+    ) -> BaseProcess | None:
+        """A new life for a failed worker if the supervisor allows it, else None."""
+        sup = self.supervisor
+        if not sup.may_restart(name, raised):
+            return None
+        old = self.procs[name]
+        if old.is_alive():  # hung: it has to go before its successor takes the slot
+            old.kill()
+        old.join()
+        Path(transport.error_path(name)).unlink(missing_ok=True)
+        sup.restarting(name, cause)
+        control.reset_worker(sup.slot[name])
+        control.set_progress(restarts=sup.total_restarts)
+        return self.start(sup.specs[name])
+
+
 def _watch(
-    ctx: RunContext,
     graph: Graph,
-    procs: dict[str, BaseProcess],
+    workers: _Processes,
+    supervisor: Supervisor,
     control: Control,
     transport: ShmTransport,
     on_tick: Callable[[Control], None],
-    record: Callable[[str, str], None],
-    restart: Callable[[int, WorkerSpec, str], BaseProcess | None],
 ) -> str:
-    timeout = ctx.cfg.workers.heartbeat_timeout_s
-    started = {spec.name: time.monotonic() for spec in graph.workers}
-    slots = {spec.name: (slot, spec) for slot, spec in enumerate(graph.workers)}
-    interrupted_at: float | None = None
+    procs = workers.procs
     by_sentinel = {p.sentinel: name for name, p in procs.items()}
+    leader = graph.leader.name
 
     def fail_or_restart(name: str, state: str, cause: str, raised: bool) -> None:
         """Restart the worker in place if allowed, else stop the run with its failure."""
-        slot, spec = slots[name]
-        record(name, state)
-        may = not raised or ctx.cfg.workers.restart_on_error
+        supervisor.record(name, state)
         old = procs[name].sentinel
-        new = restart(slot, spec, cause) if may and interrupted_at is None else None
+        new = workers.restart(name, cause, raised, control, transport)
         if new is None:
             raise WorkerFailure(name, cause)
         by_sentinel.pop(old, None)
         by_sentinel[new.sentinel] = name
-        started[name] = time.monotonic()
 
     while True:
         try:
@@ -169,8 +159,8 @@ def _watch(
                 name = by_sentinel.pop(sentinel)  # type: ignore[arg-type]
                 proc = procs[name]
                 proc.join()
-                if name == TRAINER and proc.exitcode == 0:
-                    record(name, "finished")
+                if name == leader and proc.exitcode == 0:
+                    supervisor.record(name, "finished")
                     on_tick(control)
                     return Path(transport.error_path(name)).with_suffix(".done").read_text()
                 raised = Path(transport.error_path(name)).exists()
@@ -178,28 +168,18 @@ def _watch(
             now = time.monotonic()
             for slot, spec in enumerate(graph.workers):
                 last = control.last_beat(slot)
-                if last == 0.0:  # still starting: importing, building envs and networks
-                    if now - started[spec.name] > STARTUP_TIMEOUT_S:
-                        cause = f"did not finish starting in {STARTUP_TIMEOUT_S:g} s"
-                        fail_or_restart(spec.name, "hung", cause, raised=False)
-                    continue
-                silent = now - last
-                if silent > timeout:
-                    cause = (
-                        f"no heartbeat for {silent:.0f} s (workers.heartbeat_timeout_s="
-                        f"{timeout:g}): the worker is hung, e.g. inside env.step()"
-                    )
+                # 0.0: still starting (importing, building envs and networks)
+                cause = supervisor.silence(spec.name, now - last if last else None, now)
+                if cause is not None:
                     fail_or_restart(spec.name, "hung", cause, raised=False)
-            if interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_S:
-                raise WorkerFailure(TRAINER, "did not save a checkpoint after Ctrl+C in time")
+            supervisor.check_interrupt(now)
             on_tick(control)
         except KeyboardInterrupt:
-            if interrupted_at is not None:
+            if not supervisor.interrupt():
                 raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
-            interrupted_at = time.monotonic()
             control.request_stop(CHECKPOINT_AND_STOP)
             with contextlib.suppress(OSError):
-                transport.channel("trainer").send(WAKE)
+                transport.channel(sample.CHANNEL).send(WAKE)
 
 
 def _checkpoint_now(trainer: BaseProcess, control: Control, transport: ShmTransport) -> bool:
@@ -208,7 +188,7 @@ def _checkpoint_now(trainer: BaseProcess, control: Control, transport: ShmTransp
         return False
     control.request_stop(CHECKPOINT_AND_STOP)
     with contextlib.suppress(OSError):
-        transport.channel("trainer").send(WAKE)
+        transport.channel(sample.CHANNEL).send(WAKE)
     trainer.join(CHECKPOINT_TIMEOUT_S)
     return trainer.exitcode == 0
 
@@ -227,12 +207,6 @@ def _failure_detail(transport: ShmTransport, name: str, proc: BaseProcess) -> st
     )
 
 
-def _cause_line(text: str) -> str:
-    """The last non-empty line of a failure's text: for a traceback, the exception itself."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "unknown cause"
-
-
 def _stop_all(procs: dict[str, BaseProcess]) -> None:
     deadline = time.monotonic() + 5.0
     for proc in procs.values():
@@ -247,13 +221,6 @@ def _stop_all(procs: dict[str, BaseProcess]) -> None:
             proc.join()
 
 
-def _threads(ctx: RunContext, spec: WorkerSpec) -> int:
-    w = ctx.cfg.workers
-    return {"trainer": w.trainer_threads, "policy": w.policy_threads}.get(
-        spec.kind, w.actor_threads
-    )
-
-
 # ----------------------------------------------------------------------------- in the worker
 
 
@@ -266,9 +233,9 @@ def worker_main(
     control = Control(transport, slot)
     try:
         worker = build_worker(spec, ctx, transport, control, life)
-        drive(worker, control, spec.kind, 0.5, lambda: os.getppid() == parent)
+        drive(worker, control, spec, 0.5, lambda: os.getppid() == parent)
         worker.close()
-        if spec.kind == "trainer":
+        if spec.ends_run:
             done = Path(transport.error_path(spec.name)).with_suffix(".done")
             done.write_text(getattr(worker, "finish_reason", ""))
     except BaseException:

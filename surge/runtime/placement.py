@@ -111,16 +111,17 @@ def place(cfg: ExperimentConfig, workers: list[WorkerSpec], nodes: list[NodeInfo
             free_gpus[node.node_id] -= need[name].gpus
             node_of[name] = node.node_id
 
-    trainer = need["trainer-0"]
+    leader = next(w.name for w in workers if w.ends_run)  # the trainer
+    trainer = need[leader]
     candidates = [n for n in nodes if fits(n, trainer)]
     if not candidates:
-        raise _no_room(cfg, "trainer-0", trainer, nodes)
+        raise _no_room(cfg, leader, trainer, nodes)
     # GPUs first (when asked for), then the controller's node, then the most free CPUs.
     best = max(
         candidates,
         key=lambda n: (trainer.gpus > 0 and n.gpus, n.is_controller_node, free_cpus[n.node_id]),
     )
-    take(best, ["trainer-0"])
+    take(best, [leader])
     trainer_node = best.node_id
 
     for pod in pods(cfg):

@@ -25,20 +25,17 @@ from typing import Any
 
 from surge.errors import UserError, WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control, control_layout
-from surge.runtime.graph import Graph, WorkerSpec, param_subscribers, write_timing
+from surge.runtime.graph import Graph, WorkerSpec, param_subscribers, worker_threads, write_timing
 from surge.runtime.placement import NodeInfo, Placement, demands, place
 from surge.runtime.ray_actors import NodeAgent, WorkerHost
+from surge.runtime.supervisor import STARTUP_TIMEOUT_S, Supervisor
 from surge.streams import sample
 from surge.streams.transport import InlineTransport
-from surge.tracking.run_dir import WorkersFile
 from surge.workers.base import RunContext
 
-INTERRUPT_GRACE_S = 30.0
-STARTUP_TIMEOUT_S = 300.0
 CHECKPOINT_TIMEOUT_S = 30.0
 STATUS_TIMEOUT_S = 30.0
 TICK_S = 0.25
-TRAINER = "trainer-0"
 
 # For a Ray instance surge starts itself: keep all of Ray's traffic on 127.0.0.1 (without
 # this Ray advertises the machine's outward address), no usage reporting, no token auth.
@@ -114,11 +111,6 @@ def cluster_nodes() -> list[NodeInfo]:
     ]
 
 
-def worker_threads(ctx: RunContext, kind: str) -> int:
-    w = ctx.cfg.workers
-    return {"trainer": w.trainer_threads, "policy": w.policy_threads}.get(kind, w.actor_threads)
-
-
 def subscriber_channels(ctx: RunContext) -> dict[str, str]:
     """Worker name -> the channel on which the trainer announces new parameters to it."""
     w = ctx.cfg.workers
@@ -127,11 +119,6 @@ def subscriber_channels(ctx: RunContext) -> dict[str, str]:
     else:
         names = [f"policy-{p}" for p in range(w.policy_workers)]
     return dict(zip(names, param_subscribers(ctx.cfg), strict=True))
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "unknown cause"
 
 
 class _Run:
@@ -145,13 +132,10 @@ class _Run:
         self.shm: dict[str, Any] = {}  # node id -> ShmSpec
         self.hosts: dict[str, Any] = {}  # worker name -> WorkerHost handle
         self.runs: dict[Any, str] = {}  # ObjectRef of WorkerHost.run -> worker name
-        self.info: dict[str, dict[str, Any]] = {}  # worker name -> pid, node_id, host
-        self.states: dict[str, str] = {}
-        self.restarts = {spec.name: 0 for spec in graph.workers}
-        self.started: dict[str, float] = {}  # worker name -> when its current life started
-        self.interrupted_at: float | None = None
-        self.workers_file = WorkersFile(ctx.run_dir / "workers.json")
-        self.trainer_node = self.placement.node_of[TRAINER]
+        self.info: dict[str, Any] = {}  # worker name -> its pending `info` call
+        self.supervisor = Supervisor(ctx.cfg, graph, ctx.run_dir)
+        self.leader = graph.leader.name
+        self.trainer_node = self.placement.node_of[self.leader]
         # The controller's copy of the control block: the trainer's progress for `on_tick`,
         # the workers' timing rows at the end.
         mirror = InlineTransport({"control": control_layout(len(graph.workers))}, [])
@@ -173,7 +157,7 @@ class _Run:
             try:
                 return self._watch()
             except WorkerFailure as failure:
-                if failure.worker != TRAINER and self._checkpoint_now():
+                if failure.worker != self.leader and self._checkpoint_now():
                     failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
                 raise
         finally:
@@ -245,47 +229,29 @@ class _Run:
         node_id = self.placement.node_of[spec.name]
         need = self.placement.demands[spec.name]
         host = self._on_node(WorkerHost, node_id, num_cpus=need.cpus, num_gpus=need.gpus)(
-            spec.name, self.ctx.run_dir.name, worker_threads(self.ctx, spec.kind)
+            spec.name, self.ctx.run_dir.name, worker_threads(self.ctx.cfg, spec.kind)
         )
         self.hosts[spec.name] = host
-        self.info[spec.name] = {"ref": host.info.remote()}  # queued before `run`: answered first
-        life = self.restarts[spec.name]
+        self.info[spec.name] = host.info.remote()  # queued before `run`: answered first
+        life = self.supervisor.restarts[spec.name]
         self.runs[host.run.remote(spec, slot, self.ctx, self.shm[node_id], life)] = spec.name
-        self.started[spec.name] = time.monotonic()
-        self._record(spec.name, "starting")
+        self.supervisor.started_life(spec.name, "starting", node_id=node_id)
 
     def _await_start(self, name: str) -> None:
         """Wait until Ray has started the worker's process, and record its pid."""
         import ray
 
         try:
-            self.info[name] = ray.get(self.info[name]["ref"], timeout=STARTUP_TIMEOUT_S)
+            info = ray.get(self.info[name], timeout=STARTUP_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
-            self._record(name, "hung")
+            self.supervisor.record(name, "hung")
             raise WorkerFailure(
                 name, f"Ray did not start its actor within {STARTUP_TIMEOUT_S:g} s"
             ) from None
         except ray.exceptions.RayActorError as e:
-            self._record(name, "failed")
+            self.supervisor.record(name, "failed")
             raise WorkerFailure(name, f"its Ray actor could not start: {e}") from None
-        self._record(name, "running")
-
-    def _record(self, name: str, state: str) -> None:
-        self.states[name] = state
-        rows = []
-        for spec in self.graph.workers:
-            info = self.info.get(spec.name, {})
-            rows.append(
-                {
-                    "name": spec.name,
-                    "pid": info.get("pid"),
-                    "host": info.get("host"),
-                    "node_id": info.get("node_id", self.placement.node_of[spec.name]),
-                    "state": self.states.get(spec.name, "pending"),
-                    "restarts": self.restarts[spec.name],
-                }
-            )
-        self.workers_file.write(rows)
+        self.supervisor.record(name, "running", **info)
 
     # ------------------------------------------------------------------ watch
 
@@ -298,24 +264,18 @@ class _Run:
                 for ref in ready:
                     name = self.runs.pop(ref)
                     outcome, detail = self._outcome(ref, name)
-                    if name == TRAINER and outcome == "finished":
-                        self._record(name, "finished")
+                    if name == self.leader and outcome == "finished":
+                        self.supervisor.record(name, "finished")
                         self._refresh()
                         self.on_tick(self.mirror)
                         return detail
                     self._fail_or_restart(name, "failed", detail, raised=outcome == "failed")
                 self._refresh()
-                now = time.monotonic()
-                if (
-                    self.interrupted_at is not None
-                    and now - self.interrupted_at > INTERRUPT_GRACE_S
-                ):
-                    raise WorkerFailure(TRAINER, "did not save a checkpoint after Ctrl+C in time")
+                self.supervisor.check_interrupt(time.monotonic())
                 self.on_tick(self.mirror)
             except KeyboardInterrupt:
-                if self.interrupted_at is not None:
+                if not self.supervisor.interrupt():
                     raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
-                self.interrupted_at = time.monotonic()
                 self._ask_trainer_to_checkpoint()
 
     def _outcome(self, ref: Any, name: str) -> tuple[str, str]:
@@ -324,10 +284,10 @@ class _Run:
         try:
             outcome, detail = ray.get(ref)
         except ray.exceptions.RayActorError as e:
-            info = self.info.get(name, {})
+            info = self.supervisor.columns.get(name, {})
             where = f"pid {info.get('pid')} on node {str(info.get('node_id', '?'))[:8]}"
             return "died", f"its Ray actor ({where}) died: {e}"
-        if outcome == "finished" and name != TRAINER:
+        if outcome == "finished" and name != self.leader:
             return "stopped", f"stopped before the run ended ({detail or 'no reason given'})"
         return outcome, detail
 
@@ -336,16 +296,10 @@ class _Run:
         does), else stop the run with its failure."""
         import ray
 
-        self._record(name, state)
+        sup = self.supervisor
+        sup.record(name, state)
         slot, spec = self.slots[name]
-        w = self.ctx.cfg.workers
-        allowed = (
-            spec.kind != "trainer"
-            and self.restarts[name] < w.max_restarts
-            and (not raised or w.restart_on_error)
-            and self.interrupted_at is None
-        )
-        if not allowed:
+        if not sup.may_restart(name, raised):
             raise WorkerFailure(name, cause)
         # The old life must be gone before the new one takes the slot (a hung one is killed).
         ray.kill(self.hosts[name])
@@ -354,20 +308,14 @@ class _Run:
             ray.wait(old, timeout=10.0)
             for ref in old:
                 del self.runs[ref]
-        self.restarts[name] += 1
         node_id = self.placement.node_of[name]
+        sup.restarting(name, cause, where=f" on node {node_id[:8]}")
         # The trainer logs `restarts` from its own node's control block, not the controller's.
-        total = sum(self.restarts.values())
         calls = [
             self.agents[node_id].reset_worker.remote(slot),
-            self.agents[self.trainer_node].set_restarts.remote(total),
+            self.agents[self.trainer_node].set_restarts.remote(sup.total_restarts),
         ]
         ray.get(calls, timeout=STATUS_TIMEOUT_S)
-        print(
-            f"surge: {name} failed ({_last_line(cause)}); restarting it on node {node_id[:8]} "
-            f"({self.restarts[name]}/{w.max_restarts})",
-            file=sys.stderr,
-        )
         self._start_worker(slot, spec)
         self._await_start(name)
 
@@ -376,7 +324,6 @@ class _Run:
         failures, and the trainer's progress for the display."""
         import ray
 
-        timeout = self.ctx.cfg.workers.heartbeat_timeout_s
         node_ids = list(self.agents)
         refs = [
             self.agents[n].status.remote(
@@ -396,20 +343,12 @@ class _Run:
                 raise WorkerFailure(where, status["error"])
             if status["progress"] is not None:
                 self.mirror.set_progress(**status["progress"])
-                self.mirror.set_progress(restarts=sum(self.restarts.values()))
+                self.mirror.set_progress(restarts=self.supervisor.total_restarts)
             for slot, silent in status["silent"].items():
+                # silent: None while still starting (importing, building envs and networks)
                 name = self.graph.workers[int(slot)].name
-                if self.states.get(name) != "running":
-                    continue
-                if silent is None:  # still starting: importing, building envs and networks
-                    if now - self.started[name] > STARTUP_TIMEOUT_S:
-                        cause = f"did not finish starting in {STARTUP_TIMEOUT_S:g} s"
-                        self._fail_or_restart(name, "hung", cause, raised=False)
-                elif silent > timeout:
-                    cause = (
-                        f"no heartbeat for {silent:.0f} s (workers.heartbeat_timeout_s="
-                        f"{timeout:g}): the worker is hung, e.g. inside env.step()"
-                    )
+                cause = self.supervisor.silence(name, silent, now)
+                if cause is not None:
                     self._fail_or_restart(name, "hung", cause, raised=False)
 
     def _node_lost(self, node_ids: list[str], refs: list[Any], error: Exception) -> WorkerFailure:
@@ -424,7 +363,7 @@ class _Run:
                     names[0],
                     f"lost contact with node {node_id[:8]} (hosting {', '.join(names)}): {error}",
                 )
-        return WorkerFailure(TRAINER, f"lost contact with the cluster: {error}")
+        return WorkerFailure(self.leader, f"lost contact with the cluster: {error}")
 
     # ------------------------------------------------------------------ stop
 
@@ -438,7 +377,7 @@ class _Run:
         """Ask a healthy trainer to save a checkpoint and stop; True once it has."""
         import ray
 
-        trainer_ref = next((ref for ref, name in self.runs.items() if name == TRAINER), None)
+        trainer_ref = next((ref for ref, name in self.runs.items() if name == self.leader), None)
         if trainer_ref is None:
             return False
         self._ask_trainer_to_checkpoint()
@@ -450,7 +389,7 @@ class _Run:
             saved = ray.get(trainer_ref)[0] == "finished"
         except ray.exceptions.RayError:
             saved = False
-        self._record(TRAINER, "stopped" if saved else "failed")
+        self.supervisor.record(self.leader, "stopped" if saved else "failed")
         return saved
 
     def _stop_all(self) -> None:
@@ -463,14 +402,15 @@ class _Run:
             done, _ = ray.wait(list(self.runs), num_returns=len(self.runs), timeout=5.0)
             for ref in done:
                 name = self.runs[ref]
-                if self.states.get(name) == "running":
+                if self.supervisor.running(name):
                     with contextlib.suppress(Exception):
-                        self._record(name, "stopped" if ray.get(ref)[0] == "finished" else "failed")
+                        ended = "stopped" if ray.get(ref)[0] == "finished" else "failed"
+                        self.supervisor.record(name, ended)
         for name, host in self.hosts.items():
             with contextlib.suppress(Exception):
                 ray.kill(host)
-            if self.states.get(name) in ("running", "starting"):
-                self._record(name, "stopped")
+            if self.supervisor.states.get(name) in ("running", "starting"):
+                self.supervisor.record(name, "stopped")
         with contextlib.suppress(Exception):
             self._write_timing()
         closing = [agent.close.remote() for agent in self.agents.values()]

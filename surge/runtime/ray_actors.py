@@ -169,7 +169,7 @@ class WorkerHost:
         control = Control(transport, slot)
         try:
             worker = build_worker(spec, ctx, transport, control, life)
-            drive(worker, control, spec.kind, POLL_S)
+            drive(worker, control, spec, POLL_S)
             worker.close()
             return "finished", str(getattr(worker, "finish_reason", ""))
         except Exception:

@@ -17,13 +17,13 @@ from surge.runtime.control import CHECKPOINT_AND_STOP, Control
 from surge.runtime.graph import Graph, build_worker, write_timing
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext, Worker
-from surge.workers.trainer import TrainerWorker
 
 T = TypeVar("T")
 
 
 def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
-    """Run until the trainer finishes; returns its reason ("solved", "budget", "interrupted")."""
+    """Run until the graph's leader (the trainer) finishes; returns its reason ("solved",
+    "budget", "interrupted")."""
     transport = InlineTransport(graph.layouts, graph.channels)
     control = Control(transport)
     control.reset()
@@ -34,8 +34,7 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
                 spec.name, build_worker, spec, ctx, transport, Control(transport, slot)
             )
             workers.append(worker)
-        trainer = workers[0]
-        assert isinstance(trainer, TrainerWorker)
+        trainer = workers[graph.workers.index(graph.leader)]  # its finishing ends the run
         last_tick = 0.0
         try:
             while not trainer.finished:
@@ -58,7 +57,7 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
                 failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
             raise
         on_tick(control)
-        return trainer.finish_reason
+        return str(getattr(trainer, "finish_reason", ""))
     finally:
         for worker in workers:
             worker.close()

@@ -18,7 +18,7 @@ def _cfg(*overrides: str):  # type: ignore[no-untyped-def]
 def _workers(cfg) -> list[WorkerSpec]:  # type: ignore[no-untyped-def]
     w = cfg.workers
     return (
-        [WorkerSpec("trainer", 0)]
+        [WorkerSpec("trainer", 0, restartable=False, ends_run=True)]
         + [WorkerSpec("policy", p) for p in range(w.policy_workers)]
         + [WorkerSpec("actor", a) for a in range(w.actors)]
     )
@@ -58,7 +58,9 @@ def test_pods_spread_even_when_one_node_is_much_bigger() -> None:
 def test_inline_inference_makes_every_actor_a_pod() -> None:
     cfg = _cfg("workers.inference=inline", "workers.actors=3")
     assert pods(cfg) == [["actor-0"], ["actor-1"], ["actor-2"]]
-    workers = [WorkerSpec("trainer", 0)] + [WorkerSpec("actor", a) for a in range(3)]
+    workers = [WorkerSpec("trainer", 0, restartable=False, ends_run=True)] + [
+        WorkerSpec("actor", a) for a in range(3)
+    ]
     placement = place(cfg, workers, _nodes(1, 1, 1, controller=0))
     assert [placement.node_of[f"actor-{a}"] for a in range(3)] == ["n1", "n2", "n1"]
 
