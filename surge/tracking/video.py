@@ -1,0 +1,65 @@
+"""Episode videos: RGB frames to an MP4 file (H.264) with PyAV, FFmpeg's Python bindings.
+
+Needs the `video` extra (`pip install 'surge-rl[video]'`, which brings `av`; its wheels carry
+FFmpeg). Frames come from an env made with `render_mode="rgb_array"`: [H, W, 3] uint8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from surge.errors import UserError
+
+CODEC = "libx264"
+"""H.264, which every browser and player decodes; `mpeg4` where FFmpeg lacks it."""
+
+
+def _av():  # type: ignore[no-untyped-def]
+    try:
+        import av
+    except ImportError:
+        raise UserError(
+            "recording videos needs PyAV (the `av` package), which is not installed",
+            "install the extra: pip install 'surge-rl[video]' (or .venv/bin/pip install av)",
+        ) from None
+    return av
+
+
+def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path:
+    """Encode `frames` ([H, W, 3] uint8 each, all one size) into an MP4 file at `path`.
+
+    H.264 in yuv420p needs even sides: an odd row or column is padded by repeating the
+    edge. Written to a temporary name, then renamed: the file is whole or absent."""
+    if not frames:
+        raise ValueError("no frames to write")
+    av = _av()
+    height, width = frames[0].shape[:2]
+    pad_h, pad_w = height % 2, width % 2
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    codec = CODEC if CODEC in av.codecs_available else "mpeg4"
+    with av.open(str(partial), mode="w", format="mp4") as container:
+        stream = container.add_stream(codec, rate=max(1, round(fps)))
+        stream.width, stream.height = width + pad_w, height + pad_h
+        stream.pix_fmt = "yuv420p"
+        for frame in frames:
+            image = np.ascontiguousarray(frame[..., :3], dtype=np.uint8)
+            if pad_h or pad_w:
+                image = np.pad(image, ((0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():  # flush the encoder
+            container.mux(packet)
+    partial.replace(path)
+    return path
+
+
+def read_mp4(path: Path) -> list[np.ndarray]:
+    """Decode every frame of a video: [H, W, 3] uint8 each (checks and tests)."""
+    av = _av()
+    with av.open(str(path)) as container:
+        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
