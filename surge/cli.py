@@ -5,6 +5,7 @@
     surge eval RUN_DIR [episodes=N] [deterministic=true|false]
     surge plot RUN_DIR... -o curves.png
     surge presets
+    surge graph [PRESET|FILE.yaml] [key=value ...]
 
 User mistakes (config, env, paths) print a short message and exit 2, with no traceback;
 a failed worker prints its name and original traceback and exits 1; Ctrl+C saves a
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from surge.runtime.warm import WarmProcess
 
 TRAIN_EXAMPLES = """examples:
-  surge train                                   CartPole-v1 PPO until solved (local runtime)
+  surge train                                   CartPole-v1 APPO until solved (local runtime)
   surge train runtime=serial seed=3             one process, deterministic for the seed
   surge train acrobot-ppo total_env_steps=1e6   a preset with a longer budget
   surge train my_exp.yaml ppo.lr=3e-4           your YAML file, one setting changed
@@ -94,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser(
         "train",
-        help="train an agent (default: CartPole-v1 PPO, until solved)",
+        help="train an agent (default: CartPole-v1 APPO, until solved)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=TRAIN_EXAMPLES,
     )
@@ -125,6 +126,10 @@ def _parser() -> argparse.ArgumentParser:
 
     ps = sub.add_parser("presets", help="list the shipped presets")
     ps.set_defaults(handler=_presets)
+
+    g = sub.add_parser("graph", help="draw an experiment's worker graph as text")
+    g.add_argument("items", nargs="*", metavar="[PRESET|FILE.yaml] [key=value ...]")
+    g.set_defaults(handler=_graph)
     return p
 
 
@@ -144,19 +149,39 @@ def _train_with(args: argparse.Namespace, warm: WarmProcess) -> int:
     from surge.config.load import load_config
     from surge.runtime.controller import train
 
-    items: list[str] = args.items
+    source, overrides = _source_and_overrides(args.items)
+    cfg, name = load_config(source, overrides)
+    if any(o.split("=", 1)[0].strip() in ("env", "env.id") for o in overrides):
+        name = f"{_slug(cfg.env.id)}-{cfg.algo}"  # the preset's name would mislead
+    result = train(cfg, name, warm)
+    return EXIT_INTERRUPTED if result.reason == "interrupted" else 0
+
+
+def _source_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
+    """`[PRESET|FILE.yaml] [key=value ...]` split into the source (None: the default) and the
+    overrides."""
     source = items[0] if items and "=" not in items[0] else None
     if source is not None and _looks_like_key(source):
         raise UserError(
             f"{source!r} looks like a config key without a value",
             f"write it as key=value, e.g. {source}=...",
         )
-    overrides = items[1:] if source is not None else items
+    return source, items[1:] if source is not None else items
+
+
+def _graph(args: argparse.Namespace) -> int:
+    from surge.config.load import load_config
+    from surge.envs.make import probe_env
+    from surge.runtime.controller import _count_params
+    from surge.runtime.graph import build_graph, describe
+
+    source, overrides = _source_and_overrides(args.items)
     cfg, name = load_config(source, overrides)
-    if any(o.split("=", 1)[0].strip() in ("env", "env.id") for o in overrides):
-        name = f"{_slug(cfg.env.id)}-{cfg.algo}"  # the preset's name would mislead
-    result = train(cfg, name, warm)
-    return EXIT_INTERRUPTED if result.reason == "interrupted" else 0
+    env = probe_env(cfg.env, cfg.seed)
+    graph = build_graph(cfg, env, _count_params(cfg, env))
+    print(f"{name}: {cfg.algo} on {cfg.env.id} ({cfg.total_envs} envs, runtime {cfg.runtime})")
+    print("\n".join(describe(graph, cfg)))
+    return 0
 
 
 def _slug(env_id: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +45,27 @@ class WorkerSpec:
 
 
 @dataclass(frozen=True)
+class StreamSpec:
+    """A named stream between workers: who writes, who reads, and its flow policy."""
+
+    name: str
+    kind: str
+    """What moves on it: `request/response`, `segments`, `versions`."""
+    edges: tuple[tuple[str, str], ...]
+    """(writer, reader) worker names; a request/response stream's answers go back."""
+    block: str
+    """The shared-memory block (graph.layouts) that holds its data."""
+    flow: str = ""
+    """Its flow policy, in words (e.g. how far writers may run ahead of readers)."""
+
+
+@dataclass(frozen=True)
 class Graph:
     workers: list[WorkerSpec]
     """In start order: the trainer publishes version 0 before anyone asks for it."""
     layouts: dict[str, BlockLayout]
     channels: list[str]
+    streams: list[StreamSpec] = field(default_factory=list)
 
     @property
     def leader(self) -> WorkerSpec:
@@ -119,7 +135,70 @@ def build_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
         + [inference.policy_channel(p) for p in range(policy_worker_count(cfg))]
         + [inference.actor_channel(a) for a in range(w.actors)]
     )
-    return Graph(workers, layouts, channels)
+    return Graph(workers, layouts, channels, _streams(cfg, n_params))
+
+
+def _streams(cfg: ExperimentConfig, n_params: int) -> list[StreamSpec]:
+    """The edges of the PPO / APPO graph, as data (what `surge graph` draws)."""
+    w = cfg.workers
+    actors = [f"actor-{a}" for a in range(w.actors)]
+    remote = policy_worker_count(cfg) > 0
+    server = {a: f"policy-{i % w.policy_workers}" if remote else a for i, a in enumerate(actors)}
+    lag = cfg.max_policy_lag
+    group = f"{w.envs_per_group} envs"
+    return [
+        StreamSpec(
+            "inference",
+            "request/response",
+            tuple((a, server[a]) for a in actors),
+            inference.BLOCK,
+            f"a slot per env group ({cfg.total_groups} of {group}); the acting policy is at "
+            f"most {lag} version(s) behind the trainer",
+        ),
+        StreamSpec(
+            "samples",
+            "segments",
+            tuple((a, "trainer-0") for a in actors),
+            sample.BLOCK,
+            f"segments of {cfg.ppo.rollout_len} steps x {group}, each step stamped with its "
+            f"policy version; {lag + 1} slot(s) per group (max_policy_lag {lag})",
+        ),
+        StreamSpec(
+            "parameters",
+            "versions",
+            tuple(("trainer-0", s) for s in sorted(set(server.values()))),
+            params.BLOCK,
+            f"the latest version, {n_params:,} float32 values, announced on each publish",
+        ),
+    ]
+
+
+def describe(graph: Graph, cfg: ExperimentConfig) -> list[str]:
+    """The graph as text: its workers, then its streams and their edges."""
+    lines = ["workers"]
+    width = max(len(spec.name) for spec in graph.workers)
+    for spec in graph.workers:
+        role = "ends the run" if spec.ends_run else "restarted in place if it fails"
+        if not spec.ends_run and not spec.restartable:
+            role = "never restarted"
+        threads = worker_threads(cfg, spec.kind)
+        lines.append(f"  {spec.name:<{width}}  {spec.kind:<8} {threads} thread(s), {role}")
+    lines.append("streams")
+    for stream in graph.streams:
+        arrow = "<->" if stream.kind == "request/response" else "-->"
+        lines.append(f"  {stream.name} ({stream.kind}, block '{stream.block}')")
+        readers: dict[str, list[str]] = {}
+        for writer, reader in stream.edges:
+            readers.setdefault(reader, []).append(writer)
+        for reader, writers in readers.items():
+            if writers == [reader]:
+                lines.append(f"    {reader} answers its own requests (workers.inference: inline)")
+                continue
+            left = ", ".join(writers) if len(writers) <= 3 else f"{writers[0]} .. {writers[-1]}"
+            lines.append(f"    {left} {arrow} {reader}")
+        if stream.flow:
+            lines.append(f"    {stream.flow}")
+    return lines
 
 
 def write_timing(run_dir: Path, graph: Graph, rows: np.ndarray) -> None:

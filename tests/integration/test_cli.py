@@ -184,3 +184,16 @@ def test_wandb_without_the_package_names_the_extra(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ConfigError) as info:
         load_config(None, ["log.wandb=true"])
     assert "log.wandb" in str(info.value) and "surge-rl[wandb]" in str(info.value)
+
+
+def test_graph_draws_workers_and_streams() -> None:
+    result = run_surge("graph", "cartpole-ppo", "workers.actors=3", "workers.policy_workers=2")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("cartpole-ppo: ppo on CartPole-v1 (12 envs, runtime local)")
+    assert "trainer-0  trainer  1 thread(s), ends the run" in out
+    assert "actor-0, actor-2 <-> policy-0" in out and "actor-1 <-> policy-1" in out
+    assert "actor-0, actor-1, actor-2 --> trainer-0" in out
+    assert "trainer-0 --> policy-1" in out and "(max_policy_lag 0)" in out
+    inline = run_surge("graph").stdout  # the default: the policy runs inside the actor
+    assert "actor-0 answers its own requests" in inline and "policy-0" not in inline
