@@ -350,6 +350,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(p.vf_coef >= 0, "ppo.vf_coef", p.vf_coef, ">= 0")
     need(p.max_grad_norm > 0, "ppo.max_grad_norm", p.max_grad_norm, "> 0")
     need(p.target_kl is None or p.target_kl > 0, "ppo.target_kl", p.target_kl, "> 0 (or null)")
+    need(p.clip_reward > 0, "ppo.clip_reward", p.clip_reward, "> 0")
+    need(cfg.model.clip_obs > 0, "model.clip_obs", cfg.model.clip_obs, "> 0")
     a = cfg.env.atari
     for name in ("frame_skip", "screen_size", "frame_stack"):
         need(getattr(a, name) >= 1, f"env.atari.{name}", getattr(a, name), ">= 1")
