@@ -3,7 +3,8 @@
 # torch is pinned to 2.13.0: on these machines that is a CPU wheel already on disk; an
 # unpinned torch would make pip download a multi-GB CUDA build. The `ray` extra brings Ray for
 # `runtime=ray`, so the test suite runs the Ray runtime on a real (loopback) cluster; the
-# `envpool` extra brings EnvPool so the tests run `env.backend=envpool` for real.
+# `envpool` extra brings EnvPool so the tests run `env.backend=envpool` for real; the `mujoco`
+# extra brings MuJoCo so the tests train the hopper-ppo preset for a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -11,5 +12,5 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet "torch==2.13.0" -e ".[dev,atari,ray,envpool]"
+.venv/bin/python -m pip install --quiet "torch==2.13.0" -e ".[dev,atari,ray,envpool,mujoco]"
 echo "surge installed in .venv ($(.venv/bin/python -c 'import torch, surge; print("torch", torch.__version__)'))"

@@ -279,8 +279,7 @@ class TrainerStats:
         mean = np.asarray(state["obs_mean"], np.float64)
         if mean.shape != self.obs_mean.shape:
             raise ValueError(
-                f"observation statistics of {mean.size} values, this model has "
-                f"{self.obs_mean.size}"
+                f"observation statistics of {mean.size} values, this model has {self.obs_mean.size}"
             )
         self.obs_mean = mean
         self.obs_var = np.asarray(state["obs_var"], np.float64)

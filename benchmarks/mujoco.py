@@ -1,0 +1,225 @@
+"""surge's halfcheetah-ppo (or hopper-ppo) beside a CleanRL-style continuous PPO, same settings.
+
+    .venv/bin/python benchmarks/mujoco.py                          # HalfCheetah, 1M steps, seed 1
+    .venv/bin/python benchmarks/mujoco.py --seeds 1 2 3 --jobs 2   # returns of 3 seeds, 2 at a time
+    .venv/bin/python benchmarks/mujoco.py --steps 100000 --tag sps # a shorter steps/s check
+    .venv/bin/python benchmarks/mujoco.py --report-only            # rebuild the report
+
+Each run is a fresh process under peers/memmon.py (which also measures `foreign_cores`: the
+CPU other processes used meanwhile): surge as `python -m surge train PRESET` in this venv,
+the peer as peers/cleanrl_ppo_continuous.py in the peers' `base` venv (peers/setup_venvs.py).
+Both use CleanRL's ppo_continuous_action settings (1 env, 2048 steps a batch, 10 epochs of
+32 minibatches, obs and reward normalisation, clip 10). Run files go to
+benchmarks/results/mujoco_runs/<contender>-<env>-s<seed>[-tag]/ (not committed); the report
+to benchmarks/results/mujoco.md and mujoco.json, built from every run found there.
+
+- steps/s: env steps per second from 10% of the run's steps to its end (startup excluded;
+  peers/analyze.py's `sps_steady`), and total steps over the process's wall time. Runs made
+  with `--jobs` above 1 shared the cores with each other: their steps/s is marked as such
+  and left out of the ratio.
+- final return: mean of the last 20 episodes' raw returns (surge: the `episode_return_mean`
+  of its last metrics record, the same window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ROOT / "benchmarks" / "peers"
+RESULTS = ROOT / "benchmarks" / "results"
+RUNS = RESULTS / "mujoco_runs"
+sys.path.insert(0, str(PEERS))
+
+import analyze  # noqa: E402  (benchmarks/peers, standard library only)
+import memmon  # noqa: E402
+
+PRESETS = {"halfcheetah": "halfcheetah-ppo", "hopper": "hopper-ppo"}
+CONTENDERS = ("surge", "cleanrl")
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def command(contender: str, env: str, seed: int, steps: int, run: Path) -> list[str]:
+    if contender == "surge":
+        return [
+            sys.executable, "-m", "surge", "train", PRESETS[env], f"seed={seed}",
+            f"total_env_steps={steps}", f"run_dir={run / 'run'}", "log.progress=false",
+            "log.interval_s=1",
+        ]  # fmt: skip
+    python = ROOT / "benchmarks" / ".venvs" / "base" / "bin" / "python"
+    return [
+        str(python), str(PEERS / "cleanrl_ppo_continuous.py"), "--env", env,
+        "--total-steps", str(steps), "--max-secs", "86400", "--seed", str(seed),
+        "--log", str(run / "log.jsonl"),
+    ]  # fmt: skip
+
+
+def run_one(contender: str, env: str, seed: int, steps: int, tag: str, jobs: int) -> Path:
+    run = RUNS / f"{contender}-{env}-s{seed}{'-' + tag if tag else ''}"
+    if run.exists():
+        raise SystemExit(f"{run} exists: remove it, or pass another --tag")
+    run.mkdir(parents=True)
+    cmd = command(contender, env, seed, steps, run)
+    meta = {
+        "contender": contender, "env": env, "seed": seed, "steps": steps, "jobs": jobs,
+        "launched": time.time(), "loadavg_at_start": os.getloadavg(), "cmd": cmd,
+    }  # fmt: skip
+    (run / "meta.json").write_text(json.dumps(meta, indent=2))
+    print(f"[mujoco] {run.name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    env_vars = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    with open(run / "stdout.txt", "w") as out:
+        mem = memmon.run(cmd, timeout=86400, out=run / "mem.json", env=env_vars, cwd=ROOT,
+                         stdout=out, stderr=out)  # fmt: skip
+    print(f"[mujoco] {run.name}: exit {mem['exit_code']} in {mem['wall_s']} s", file=sys.stderr)
+    return run
+
+
+def summarise(run: Path) -> dict[str, Any] | None:
+    meta_path = run / "meta.json"
+    if not meta_path.exists():
+        return None
+    meta = json.loads(meta_path.read_text())
+    mem = json.loads((run / "mem.json").read_text()) if (run / "mem.json").exists() else {}
+    row: dict[str, Any] = {"run": run.name, **{k: meta[k] for k in ("contender", "env", "seed")}}
+    row["jobs"] = meta.get("jobs", 1)
+    row["note"] = meta.get("note", "")
+    if meta["contender"] == "surge":
+        path = run / "run" / "metrics.jsonl"
+        records = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        launched = meta["launched"]
+        common = [{"t": r["time"] - launched, "steps": r["env_steps"]} for r in records]
+        info = analyze.analyze_records(common, target=None)
+        final = records[-1]["episode_return_mean"] if records else None
+        episodes = records[-1]["episodes"] if records else 0
+    else:
+        path = run / "log.jsonl"
+        info = analyze.analyze_records(analyze.read_log(path), target=None) if path.exists() else {}
+        final = info.get("final_return_mean")
+        episodes = info.get("episodes", 0)
+    steps = info.get("steps") or 0
+    wall = mem.get("wall_s") or info.get("duration_s")  # runs started by hand: no mem.json
+    row.update(
+        steps=steps,
+        episodes=episodes,
+        final_return=final,
+        sps_steady=info.get("sps_steady"),
+        sps_wall=round(steps / wall, 1) if wall else None,
+        wall_s=wall,
+        foreign_cores=mem.get("foreign_cores"),
+        cores_used=mem.get("cores_used"),
+        peak_pss_mb=mem.get("peak_pss_mb"),
+        exit_code=mem.get("exit_code"),
+    )
+    return row
+
+
+def _fmt(x: Any, spec: str = ",.0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def report(env_filter: str | None) -> None:
+    rows = [r for p in sorted(RUNS.glob("*")) if (r := summarise(p)) is not None]
+    if env_filter:
+        rows = [r for r in rows if r["env"] == env_filter]
+    summary: dict[str, Any] = {}
+    for env in sorted({r["env"] for r in rows}):
+        for contender in CONTENDERS:
+            mine = [r for r in rows if r["env"] == env and r["contender"] == contender]
+            full = [r for r in mine if r["steps"] >= 1_000_000 and r["final_return"] is not None]
+            alone = [r["sps_steady"] for r in mine if r["jobs"] == 1 and r["sps_steady"]]
+            returns = [r["final_return"] for r in full]
+            summary[f"{env}/{contender}"] = {
+                "seeds_at_1M": len(full),
+                "return_mean": statistics.fmean(returns) if returns else None,
+                "return_std": statistics.pstdev(returns) if len(returns) > 1 else None,
+                "sps_steady_median_alone": statistics.median(alone) if alone else None,
+            }
+        s, c = summary[f"{env}/surge"], summary[f"{env}/cleanrl"]
+        if s["sps_steady_median_alone"] and c["sps_steady_median_alone"]:
+            s["sps_ratio_vs_cleanrl"] = s["sps_steady_median_alone"] / c["sps_steady_median_alone"]
+    (RESULTS / "mujoco.json").write_text(
+        json.dumps({"cpu": cpu_model(), "summary": summary, "runs": rows}, indent=2) + "\n"
+    )
+    lines = [
+        "# MuJoCo PPO: surge vs a CleanRL-style script",
+        "",
+        f"CPU: {cpu_model()}, {os.cpu_count()} cores (shared with other jobs: see `foreign`).",
+        "",
+        "Generated by `benchmarks/mujoco.py` from the runs in benchmarks/results/mujoco_runs/.",
+        "Same settings for both (CleanRL ppo_continuous_action: 1 env, 2048-step batches,",
+        "10 epochs x 32 minibatches, obs and reward normalisation). `steady` = env steps/s",
+        "from 10% of the run to its end; `wall` = steps / process wall time. `jobs` = runs",
+        "sharing the machine at once (steps/s of runs with jobs > 1 are not comparable);",
+        "`foreign` = cores used by other processes during the run. Final return = mean of",
+        "the last 20 episodes (raw rewards).",
+        "",
+        "## Summary",
+        "",
+        "| env | contender | seeds at 1M | final return (mean +- std) | steps/s (steady, "
+        "median of runs alone) | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, s in summary.items():
+        env, contender = key.split("/")
+        ret = _fmt(s["return_mean"])
+        if s["return_std"] is not None:
+            ret += f" +- {_fmt(s['return_std'])}"
+        lines.append(
+            f"| {env} | {contender} | {s['seeds_at_1M']} | {ret} | "
+            f"{_fmt(s['sps_steady_median_alone'])} | {_fmt(s.get('sps_ratio_vs_cleanrl'), '.2f')} |"
+        )
+    lines += [
+        "",
+        "## Runs",
+        "",
+        "| run | steps | episodes | final return | steps/s steady | steps/s wall | wall s "
+        "| jobs | foreign | cores | peak PSS MB | exit | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {_fmt(r['steps'])} | {r['episodes']} | {_fmt(r['final_return'])} "
+            f"| {_fmt(r['sps_steady'])} | {_fmt(r['sps_wall'])} | {_fmt(r['wall_s'])} "
+            f"| {r['jobs']} | {_fmt(r['foreign_cores'], '.2f')} | {_fmt(r['cores_used'], '.2f')} "
+            f"| {_fmt(r['peak_pss_mb'])} | {r['exit_code']} | {r['note']} |"
+        )
+    (RESULTS / "mujoco.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", choices=sorted(PRESETS), default="halfcheetah")
+    p.add_argument("--steps", type=int, default=1_000_000)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1])
+    p.add_argument("--contenders", default=",".join(CONTENDERS))
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (>1: returns only)")
+    p.add_argument("--tag", default="", help="suffix of the run directories")
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args()
+    if not args.report_only:
+        todo = [(c, s) for s in args.seeds for c in args.contenders.split(",")]
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            list(pool.map(
+                lambda cs: run_one(cs[0], args.env, cs[1], args.steps, args.tag, args.jobs), todo
+            ))  # fmt: skip
+    report(None)
+
+
+if __name__ == "__main__":
+    main()
