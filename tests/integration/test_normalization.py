@@ -147,3 +147,18 @@ def test_hopper_preset_trains_evaluates_and_resumes(tmp_path: Path) -> None:
     assert float(after["normalizer"]["obs_count"]) == pytest.approx(
         float(state["normalizer"]["obs_count"]) + 2048
     )
+
+
+def test_lagged_appo_with_normalisation_on_the_local_runtime(tmp_path: Path) -> None:
+    """max_policy_lag 1: steps acted on with the previous version's statistics train
+    with the current one's (the V-trace ratio covers the difference)."""
+    run = tmp_path / "run"
+    overrides = [o for o in NORMALIZED if o != "runtime=serial"]
+    cfg, name = load_config(
+        "pendulum-ppo",
+        [*overrides, "runtime=local", "algo=appo", "max_policy_lag=1",
+         "workers.inference=inline", "total_env_steps=2048", f"run_dir={run}"],
+    )  # fmt: skip
+    assert train(cfg, name).reason == "budget"
+    _, saved = _saved_stats(run)
+    assert saved["obs_count"] == pytest.approx(8 * BATCH + 1e-4)
