@@ -104,15 +104,27 @@ def summarise(run: Path) -> dict[str, Any] | None:
         launched = meta["launched"]
         common = [{"t": r["time"] - launched, "steps": r["env_steps"]} for r in records]
         info = analyze.analyze_records(common, target=None)
+        timeline = [(r["time"], r["env_steps"]) for r in records]
         final = records[-1]["episode_return_mean"] if records else None
         episodes = records[-1]["episodes"] if records else 0
     else:
         path = run / "log.jsonl"
-        info = analyze.analyze_records(analyze.read_log(path), target=None) if path.exists() else {}
+        log = analyze.read_log(path) if path.exists() else []
+        info = analyze.analyze_records(log, target=None) if log else {}
+        # the log's clock starts at the process's start, within a few ms of `launched`
+        timeline = [(meta["launched"] + r["t"], r["steps"]) for r in log]
         final = info.get("final_return_mean")
         episodes = info.get("episodes", 0)
     steps = info.get("steps") or 0
     wall = mem.get("wall_s") or info.get("duration_s")  # runs started by hand: no mem.json
+    # CPU time per env step: much less sensitive to neighbours than steps/s. From memmon's
+    # whole-tree CPU time, or for a run started by hand a snapshot (`ps` of its processes)
+    if mem.get("tree_cpu_s") and steps:
+        cpu_us = 1e6 * mem["tree_cpu_s"] / steps
+    elif "cpu_snapshot" in meta:
+        cpu_us = 1e6 * meta["cpu_snapshot"]["cpu_s"] / meta["cpu_snapshot"]["steps"]
+    else:
+        cpu_us = None
     row.update(
         steps=steps,
         episodes=episodes,
@@ -122,10 +134,39 @@ def summarise(run: Path) -> dict[str, Any] | None:
         wall_s=wall,
         foreign_cores=mem.get("foreign_cores"),
         cores_used=mem.get("cores_used"),
+        cpu_us_per_step=round(cpu_us, 1) if cpu_us else None,
         peak_pss_mb=mem.get("peak_pss_mb"),
         exit_code=mem.get("exit_code"),
+        timeline=timeline,
     )
     return row
+
+
+def steps_at(timeline: list[tuple[float, int]], t: float) -> float:
+    """Env steps done at Unix time t, interpolated between a run's records."""
+    for (t0, s0), (t1, s1) in zip(timeline, timeline[1:], strict=False):
+        if t0 <= t <= t1:
+            return s0 + (s1 - s0) * (t - t0) / max(t1 - t0, 1e-9)
+    return float(timeline[-1][1] if t > timeline[-1][0] else timeline[0][1])
+
+
+def shared_window(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """Steps/s of two runs that ran at the same time, over the same wall-clock window:
+    from when both had passed 10% of their steps to when the first of them ended. Both
+    met the same neighbours, so the ratio is fair where neither rate alone is."""
+    ta, tb = a["timeline"], b["timeline"]
+    if len(ta) < 3 or len(tb) < 3:
+        return None
+
+    def t10(tl: list[tuple[float, int]]) -> float:
+        return next(t for t, s in tl if s >= 0.1 * tl[-1][1])
+
+    start, end = max(t10(ta), t10(tb)), min(ta[-1][0], tb[-1][0])
+    if end - start < 60:
+        return None
+    rate = [(steps_at(tl, end) - steps_at(tl, start)) / (end - start) for tl in (ta, tb)]
+    return {"runs": [a["run"], b["run"]], "window_s": round(end - start, 1),
+            "sps": [round(x, 1) for x in rate], "ratio": round(rate[0] / rate[1], 2)}  # fmt: skip
 
 
 def _fmt(x: Any, spec: str = ",.0f") -> str:
@@ -142,18 +183,36 @@ def report(env_filter: str | None) -> None:
             mine = [r for r in rows if r["env"] == env and r["contender"] == contender]
             full = [r for r in mine if r["steps"] >= 1_000_000 and r["final_return"] is not None]
             alone = [r["sps_steady"] for r in mine if r["jobs"] == 1 and r["sps_steady"]]
+            cpu = [r["cpu_us_per_step"] for r in mine if r["cpu_us_per_step"]]
             returns = [r["final_return"] for r in full]
             summary[f"{env}/{contender}"] = {
                 "seeds_at_1M": len(full),
                 "return_mean": statistics.fmean(returns) if returns else None,
                 "return_std": statistics.pstdev(returns) if len(returns) > 1 else None,
                 "sps_steady_median_alone": statistics.median(alone) if alone else None,
+                "cpu_us_per_step_median": statistics.median(cpu) if cpu else None,
             }
         s, c = summary[f"{env}/surge"], summary[f"{env}/cleanrl"]
         if s["sps_steady_median_alone"] and c["sps_steady_median_alone"]:
             s["sps_ratio_vs_cleanrl"] = s["sps_steady_median_alone"] / c["sps_steady_median_alone"]
+    pairs = []
+    for a in rows:
+        for b in rows:
+            same = a["run"].split("-", 1)[1] == b["run"].split("-", 1)[1]  # env, seed, tag
+            pair = (
+                shared_window(a, b)
+                if a["contender"] == "surge" and b["contender"] == "cleanrl" and same
+                else None
+            )
+            if pair is not None:
+                pairs.append(pair)
+    runs_out = [{k: v for k, v in r.items() if k != "timeline"} for r in rows]
     (RESULTS / "mujoco.json").write_text(
-        json.dumps({"cpu": cpu_model(), "summary": summary, "runs": rows}, indent=2) + "\n"
+        json.dumps(
+            {"cpu": cpu_model(), "summary": summary, "shared_windows": pairs, "runs": runs_out},
+            indent=2,
+        )
+        + "\n"
     )
     lines = [
         "# MuJoCo PPO: surge vs a CleanRL-style script",
@@ -165,14 +224,15 @@ def report(env_filter: str | None) -> None:
         "10 epochs x 32 minibatches, obs and reward normalisation). `steady` = env steps/s",
         "from 10% of the run to its end; `wall` = steps / process wall time. `jobs` = runs",
         "sharing the machine at once (steps/s of runs with jobs > 1 are not comparable);",
-        "`foreign` = cores used by other processes during the run. Final return = mean of",
-        "the last 20 episodes (raw rewards).",
+        "`foreign` = cores used by other processes during the run. CPU us / step = CPU time",
+        "of the run's processes per env step (less sensitive to neighbours than steps/s).",
+        "Final return = mean of the last 20 episodes (raw rewards).",
         "",
         "## Summary",
         "",
         "| env | contender | seeds at 1M | final return (mean +- std) | steps/s (steady, "
-        "median of runs alone) | ratio |",
-        "|---|---|---|---|---|---|",
+        "median of runs alone) | ratio | CPU us / step (median of runs) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for key, s in summary.items():
         env, contender = key.split("/")
@@ -181,22 +241,41 @@ def report(env_filter: str | None) -> None:
             ret += f" +- {_fmt(s['return_std'])}"
         lines.append(
             f"| {env} | {contender} | {s['seeds_at_1M']} | {ret} | "
-            f"{_fmt(s['sps_steady_median_alone'])} | {_fmt(s.get('sps_ratio_vs_cleanrl'), '.2f')} |"
+            f"{_fmt(s['sps_steady_median_alone'])} | {_fmt(s.get('sps_ratio_vs_cleanrl'), '.2f')} "
+            f"| {_fmt(s['cpu_us_per_step_median'])} |"
         )
+    if pairs:
+        lines += [
+            "",
+            "## Side by side in the same wall-clock window",
+            "",
+            "Runs of both contenders that ran at the same time, each one's steps/s over the",
+            "window from when both had passed 10% of their steps to when the first ended:",
+            "the same neighbours for both, so the ratio is fair where a rate alone is not.",
+            "",
+            "| surge run | CleanRL run | window s | surge steps/s | CleanRL steps/s | ratio |",
+            "|---|---|---|---|---|---|",
+        ]
+        for p in pairs:
+            lines.append(
+                f"| {p['runs'][0]} | {p['runs'][1]} | {_fmt(p['window_s'])} | "
+                f"{_fmt(p['sps'][0])} | {_fmt(p['sps'][1])} | {p['ratio']:.2f} |"
+            )
     lines += [
         "",
         "## Runs",
         "",
         "| run | steps | episodes | final return | steps/s steady | steps/s wall | wall s "
-        "| jobs | foreign | cores | peak PSS MB | exit | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| jobs | foreign | cores | CPU us / step | peak PSS MB | exit | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['run']} | {_fmt(r['steps'])} | {r['episodes']} | {_fmt(r['final_return'])} "
             f"| {_fmt(r['sps_steady'])} | {_fmt(r['sps_wall'])} | {_fmt(r['wall_s'])} "
             f"| {r['jobs']} | {_fmt(r['foreign_cores'], '.2f')} | {_fmt(r['cores_used'], '.2f')} "
-            f"| {_fmt(r['peak_pss_mb'])} | {r['exit_code']} | {r['note']} |"
+            f"| {_fmt(r['cpu_us_per_step'])} | {_fmt(r['peak_pss_mb'])} | {r['exit_code']} "
+            f"| {r['note']} |"
         )
     (RESULTS / "mujoco.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
