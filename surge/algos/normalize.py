@@ -267,6 +267,12 @@ class TrainerStats:
         )
         self._published = self._snapshot()
 
+    def metrics(self) -> dict[str, float]:
+        """For metrics.jsonl: the std rewards are divided by (`reward_scale`)."""
+        if not self.normalize_reward:
+            return {}
+        return {"reward_scale": math.sqrt(float(self.ret_var) + EPS)}
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "obs_mean": self.obs_mean.copy(),

@@ -125,6 +125,7 @@ class TrainerWorker:
         # normalised with the statistics of this version, rewards scaled (algos/normalize.py)
         batch = self.stats.prepare(arrays)
         self._latest_stats = self.learner.update(batch, lr)
+        self._latest_stats.update(self.stats.metrics())
         self.stats.observe(arrays, cfg.ppo.rollout_len)  # the next version's statistics
         clock = self.timers.add(LEARN, clock)
         self.version += 1
@@ -263,9 +264,9 @@ class TrainerWorker:
         if saved is None:  # written before normalisation existed
             if self.stats.obs is not None:
                 raise UserError(
-                    "this checkpoint holds no observation statistics, and this run's "
-                    "model.normalize_obs needs them",
-                    "resume with model.normalize_obs=false, or start a new run",
+                    "this checkpoint holds no observation statistics (it was written by a "
+                    "surge without them), and this run's model.normalize_obs needs them",
+                    "start a new run with `surge train`",
                 )
             return  # reward statistics, if switched on now, start fresh
         self.stats.load_state_dict({k: _numpy(v) for k, v in saved.items()})
