@@ -45,6 +45,8 @@ import memmon  # noqa: E402
 
 PRESETS = {"halfcheetah": "halfcheetah-ppo", "hopper": "hopper-ppo"}
 CONTENDERS = ("surge", "cleanrl")
+MILESTONES = (100_000, 250_000, 500_000, 750_000, 1_000_000)
+"""Env steps at which the report gives each run's mean return of the last 20 episodes."""
 
 
 def cpu_model() -> str:
@@ -107,6 +109,12 @@ def summarise(run: Path) -> dict[str, Any] | None:
         timeline = [(r["time"], r["env_steps"]) for r in records]
         final = records[-1]["episode_return_mean"] if records else None
         episodes = records[-1]["episodes"] if records else 0
+        at = {
+            m: next((r["episode_return_mean"] for r in reversed(records)
+                     if r["env_steps"] <= m), None)
+            if records and records[-1]["env_steps"] >= m else None
+            for m in MILESTONES
+        }  # fmt: skip
     else:
         path = run / "log.jsonl"
         log = analyze.read_log(path) if path.exists() else []
@@ -115,6 +123,11 @@ def summarise(run: Path) -> dict[str, Any] | None:
         timeline = [(meta["launched"] + r["t"], r["steps"]) for r in log]
         final = info.get("final_return_mean")
         episodes = info.get("episodes", 0)
+        returns = [(r["steps"], r["return"]) for r in log if "return" in r]
+        at = {}
+        for m in MILESTONES:
+            window = [ret for steps, ret in returns if steps <= m][-20:]
+            at[m] = statistics.fmean(window) if window and steps_done(log) >= m else None
     steps = info.get("steps") or 0
     wall = mem.get("wall_s") or info.get("duration_s")  # runs started by hand: no mem.json
     # CPU time per env step: much less sensitive to neighbours than steps/s. From memmon's
@@ -138,8 +151,13 @@ def summarise(run: Path) -> dict[str, Any] | None:
         peak_pss_mb=mem.get("peak_pss_mb"),
         exit_code=mem.get("exit_code"),
         timeline=timeline,
+        return_at={str(m): v for m, v in at.items()},
     )
     return row
+
+
+def steps_done(log: list[dict[str, Any]]) -> int:
+    return max((r["steps"] for r in log), default=0)
 
 
 def steps_at(timeline: list[tuple[float, int]], t: float) -> float:
@@ -261,6 +279,19 @@ def report(env_filter: str | None) -> None:
                 f"| {p['runs'][0]} | {p['runs'][1]} | {_fmt(p['window_s'])} | "
                 f"{_fmt(p['sps'][0])} | {_fmt(p['sps'][1])} | {p['ratio']:.2f} |"
             )
+    lines += [
+        "",
+        "## Return along the way",
+        "",
+        "Mean of the last 20 episodes at each step count (surge: its last metrics record at",
+        "or before it; `-`: the run had not got there).",
+        "",
+        "| run | " + " | ".join(f"{m // 1000}k" for m in MILESTONES) + " |",
+        "|---|" + "---|" * len(MILESTONES),
+    ]
+    for r in rows:
+        cells = " | ".join(_fmt(r["return_at"][str(m)]) for m in MILESTONES)
+        lines.append(f"| {r['run']} | {cells} |")
     lines += [
         "",
         "## Runs",
