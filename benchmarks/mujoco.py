@@ -47,6 +47,8 @@ PRESETS = {"halfcheetah": "halfcheetah-ppo", "hopper": "hopper-ppo"}
 CONTENDERS = ("surge", "cleanrl")
 MILESTONES = (100_000, 250_000, 500_000, 750_000, 1_000_000)
 """Env steps at which the report gives each run's mean return of the last 20 episodes."""
+BATCH = 2048
+"""A run "reached" N steps at N - BATCH: CleanRL's 1M is 488 batches = 999,424 steps."""
 
 
 def cpu_model() -> str:
@@ -112,7 +114,7 @@ def summarise(run: Path) -> dict[str, Any] | None:
         at = {
             m: next((r["episode_return_mean"] for r in reversed(records)
                      if r["env_steps"] <= m), None)
-            if records and records[-1]["env_steps"] >= m else None
+            if records and records[-1]["env_steps"] > m - BATCH else None
             for m in MILESTONES
         }  # fmt: skip
     else:
@@ -127,7 +129,7 @@ def summarise(run: Path) -> dict[str, Any] | None:
         at = {}
         for m in MILESTONES:
             window = [ret for steps, ret in returns if steps <= m][-20:]
-            at[m] = statistics.fmean(window) if window and steps_done(log) >= m else None
+            at[m] = statistics.fmean(window) if window and steps_done(log) > m - BATCH else None
     steps = info.get("steps") or 0
     wall = mem.get("wall_s") or info.get("duration_s")  # runs started by hand: no mem.json
     # CPU time per env step: much less sensitive to neighbours than steps/s. From memmon's
@@ -199,7 +201,9 @@ def report(env_filter: str | None) -> None:
     for env in sorted({r["env"] for r in rows}):
         for contender in CONTENDERS:
             mine = [r for r in rows if r["env"] == env and r["contender"] == contender]
-            full = [r for r in mine if r["steps"] >= 1_000_000 and r["final_return"] is not None]
+            full = [
+                r for r in mine if r["steps"] > 1_000_000 - BATCH and r["final_return"] is not None
+            ]
             alone = [r["sps_steady"] for r in mine if r["jobs"] == 1 and r["sps_steady"]]
             cpu = [r["cpu_us_per_step"] for r in mine if r["cpu_us_per_step"]]
             returns = [r["final_return"] for r in full]
