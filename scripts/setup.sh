@@ -4,6 +4,7 @@
 # unpinned torch would make pip download a multi-GB CUDA build. The `ray` extra brings Ray for
 # `runtime=ray`, so the test suite runs the Ray runtime on a real (loopback) cluster; the
 # `envpool` extra brings EnvPool so the tests run `env.backend=envpool` for real, the
+# `mujoco` extra MuJoCo so they train the hopper-ppo preset for a few seconds, the
 # `minigrid` extra MiniGrid for the small-image (small_cnn) learning test, `video` PyAV for
 # episode videos, and `wandb` lets them check `log.wandb=true` (offline).
 set -euo pipefail
@@ -13,5 +14,6 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet "torch==2.13.0" -e ".[dev,atari,ray,envpool,minigrid,video,wandb]"
+.venv/bin/python -m pip install --quiet "torch==2.13.0" \
+  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb]"
 echo "surge installed in .venv ($(.venv/bin/python -c 'import torch, surge; print("torch", torch.__version__)'))"

@@ -47,6 +47,8 @@ HEARTBEAT_EVERY = 1000
 WINDOW = 20
 FLUSH_EVERY = 32  # a process adds its steps to the shared counter every this many steps
 CARTPOLE_TARGET = 475.0
+MUJOCO = {"halfcheetah": "HalfCheetah-v5", "hopper": "Hopper-v5"}
+"""The MuJoCo tasks (Gymnasium v5 ids; the `mujoco` package must be installed)."""
 
 # state file: steps, next heartbeat, episodes, solved flag, then the last WINDOW returns
 _HEAD = struct.Struct("<qqqq")
@@ -57,7 +59,7 @@ _STATE_SIZE = 4096
 def common_args(description: str) -> argparse.ArgumentParser:
     """The arguments every peer script takes."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--env", choices=["cartpole", "pong"], default="cartpole")
+    p.add_argument("--env", choices=["cartpole", "pong", *MUJOCO], default="cartpole")
     p.add_argument(
         "--mode",
         choices=["throughput", "solve"],
@@ -345,12 +347,15 @@ def _register_ale() -> None:
 def make_env(name: str, float_hwc: bool = False) -> gym.Env:
     """One env of the benchmark, logging into the common log.
 
-    cartpole: CartPole-v1. pong: ALE/Pong-v5 with frameskip=1, sticky actions $PEER_STICKY,
+    cartpole: CartPole-v1. halfcheetah, hopper: HalfCheetah-v5, Hopper-v5 (raw episode
+    returns logged). pong: ALE/Pong-v5 with frameskip=1, sticky actions $PEER_STICKY,
     then noop reset 30, frame skip 4 with max-pool, 84x84 grey, episodic life, reward sign
     clipping, frame stack 4: obs [4, 84, 84] uint8.
     """
     if name == "cartpole":
         return LogSteps(gym.make("CartPole-v1"), episodes=True)
+    if name in MUJOCO:  # raw rewards logged; the caller adds its own wrappers on top
+        return LogSteps(gym.make(MUJOCO[name]), episodes=True)
     if name != "pong":
         raise ValueError(f"unknown env {name!r}")
     _register_ale()

@@ -30,7 +30,7 @@ VENVS: dict[str, list[str]] = {
     # CleanRL-style PPO and Stable-Baselines3 share one venv: same gymnasium and ale-py.
     "base": [
         TORCH,
-        "gymnasium==1.4.0",
+        "gymnasium[mujoco]==1.4.0",  # mujoco: the CleanRL-style continuous PPO (MuJoCo)
         "ale-py==0.12.1",
         "stable-baselines3",
         "opencv-python-headless",
@@ -51,7 +51,7 @@ VENVS: dict[str, list[str]] = {
 
 # imports that must work for a venv to count as complete
 CHECKS: dict[str, str] = {
-    "base": "import torch, gymnasium, ale_py, stable_baselines3, cv2, psutil",
+    "base": "import torch, gymnasium, ale_py, stable_baselines3, cv2, psutil, mujoco",
     "sf": "import torch, gymnasium, ale_py, sample_factory, cv2, psutil",
     "rllib": "import torch, gymnasium, ale_py, ray.rllib, cv2, psutil",
 }

@@ -343,6 +343,8 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("ppo.gae_lambda", lambda v: 0 <= v <= 1, "in [0, 1]"),
     *[(f"ppo.{n}", _at_least(0), ">= 0") for n in ("ent_coef", "vf_coef")],
     ("ppo.target_kl", lambda v: v is None or v > 0, "> 0 (or null)"),
+    ("ppo.clip_reward", _positive, "> 0"),
+    ("model.clip_obs", _positive, "> 0"),
     *[(f"appo.{n}", _positive, "> 0") for n in ("rho_bar", "c_bar")],
     *[(n, _at_least(1), ">= 1") for n in ("total_env_steps", "return_window")],
     ("max_policy_lag", _at_least(0), ">= 0"),

@@ -220,6 +220,16 @@ class ModelConfig:
     the models it covers, else `torch`. Checkpoints hold the same torch state dict either
     way; a run resumes with the backend it started with."""
 
+    normalize_obs: bool = False
+    """Normalise observations by their running mean and variance: the policy sees
+    `clip((obs - mean) / sqrt(var + 1e-8), -clip_obs, clip_obs)`. The trainer keeps the
+    statistics (updated from every batch's raw observations), publishes them with the
+    weights as one version, and checkpoints them; `surge eval` applies them frozen.
+    Real-valued Box observations only (docs/environments.md)."""
+
+    clip_obs: float = 10.0
+    """Normalised observations are clipped to [-clip_obs, clip_obs] (with `normalize_obs`)."""
+
     precision: Precision = "auto"
     """Compute dtype of the `nature_cnn` encoder (bfloat16 autocast around its convolutions
     and linear layer; parameters, gradients, Adam state and the heads stay float32).
@@ -276,6 +286,15 @@ class PPOConfig:
 
     target_kl: float | None = None
     """Stop the epochs of an update early once the approximate KL exceeds this. None: never."""
+
+    normalize_reward: bool = False
+    """Scale rewards by the running standard deviation of each env's discounted return
+    (discount `gamma`, restarted at episode ends; not mean-centred), as CleanRL's
+    NormalizeReward wrapper, but kept by the trainer and checkpointed. Reported episode
+    returns stay raw."""
+
+    clip_reward: float = 10.0
+    """Scaled rewards are clipped to [-clip_reward, clip_reward] (with `normalize_reward`)."""
 
 
 @dataclass

@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
+from surge.algos.normalize import ObsNormalizer, stats_vector
 from surge.config.load import load_config
+from surge.config.schema import ExperimentConfig
 from surge.envs.group import action_converter
 from surge.envs.make import make_env
 from surge.envs.spaces import split_obs
@@ -17,6 +20,28 @@ from surge.errors import UserError
 from surge.models.actor_critic import ActorCritic
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
 from surge.workers.base import derive_seed
+
+
+def frozen_obs_normalizer(
+    cfg: ExperimentConfig, obs_space: gym.Space[Any], state: dict[str, Any]
+) -> ObsNormalizer | None:
+    """The checkpoint's observation statistics, as the policy of its version applied them
+    (the float32 values the trainer published); never updated here. None without
+    `model.normalize_obs`."""
+    if not cfg.model.normalize_obs:
+        return None
+    saved = state.get("normalizer")
+    if saved is None:
+        raise UserError(
+            "this run normalises observations (model.normalize_obs) but its checkpoint "
+            "holds no observation statistics",
+            "evaluate a checkpoint written by this version of surge",
+        )
+    mean = np.asarray(saved["obs_mean"], np.float64)
+    var = np.asarray(saved["obs_var"], np.float64)
+    normalizer = ObsNormalizer(obs_space, cfg.model.clip_obs)
+    normalizer.load(stats_vector(mean, var))
+    return normalizer
 
 
 def evaluate(
@@ -38,6 +63,7 @@ def evaluate(
     model = ActorCritic(env.observation_space, env.action_space, cfg.model)
     model.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
     model.eval()
+    normalizer = frozen_obs_normalizer(cfg, env.observation_space, state)
     generator = torch.Generator().manual_seed(
         derive_seed(cfg.seed if seed is None else seed, "eval")
     )
@@ -48,10 +74,12 @@ def evaluate(
         obs, _ = env.reset(seed=(base_seed + episode) % 2**31)
         total, steps, done = 0.0, 0, False
         while not done:
-            batch = {
-                k: torch.as_tensor(np.asarray(v))[None]
-                for k, v in split_obs(obs, env.observation_space).items()
+            fields = {
+                k: np.asarray(v)[None] for k, v in split_obs(obs, env.observation_space).items()
             }
+            if normalizer is not None:
+                fields = normalizer(fields)
+            batch = {k: torch.as_tensor(v) for k, v in fields.items()}
             with torch.inference_mode():
                 action, _, _ = model.act(batch, deterministic=deterministic, generator=generator)
             obs, reward, terminated, truncated, _ = env.step(to_env(action[0].numpy()))

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from surge.algos.normalize import ObsNormalizer, obs_stats_size
 from surge.models.numpy_policy import NumpyPolicy, numpy_layout
 from surge.streams.inference import InferenceServer, Routing, inline_channel, request_obs
 from surge.streams.params import ParameterService
@@ -61,12 +62,19 @@ class PolicyEngine:
     ) -> None:
         cfg = ctx.cfg
         self.params = ParameterService(transport)
+        # One version: the weights, then the observation statistics (algos/normalize.py).
         self.flat = np.zeros(ctx.n_params, np.float32)
+        n_stats = obs_stats_size(ctx.env.observation_space, cfg.model.normalize_obs)
+        n_weights = ctx.n_params - n_stats
+        self.weights, self.stats = self.flat[:n_weights], self.flat[n_weights:]
+        self.normalizer = (
+            ObsNormalizer(ctx.env.observation_space, cfg.model.clip_obs) if n_stats else None
+        )
         self.loaded = -1  # version of the parameters in use; -1: none yet
         layout = numpy_layout(ctx.env.observation_space, ctx.env.action_space, cfg.model)
         self.policy: NumpyPolicy | TorchPolicy
-        if layout is not None:  # reads self.flat: `refresh` has it rebuild its weights
-            self.policy = NumpyPolicy(layout, self.flat, np.random.default_rng(seed))
+        if layout is not None:  # reads self.weights: `refresh` has it rebuild its weights
+            self.policy = NumpyPolicy(layout, self.weights, np.random.default_rng(seed))
         else:
             self.policy = TorchPolicy(ctx, seed)
         self.group_size = cfg.workers.envs_per_group
@@ -82,9 +90,11 @@ class PolicyEngine:
             return False
         self.loaded = self.params.read(self.flat)
         if isinstance(self.policy, TorchPolicy):
-            self.policy.load(self.flat)
+            self.policy.load(self.weights)
         else:
             self.policy.reload()
+        if self.normalizer is not None:
+            self.normalizer.load(self.stats)
         return True
 
     def servable(self, groups: set[int]) -> list[int]:
@@ -96,6 +106,8 @@ class PolicyEngine:
         rows = slice(groups[0], groups[0] + k) if contiguous else groups  # a view, not a copy
         ids = self.request_id[rows].copy()  # before the observations: see streams/inference.py
         obs = {key: v[rows].reshape(n, *v.shape[2:]) for key, v in self.obs.items()}
+        if self.normalizer is not None:  # the statistics of the loaded version
+            obs = self.normalizer(obs)
         action, logp, value = self.policy.act(obs)
         self.action[rows] = action.reshape(k, self.group_size, *self.action.shape[2:])
         self.logp[rows] = logp.reshape(k, self.group_size)

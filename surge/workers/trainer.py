@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from surge.algos.normalize import TrainerStats
 from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
@@ -45,6 +46,16 @@ class TrainerWorker:
         self.timers = control.timers
         # model.backend: numpy for MLPs (no torch import in this process), else torch
         self.learner = make_backend(ctx)
+        # Observation and return statistics (algos/normalize.py): published with the weights
+        self.stats = TrainerStats(
+            ctx.env.observation_space,
+            cfg.total_envs,
+            normalize_obs=cfg.model.normalize_obs,
+            clip_obs=cfg.model.clip_obs,
+            normalize_reward=cfg.ppo.normalize_reward,
+            clip_reward=cfg.ppo.clip_reward,
+            gamma=cfg.ppo.gamma,
+        )
         self.consumer = SampleConsumer(transport, cfg.max_policy_lag + 1, ctx.start_version)
         channels = [transport.channel(name) for name in param_subscribers(cfg)]
         self.params = ParameterService(transport, subscribers=channels)
@@ -76,7 +87,7 @@ class TrainerWorker:
         self._latest_stats: dict[str, float] = {}
         self._timing_at_last_log = self.control.timing.sum(axis=0)
         self.params.reset()
-        self.params.publish(self.version, self.learner.flat_parameters())
+        self._publish()
 
     # ------------------------------------------------------------------ main loop
 
@@ -119,11 +130,15 @@ class TrainerWorker:
             max(0.0, 1.0 - self.env_steps / cfg.total_env_steps) if cfg.ppo.anneal_lr else 1.0
         )
         clock = self.timers.now()
-        self._latest_stats = self.learner.update(arrays, lr)
+        # normalised with the statistics of this version, rewards scaled (algos/normalize.py)
+        batch = self.stats.prepare(arrays)
+        self._latest_stats = self.learner.update(batch, lr)
+        self._latest_stats.update(self.stats.metrics())
+        self.stats.observe(arrays, cfg.ppo.rollout_len)  # the next version's statistics
         clock = self.timers.add(LEARN, clock)
         self.version += 1
         self.env_steps += cfg.batch_steps
-        self.params.publish(self.version, self.learner.flat_parameters())
+        self._publish()
         self.timers.add(COPY, clock)
         self.control.set_progress(  # every update, for a live display; rates come with logs
             env_steps=self.env_steps,
@@ -146,6 +161,13 @@ class TrainerWorker:
         if solved or out_of_budget:
             self.save_checkpoint(wait=True)
             self._finish("solved" if solved else "budget")
+
+    def _publish(self) -> None:
+        """Publish this version: the weights, then the observation statistics (if any)."""
+        flat = self.learner.flat_parameters()
+        if self.stats.obs is not None:
+            flat = np.concatenate([flat, self.stats.published()])
+        self.params.publish(self.version, flat)
 
     @property
     def return_mean(self) -> float:
@@ -213,6 +235,7 @@ class TrainerWorker:
             "resumes": self.ctx.resumes,
             "model": snapshot(model),
             "learner": snapshot(learner),
+            "normalizer": snapshot(self.stats.state_dict()),
             "rng": rng_state(),
         }
         self.checkpoints.submit(state, self.version)
@@ -237,6 +260,7 @@ class TrainerWorker:
                 f"resume with model.backend={backend}",
             )
         self.learner.load(state["model"], state["learner"])
+        self._restore_stats(state.get("normalizer"))
         restore_rng_state(state["rng"])
         self.version = int(state["version"])
         self.env_steps = int(state["env_steps"])
@@ -244,6 +268,18 @@ class TrainerWorker:
         self.wall_time_offset = float(state["wall_time_s"])
         self.recent_returns.extend(float(x) for x in state["recent_returns"])
         self.recent_lengths.extend(float(x) for x in state["recent_lengths"])
+
+    def _restore_stats(self, saved: dict[str, Any] | None) -> None:
+        """The running statistics continue where the checkpoint left them."""
+        if saved is None:  # written before normalisation existed
+            if self.stats.obs is not None:
+                raise UserError(
+                    "this checkpoint holds no observation statistics (it was written by a "
+                    "surge without them), and this run's model.normalize_obs needs them",
+                    "start a new run with `surge train`",
+                )
+            return  # reward statistics, if switched on now, start fresh
+        self.stats.load_state_dict({k: _numpy(v) for k, v in saved.items()})
 
     def _finish(self, reason: str) -> bool:
         self.finished = True
@@ -261,6 +297,11 @@ def _wandb(cfg: ExperimentConfig) -> WandbOptions | None:
     from surge.config.load import config_to_dict
 
     return WandbOptions(cfg.log.wandb_project, cfg.log.wandb_entity, config_to_dict(cfg))
+
+
+def _numpy(value: Any) -> Any:
+    """A checkpoint array as a numpy array (format-2 checkpoints hold tensors)."""
+    return value.numpy() if hasattr(value, "numpy") else value
 
 
 def warm_up() -> None:
