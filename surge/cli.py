@@ -2,7 +2,7 @@
 
     surge train [PRESET|FILE.yaml] [key=value ...]
     surge resume RUN_DIR [key=value ...]
-    surge eval RUN_DIR [episodes=N] [deterministic=true|false]
+    surge eval RUN_DIR [episodes=N] [deterministic=true|false] [--video]
     surge plot RUN_DIR... -o curves.png
     surge presets
     surge graph [PRESET|FILE.yaml] [key=value ...]
@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument(
         "options", nargs="*", metavar="key=value", help="episodes=N, deterministic=BOOL, seed=N"
     )
+    e.add_argument(
+        "--video", action="store_true", help="record the first episode to RUN_DIR/videos/*.mp4"
+    )
     e.set_defaults(handler=_eval)
 
     pl = sub.add_parser("plot", help="plot learning curves of one or more runs")
@@ -229,12 +232,14 @@ def _eval(args: argparse.Namespace) -> int:
         if not isinstance(value, allowed[key]) or (allowed[key] is int and isinstance(value, bool)):
             raise UserError(f"eval option {key}: expected {allowed[key].__name__}, got {raw!r}")
         options[key] = value
-    result = evaluate(args.run_dir, **options)  # type: ignore[arg-type]
+    result = evaluate(args.run_dir, **options, video=args.video)  # type: ignore[arg-type]
     print(
         f"{result['episodes']} episodes with policy version {result['policy_version']} "
         f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
         f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
     )
+    if "video" in result:
+        print(f"video of the first episode: {result['video']}")
     return 0
 
 

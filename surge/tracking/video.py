@@ -17,7 +17,7 @@ CODEC = "libx264"
 """H.264, which every browser and player decodes; `mpeg4` where FFmpeg lacks it."""
 
 
-def _av():  # type: ignore[no-untyped-def]
+def require_av():  # type: ignore[no-untyped-def]
     try:
         import av
     except ImportError:
@@ -35,7 +35,7 @@ def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path:
     edge. Written to a temporary name, then renamed: the file is whole or absent."""
     if not frames:
         raise ValueError("no frames to write")
-    av = _av()
+    av = require_av()
     height, width = frames[0].shape[:2]
     pad_h, pad_w = height % 2, width % 2
     path = Path(path)
@@ -60,6 +60,6 @@ def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path:
 
 def read_mp4(path: Path) -> list[np.ndarray]:
     """Decode every frame of a video: [H, W, 3] uint8 each (checks and tests)."""
-    av = _av()
+    av = require_av()
     with av.open(str(path)) as container:
         return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from surge.envs.spaces import split_obs
 from surge.errors import UserError
 from surge.models.actor_critic import ActorCritic
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
+from surge.tracking.video import require_av, write_mp4
 from surge.workers.base import derive_seed
 
 
@@ -45,9 +48,15 @@ def frozen_obs_normalizer(
 
 
 def evaluate(
-    run_dir: Path, episodes: int = 10, deterministic: bool = True, seed: int | None = None
+    run_dir: Path,
+    episodes: int = 10,
+    deterministic: bool = True,
+    seed: int | None = None,
+    video: bool = False,
 ) -> dict[str, Any]:
-    """Run `episodes` episodes with the run's newest checkpoint; writes `eval.json` too."""
+    """Run `episodes` episodes with the run's newest checkpoint; writes `eval.json` too.
+    `video`: the first episode is also recorded to `run_dir/videos/eval-v<version>.mp4`
+    (the env rendered with `render_mode="rgb_array"`; tracking/video.py)."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
         raise UserError(f"{run_dir} is not a surge run directory (no config.yaml)")
@@ -59,7 +68,18 @@ def evaluate(
         raise UserError(f"{run_dir} has no checkpoint to evaluate")
     state = load_checkpoint(checkpoint)
     torch.set_num_threads(1)
-    env = make_env(cfg.env)
+    env_cfg = cfg.env
+    if video:
+        require_av()  # a UserError naming the extra, before any episode is played
+        # Frames go to arrays: pygame-rendered envs need neither a display nor sound (and
+        # SDL would otherwise complain on a headless machine).
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+        env_cfg = dataclasses.replace(
+            env_cfg, kwargs={**env_cfg.kwargs, "render_mode": "rgb_array"}
+        )
+    env = make_env(env_cfg)
+    frames: list[np.ndarray] = []
     model = ActorCritic(env.observation_space, env.action_space, cfg.model)
     model.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
     model.eval()
@@ -73,6 +93,9 @@ def evaluate(
     for episode in range(episodes):
         obs, _ = env.reset(seed=(base_seed + episode) % 2**31)
         total, steps, done = 0.0, 0, False
+        recording = video and episode == 0
+        if recording:
+            frames.append(env.render())  # type: ignore[arg-type]
         while not done:
             fields = {
                 k: np.asarray(v)[None] for k, v in split_obs(obs, env.observation_space).items()
@@ -86,6 +109,8 @@ def evaluate(
             total += float(reward)
             steps += 1
             done = terminated or truncated
+            if recording:
+                frames.append(env.render())  # type: ignore[arg-type]
         returns.append(total)
         lengths.append(steps)
     env.close()
@@ -100,5 +125,9 @@ def evaluate(
         "length_mean": float(np.mean(lengths)),
         "returns": returns,
     }
+    if video:
+        fps = float(env.metadata.get("render_fps") or 30)
+        name = f"eval-v{int(state['version']):08d}.mp4"
+        result["video"] = str(write_mp4(run_dir / "videos" / name, frames, fps))
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
     return result

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from surge.tracking.metrics import read_metrics
+from surge.tracking.video import read_mp4
 from tests.conftest import QUICK, run_surge
 
 pytestmark = pytest.mark.integration
@@ -69,10 +70,15 @@ def test_train_from_yaml_then_eval_plot_and_resume(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "reached total_env_steps" in result.stderr
 
-    result = run_surge("eval", str(run), "episodes=3")
+    result = run_surge("eval", str(run), "episodes=3", "--video")
     assert result.returncode == 0, result.stderr
     evaluation = json.loads((run / "eval.json").read_text())
     assert len(evaluation["returns"]) == 3 and evaluation["policy_version"] == 8
+    # the first episode on video: one frame per step and the one after reset, decodable
+    frames = read_mp4(Path(evaluation["video"]))
+    assert Path(evaluation["video"]).parent == run / "videos"
+    assert len(frames) == round(evaluation["returns"][0]) + 1  # CartPole: +1 per step
+    assert frames[0].shape == (400, 600, 3) and frames[0].std() > 0
 
     out = tmp_path / "curves.png"
     result = run_surge("plot", str(run), str(run), "-o", str(out))
