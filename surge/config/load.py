@@ -323,6 +323,8 @@ def validate(cfg: ExperimentConfig) -> None:
         need(getattr(cfg.workers, name) >= 1, f"workers.{name}", getattr(cfg.workers, name), ">= 1")
     for name in ("actor_threads", "policy_threads", "trainer_threads"):
         need(getattr(cfg.workers, name) >= 1, f"workers.{name}", getattr(cfg.workers, name), ">= 1")
+    alone = cfg.workers.trainer_threads_alone
+    need(alone >= 0, "workers.trainer_threads_alone", alone, ">= 0")
     for name in ("trainer_cpus", "trainer_gpus", "policy_cpus", "policy_gpus", "actor_cpus"):
         need(getattr(cfg.ray, name) >= 0, f"ray.{name}", getattr(cfg.ray, name), ">= 0")
     splits, ring = cfg.workers.inference_splits, cfg.workers.ring_size
