@@ -29,7 +29,7 @@ from pathlib import Path
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.runtime.graph import Graph, WorkerSpec, build_worker, drive, write_timing
-from surge.runtime.warm import WarmProcess, child_env
+from surge.runtime.warm import WarmProcess, child_env, thread_env
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.tracking.run_dir import WorkersFile
 from surge.workers.base import RunContext
@@ -82,7 +82,7 @@ def run_local(
             proc, warm = warm.launch(args), None
         else:
             threads = _threads(ctx, spec)
-            with child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
+            with child_env(**thread_env(threads)):
                 proc = spawn.Process(target=worker_main, args=args, name=spec.name)
                 proc.start()
         procs[spec.name] = proc
