@@ -45,6 +45,10 @@ class Variant:
     compile: bool = False
     adam: str = "default"  # default | foreach | fused
     scale: str = "fold"  # fold (1/255 in conv1's weights) | divide (x / 255 first, CleanRL)
+    # minibatch: frames gathered per minibatch (obs[idx]), laid out by the encoder each time;
+    # batch: as PPOLearner, laid out once per batch (encoder.prepare) and gathered per epoch
+    # with one index_select of whole rows (ppo.gather_rows)
+    gather: str = "minibatch"
 
 
 VARIANTS = [
@@ -52,6 +56,12 @@ VARIANTS = [
     Variant("fp32 1 thread, divide by 255 (CleanRL)", threads=1, scale="divide"),
     Variant("fp32 1 thread", threads=1),
     Variant("fp32 1 thread, channels_last", threads=1, channels_last=True),
+    Variant(
+        "fp32 1 thread, channels_last, frames laid out per batch",
+        threads=1,
+        channels_last=True,
+        gather="batch",
+    ),
     Variant("bf16 encoder 1 thread", threads=1, bf16="encoder"),
     Variant("bf16 encoder 1 thread, channels_last", threads=1, bf16="encoder", channels_last=True),
     Variant("fp32 2 threads, divide by 255 (CleanRL)", scale="divide"),
@@ -104,6 +114,7 @@ def run_variant(v: Variant, reference: Path | None, updates: int) -> dict[str, A
 
     from surge.algos.advantages import normalize
     from surge.algos.losses import clipped_surrogate_loss, value_loss
+    from surge.algos.ppo import gather_rows
     from surge.config.schema import ModelConfig
     from surge.models.actor_critic import ActorCritic
     from surge.models.encoders import NatureCNN
@@ -145,8 +156,10 @@ def run_variant(v: Variant, reference: Path | None, updates: int) -> dict[str, A
     optimizer = torch.optim.Adam(model.parameters(), **kw)
     params = list(model.parameters())
 
-    def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        new_logp, entropy, new_values = model.evaluate({"obs": obs[idx]}, actions[idx])
+    prepared = encoder.prepare({"obs": obs})["obs"]
+
+    def loss_fn(frames: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        new_logp, entropy, new_values = model.evaluate({"obs": frames}, actions[idx])
         pg, _, _ = clipped_surrogate_loss(
             new_logp.float(), old_logp[idx], normalize(advantages[idx]), 0.1
         )
@@ -158,19 +171,25 @@ def run_variant(v: Variant, reference: Path | None, updates: int) -> dict[str, A
     if v.compile:
         step_fn = torch.compile(loss_fn)
 
-    def minibatch(idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def minibatch(frames: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if v.bf16 == "loss":
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                return step_fn(idx)
-        return step_fn(idx)
+                return step_fn(frames, idx)
+        return step_fn(frames, idx)
 
     def update(seed: int) -> list[float]:
         perm_gen = torch.Generator().manual_seed(seed)
         first: list[float] = []
         for _ in range(EPOCHS):
             perm = torch.randperm(BATCH, generator=perm_gen)
+            epoch_frames = gather_rows(prepared, perm) if v.gather == "batch" else None
             for start in range(0, BATCH, BATCH // MINIBATCHES):
-                out = minibatch(perm[start : start + BATCH // MINIBATCHES])
+                idx = perm[start : start + BATCH // MINIBATCHES]
+                if epoch_frames is None:
+                    frames = obs[idx]
+                else:
+                    frames = epoch_frames[start : start + BATCH // MINIBATCHES]
+                out = minibatch(frames, idx)
                 if not first:
                     first = [float(x) for x in out]
                 optimizer.zero_grad(set_to_none=True)

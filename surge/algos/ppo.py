@@ -9,6 +9,7 @@ the value of their final observation instead of being treated as terminal.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,6 +39,21 @@ def _rows(obs: dict[str, Tensor], idx: Tensor | slice | tuple[Tensor, ...]) -> d
     return {key: x[idx] for key, x in obs.items()}
 
 
+def gather_rows(x: Tensor, idx: Tensor) -> Tensor:
+    """`x[idx]` for a 1-D index `idx` into dim 0, in x's memory layout (contiguous or
+    channels-last), as one `index_select` of whole rows: for a [1024, 4, 84, 84] uint8
+    batch about 3 ms, where advanced indexing (`x[idx]`, which TensorIterator runs element
+    by element) takes about 26 ms on one thread."""
+    channels_last = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    if channels_last and not x.is_contiguous():
+        nhwc = x.permute(0, 2, 3, 1)  # a contiguous view
+        rows = torch.index_select(nhwc.reshape(x.shape[0], -1), 0, idx)
+        return rows.view(-1, *nhwc.shape[1:]).permute(0, 3, 1, 2)
+    if x.dim() > 1 and x.is_contiguous():
+        return torch.index_select(x.reshape(x.shape[0], -1), 0, idx).view(-1, *x.shape[1:])
+    return x[idx]
+
+
 def bootstrap_next_values(
     model: ActorCritic, batch: RolloutBatch, values: Tensor | None = None
 ) -> Tensor:
@@ -57,9 +73,11 @@ def bootstrap_next_values(
     return next_values
 
 
-def current_policy_on(model: ActorCritic, batch: RolloutBatch, chunk: int = 2048) -> Tensor:
+def current_policy_on(model: ActorCritic, batch: RolloutBatch, chunk: int = 256) -> Tensor:
     """[T, N, 2]: log pi(a_t|s_t) and V(s_t) of the batch under the model's current parameters,
-    without grad, in chunks (bounded memory for image observations)."""
+    without grad, in chunks: bounded memory for image observations, and activations that
+    stay in cache (the Nature CNN on 1,024 Pong frames: 0.54 s of CPU in one piece, 0.35 s
+    in chunks of 256)."""
     T, N = batch.rewards.shape
     obs = {key: _flat(x) for key, x in batch.obs.items()}
     actions = _flat(batch.actions)
@@ -100,6 +118,17 @@ class PPOLearner:
         # there is no torch.optim import cost at start-up (see algos/adam.py).
         self.flat = FlatParameters(model)
         self.optimizer = FusedAdam(self.flat, lr=cfg.lr, eps=cfg.adam_eps)
+        self.threads: Callable[[], int] | None = None
+        """If set, the torch thread count for what comes next, asked at the start of the
+        update and before every minibatch (the trainer's `workers.trainer_threads_alone`)."""
+
+    def _set_threads(self) -> int:
+        if self.threads is None:
+            return 0
+        n = self.threads()
+        if n != torch.get_num_threads():
+            torch.set_num_threads(n)
+        return n
 
     def targets(self, batch: RolloutBatch) -> tuple[Tensor, Tensor, Tensor, dict[str, float]]:
         """(advantages, value targets, values the value loss clips around, stats): [T, N]."""
@@ -146,8 +175,11 @@ class PPOLearner:
         size = T * N
         mb_size = size // check_minibatches(cfg, T, N)
 
+        self._set_threads()
         advantages, returns, anchor_values, target_stats = self.targets(batch)
-        obs = {key: _flat(x) for key, x in batch.obs.items()}
+        # The encoder's own layout (channels-last frames for the CNN), made once per batch
+        # rather than once per minibatch of every epoch.
+        obs = self.model.encoder.prepare({key: _flat(x) for key, x in batch.obs.items()})
         actions = _flat(batch.actions)
         old_values, returns = _flat(anchor_values), _flat(returns)
         # The per-sample scalars in one [size, 4] table: each epoch shuffles it with one
@@ -160,11 +192,13 @@ class PPOLearner:
         # Summed as one detached tensor and read out once at the end: one sync per update,
         # not one per minibatch, when the model lives on a GPU.
         totals = torch.zeros(len(STATS))
-        steps = 0
+        steps = threads = 0
         for _epoch in range(cfg.epochs):
             perm = torch.randperm(size, generator=self.generator)
-            epoch_obs, epoch_actions, epoch_scalars = _rows(obs, perm), actions[perm], scalars[perm]
+            epoch_obs = {key: gather_rows(x, perm) for key, x in obs.items()}
+            epoch_actions, epoch_scalars = gather_rows(actions, perm), gather_rows(scalars, perm)
             for start in range(0, size, mb_size):
+                threads += self._set_threads()
                 rows = slice(start, start + mb_size)
                 mb_logp, mb_values, mb_adv, mb_returns = epoch_scalars[rows].unbind(1)
                 new_logp, entropy, new_values = self.model.evaluate(
@@ -193,6 +227,8 @@ class PPOLearner:
         stats["explained_variance"] = float(explained_variance(old_values, returns))
         stats["lr"] = float(lr)
         stats.update(target_stats)
+        if self.threads is not None:
+            stats["learner_threads"] = threads / steps  # mean over the minibatches
         return stats
 
     def state_dict(self) -> dict[str, Any]:

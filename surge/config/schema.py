@@ -135,6 +135,14 @@ class WorkersConfig:
     trainer_threads: int = 1
     """torch / OpenMP threads in the trainer process (1 is fastest for small MLPs)."""
 
+    trainer_threads_alone: int = 0
+    """torch threads of the torch learner while it runs alone: once every actor has filled
+    all the batches it may fill ahead (`max_policy_lag`) and waits for new parameters, so
+    the actors' and policy workers' cores are idle. Checked before every minibatch; with
+    `max_policy_lag: 0` that is the whole update. 0: `trainer_threads` throughout. On 2
+    cores, `trainer_threads: 1` with 2 here lets a CNN learner use the second core once
+    the actor is done with the next batch."""
+
     heartbeat_timeout_s: float = 60.0
     """A worker that has not reported progress for this long is declared hung: an actor or
     policy worker is then killed and restarted (see `max_restarts`), the trainer stops the run."""

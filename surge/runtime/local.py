@@ -37,7 +37,7 @@ from surge.runtime.graph import (
     write_timing,
 )
 from surge.runtime.supervisor import Supervisor
-from surge.runtime.warm import WarmProcess, child_env
+from surge.runtime.warm import WarmProcess, child_env, thread_env
 from surge.streams import sample
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.workers.base import RunContext
@@ -105,7 +105,7 @@ class _Processes:
             proc, self.warm = self.warm.launch(args), None
         else:
             threads = worker_threads(self.ctx.cfg, spec.kind)
-            with child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
+            with child_env(**thread_env(threads)):
                 proc = self.spawn.Process(target=worker_main, args=args, name=spec.name)
                 proc.start()
         self.procs[spec.name] = proc

@@ -24,6 +24,7 @@ from typing import Any
 
 from surge.runtime.control import Control
 from surge.runtime.graph import WorkerSpec, build_worker, drive
+from surge.runtime.warm import thread_env
 from surge.streams import ray_bridge
 from surge.streams.params import ParameterService
 from surge.streams.transport import (
@@ -150,7 +151,7 @@ class WorkerHost:
         self.name = name
         # Before the worker imports torch (OpenMP reads these once). Set here rather than
         # through a Ray runtime_env, which would rule out Ray's pre-started worker processes.
-        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+        os.environ.update(thread_env(threads))
         with contextlib.suppress(ValueError):  # only possible on the main thread
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the controller's
         with contextlib.suppress(ImportError):

@@ -7,6 +7,7 @@ torch (see models/numpy_net.py for why); `TorchBackend` does, when it is built.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,6 +34,11 @@ class LearnerBackend(Protocol):
         ...
 
     def load(self, model: dict[str, Any], learner: dict[str, Any]) -> None: ...
+
+    def use_threads(self, threads: Callable[[], int]) -> None:
+        """Ask `threads()` for the thread count before each step of an update (see
+        `workers.trainer_threads_alone`)."""
+        ...
 
 
 def backend_name(ctx: RunContext) -> str:
@@ -85,6 +91,9 @@ class NumpyBackend:
         self.net.load_state_dict({k: np.asarray(v) for k, v in model.items()})
         self.learner.load_state_dict(learner)
 
+    def use_threads(self, threads: Callable[[], int]) -> None:
+        pass  # the numpy learner computes on one BLAS thread
+
 
 class TorchBackend:
     name = "torch"
@@ -120,3 +129,6 @@ class TorchBackend:
     def load(self, model: dict[str, Any], learner: dict[str, Any]) -> None:
         self.model.load_state_dict(model)
         self.learner.load_state_dict(learner)
+
+    def use_threads(self, threads: Callable[[], int]) -> None:
+        self.learner.threads = threads

@@ -57,6 +57,9 @@ class TrainerWorker:
             gamma=cfg.ppo.gamma,
         )
         self.consumer = SampleConsumer(transport, cfg.max_policy_lag + 1, ctx.start_version)
+        alone = cfg.workers.trainer_threads_alone
+        if alone and alone != cfg.workers.trainer_threads:
+            self.learner.use_threads(self._threads)
         channels = [transport.channel(name) for name in param_subscribers(cfg)]
         self.params = ParameterService(transport, subscribers=channels)
 
@@ -108,6 +111,14 @@ class TrainerWorker:
                 return False
         self._train(self.consumer.batch(self.version))
         return True
+
+    def _threads(self) -> int:
+        """`workers.trainer_threads_alone` once every actor waits for this update (it has
+        published the last batch it may fill ahead, `version + max_policy_lag`), else
+        `workers.trainer_threads`."""
+        w = self.cfg.workers
+        alone = self.consumer.ready(self.version + self.cfg.max_policy_lag)
+        return w.trainer_threads_alone if alone else w.trainer_threads
 
     def _train(self, arrays: dict[str, np.ndarray]) -> None:
         cfg = self.cfg

@@ -104,3 +104,15 @@ def test_precision_setting() -> None:
     assert not fp32.bf16 and bf16.bf16
     assert fp32.channels_last and fp32.conv2.weight.is_contiguous(memory_format=torch.channels_last)
     assert all(p.dtype == torch.float32 for p in bf16.parameters())
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_prepare_changes_the_layout_not_the_features(channels_last: bool) -> None:
+    torch.manual_seed(0)
+    cnn = NatureCNN(FRAMES, channels_last=channels_last)
+    obs = _frames(6)
+    prepared = cnn.prepare(obs)
+    assert torch.equal(prepared["obs"], obs["obs"])
+    assert prepared["obs"].is_contiguous(memory_format=torch.channels_last) == channels_last
+    with torch.no_grad():
+        assert torch.equal(cnn(prepared), cnn(obs))

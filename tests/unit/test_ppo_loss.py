@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from surge.algos.losses import clipped_surrogate_loss, explained_variance, value_loss
-from surge.algos.ppo import PPOLearner, RolloutBatch, bootstrap_next_values
+from surge.algos.ppo import PPOLearner, RolloutBatch, bootstrap_next_values, gather_rows
 from surge.config.schema import ModelConfig, PPOConfig
 from surge.errors import ConfigError
 from surge.models.actor_critic import ActorCritic
@@ -213,3 +213,73 @@ def test_learner_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
     assert learner.update(batch, 1e-3) == clone_learner.update(batch, 1e-3)
     for pa, pb in zip(model.parameters(), clone.parameters(), strict=True):
         assert torch.equal(pa, pb)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided", "vector"])
+def test_gather_rows_is_indexing_in_the_same_layout(layout: str) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (10, 3, 5, 4), generator=g, dtype=torch.uint8)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif layout == "strided":
+        x = x[:, :, ::2]
+    elif layout == "vector":
+        x = torch.randn(10, generator=g)
+    idx = torch.randperm(10, generator=g)[:7]
+    out = gather_rows(x, idx)
+    assert torch.equal(out, x[idx])
+    if layout == "channels_last":
+        assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_thread_schedule_is_asked_before_the_update_and_every_minibatch() -> None:
+    model = _model(ACTION_SPACES["discrete"])
+    learner = PPOLearner(model, _cfg(), torch.Generator().manual_seed(0))
+    asked: list[int] = []
+    answers = [1, 1, 2, 2, 2, 2, 2, 2, 2]  # the start, then 2 epochs x 4 minibatches
+
+    def threads() -> int:
+        asked.append(torch.get_num_threads())
+        return answers[len(asked) - 1]
+
+    learner.threads = threads
+    before = torch.get_num_threads()
+    try:
+        stats = learner.update(_batch(model), lr=1e-3)
+        assert len(asked) == 9
+        assert asked[3] == 2 and torch.get_num_threads() == 2  # switched when asked
+        assert stats["learner_threads"] == (1 + 7 * 2) / 8  # mean over the minibatches
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cnn_update_is_unchanged_by_the_prepared_layout() -> None:
+    """The learner's once-per-batch channels-last frames and row gathers train exactly as
+    plain indexing of the stored [T, N, C, H, W] frames does."""
+    frames = gym.spaces.Box(0, 255, (4, 36, 36), np.uint8)
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model = ActorCritic(frames, gym.spaces.Discrete(3), ModelConfig())
+    plain = copy.deepcopy(model)
+    plain.encoder.prepare = lambda obs: obs  # type: ignore[method-assign]
+    obs = {"obs": torch.randint(0, 256, (T, N, 4, 36, 36), generator=g, dtype=torch.uint8)}
+    batch = RolloutBatch(
+        obs=obs,
+        last_obs={"obs": obs["obs"][-1]},
+        final_obs={"obs": torch.zeros_like(obs["obs"])},
+        actions=torch.randint(0, 3, (T, N), generator=g),
+        logp=torch.full((T, N), -math.log(3)),
+        values=torch.randn(T, N, generator=g),
+        rewards=torch.randn(T, N, generator=g),
+        terminated=torch.zeros(T, N, dtype=torch.bool),
+        truncated=torch.zeros(T, N, dtype=torch.bool),
+    )
+    fast = PPOLearner(model, _cfg(), torch.Generator().manual_seed(5))
+    ref = PPOLearner(plain, _cfg(), torch.Generator().manual_seed(5))
+    with pytest.MonkeyPatch.context() as mp:
+        assert fast.update(batch, 1e-3)  # the learner's own path
+        mp.setattr("surge.algos.ppo.gather_rows", lambda x, idx: x[idx])
+        ref.update(batch, 1e-3)
+    # Every kernel sees bitwise the same inputs either way.
+    for (name, a), b in zip(model.state_dict().items(), plain.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
