@@ -22,6 +22,7 @@ import common
 import gymnasium as gym
 import numpy as np
 import torch
+from cleanrl_nets import layer_init, tanh_mlp
 from torch import nn
 from torch.distributions.categorical import Categorical
 
@@ -38,29 +39,11 @@ VF_COEF = 0.5
 MAX_GRAD_NORM = 0.5
 
 
-def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
 class MlpAgent(nn.Module):
     def __init__(self, obs_dim: int, n_actions: int) -> None:
         super().__init__()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, n_actions), std=0.01),
-        )
+        self.critic = tanh_mlp(obs_dim, 1, out_std=1.0)
+        self.actor = tanh_mlp(obs_dim, n_actions, out_std=0.01)
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
         return self.critic(x)

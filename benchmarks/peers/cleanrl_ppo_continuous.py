@@ -26,6 +26,7 @@ import common
 import gymnasium as gym
 import numpy as np
 import torch
+from cleanrl_nets import tanh_mlp
 from torch import nn
 from torch.distributions.normal import Normal
 
@@ -42,29 +43,11 @@ VF_COEF = 0.5
 MAX_GRAD_NORM = 0.5
 
 
-def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
 class Agent(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int) -> None:
         super().__init__()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor_mean = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, act_dim), std=0.01),
-        )
+        self.critic = tanh_mlp(obs_dim, 1, out_std=1.0)
+        self.actor_mean = tanh_mlp(obs_dim, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
