@@ -112,7 +112,6 @@ def run_variant(v: Variant, reference: Path | None, updates: int) -> dict[str, A
     torch.set_num_threads(v.threads)
     import gymnasium as gym
 
-    from surge.algos.advantages import normalize
     from surge.algos.losses import clipped_surrogate_loss, value_loss
     from surge.algos.ppo import gather_rows
     from surge.config.schema import ModelConfig
@@ -160,9 +159,9 @@ def run_variant(v: Variant, reference: Path | None, updates: int) -> dict[str, A
 
     def loss_fn(frames: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
         new_logp, entropy, new_values = model.evaluate({"obs": frames}, actions[idx])
-        pg, _, _ = clipped_surrogate_loss(
-            new_logp.float(), old_logp[idx], normalize(advantages[idx]), 0.1
-        )
+        adv = advantages[idx]
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)  # CleanRL's per-minibatch normalisation
+        pg, _, _ = clipped_surrogate_loss(new_logp.float(), old_logp[idx], adv, 0.1)
         vl = value_loss(new_values.float(), old_values[idx], returns[idx], 0.1, True)
         ent = entropy.float().mean()
         return pg - 0.01 * ent + 0.5 * vl, pg, vl, ent
