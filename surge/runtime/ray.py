@@ -127,7 +127,6 @@ class _Run:
     def __init__(self, ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> None:
         self.ctx, self.graph, self.on_tick = ctx, graph, on_tick
         self.placement: Placement = place(ctx.cfg, graph.workers, cluster_nodes())
-        self.slots = {spec.name: (slot, spec) for slot, spec in enumerate(graph.workers)}
         self.agents: dict[str, Any] = {}  # node id -> NodeAgent handle
         self.shm: dict[str, Any] = {}  # node id -> ShmSpec
         self.hosts: dict[str, Any] = {}  # worker name -> WorkerHost handle
@@ -203,7 +202,7 @@ class _Run:
             if node_id == self.trainer_node:
                 continue
             names = self.placement.workers_on(node_id)
-            actors = [self.slots[n][1].index for n in names if n.startswith("actor-")]
+            actors = [self.supervisor.specs[n].index for n in names if n.startswith("actor-")]
             groups = [a * ring + k for a in actors for k in range(ring)]
             if groups:
                 calls.append(
@@ -298,7 +297,7 @@ class _Run:
 
         sup = self.supervisor
         sup.record(name, state)
-        slot, spec = self.slots[name]
+        slot, spec = sup.slot[name], sup.specs[name]
         if not sup.may_restart(name, raised):
             raise WorkerFailure(name, cause)
         # The old life must be gone before the new one takes the slot (a hung one is killed).
@@ -327,7 +326,8 @@ class _Run:
         node_ids = list(self.agents)
         refs = [
             self.agents[n].status.remote(
-                [self.slots[w][0] for w in self.placement.workers_on(n)], n == self.trainer_node
+                [self.supervisor.slot[w] for w in self.placement.workers_on(n)],
+                n == self.trainer_node,
             )
             for n in node_ids
         ]
@@ -425,7 +425,9 @@ class _Run:
         import ray
 
         refs = [
-            agent.timing.remote([self.slots[w][0] for w in self.placement.workers_on(node_id)])
+            agent.timing.remote(
+                [self.supervisor.slot[w] for w in self.placement.workers_on(node_id)]
+            )
             for node_id, agent in self.agents.items()
         ]
         for rows in ray.get(refs, timeout=STATUS_TIMEOUT_S):

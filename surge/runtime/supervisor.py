@@ -16,7 +16,7 @@ from typing import Any
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import WorkerFailure
-from surge.runtime.graph import Graph, WorkerSpec
+from surge.runtime.graph import Graph
 from surge.tracking.run_dir import WorkersFile
 
 INTERRUPT_GRACE_S = 30.0
@@ -45,11 +45,6 @@ class Supervisor:
         self.columns: dict[str, dict[str, Any]] = {}  # pid, host, node: what the runtime knows
         self.interrupted_at: float | None = None
         self.workers_file = WorkersFile(run_dir / "workers.json")
-
-    @property
-    def leader(self) -> WorkerSpec:
-        """The worker whose finishing ends the run (the trainer)."""
-        return self.graph.leader
 
     @property
     def total_restarts(self) -> int:
@@ -131,4 +126,6 @@ class Supervisor:
     def check_interrupt(self, now: float) -> None:
         """After Ctrl+C, give up on the checkpoint once the grace time is over."""
         if self.interrupted_at is not None and now - self.interrupted_at > INTERRUPT_GRACE_S:
-            raise WorkerFailure(self.leader.name, "did not save a checkpoint after Ctrl+C in time")
+            raise WorkerFailure(
+                self.graph.leader.name, "did not save a checkpoint after Ctrl+C in time"
+            )
