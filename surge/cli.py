@@ -173,17 +173,10 @@ def _source_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    from surge.config.load import load_config
-    from surge.envs.make import probe_env
-    from surge.runtime.controller import _count_params
-    from surge.runtime.graph import build_graph, describe
+    from surge.runtime.graph_docs import graph_text
 
     source, overrides = _source_and_overrides(args.items)
-    cfg, name = load_config(source, overrides)
-    env = probe_env(cfg.env, cfg.seed)
-    graph = build_graph(cfg, env, _count_params(cfg, env))
-    print(f"{name}: {cfg.algo} on {cfg.env.id} ({cfg.total_envs} envs, runtime {cfg.runtime})")
-    print("\n".join(describe(graph, cfg)))
+    print("\n".join(graph_text(source, overrides)))
     return 0
 
 

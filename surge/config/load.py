@@ -320,7 +320,14 @@ def _positive(v: Any) -> bool:
 
 _WORKER_COUNTS = ("actors", "ring_size", "envs_per_group", "policy_workers")
 _THREADS = ("actor_threads", "policy_threads", "trainer_threads")
-_RAY_RESOURCES = ("trainer_cpus", "trainer_gpus", "policy_cpus", "policy_gpus", "actor_cpus")
+_RAY_RESOURCES = (
+    "trainer_cpus",
+    "trainer_gpus",
+    "policy_cpus",
+    "policy_gpus",
+    "actor_cpus",
+    "eval_cpus",
+)
 
 RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("env.id", lambda v: bool(v.strip()), "a non-empty Gymnasium id"),
@@ -352,6 +359,10 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     *[(f"log.{n}", _at_least(0), ">= 0") for n in ("interval_s", "checkpoint_interval_s")],
     ("log.first_checkpoint_s", _at_least(0), ">= 0"),
     ("log.keep_checkpoints", _at_least(1), ">= 1"),
+    *[(f"eval.{n}", _at_least(0), ">= 0") for n in ("workers", "every_versions", "video_every")],
+    ("eval.every_s", _positive, "> 0"),
+    ("eval.episodes", _at_least(1), ">= 1"),
+    ("eval.nice", lambda v: 0 <= v <= 19, "in [0, 19]"),
 ]
 """(field, check, the rule in words): the value checks the types cannot express."""
 
@@ -395,6 +406,12 @@ def _check_minibatches(cfg: ExperimentConfig) -> None:
 
 def _check_extras(cfg: ExperimentConfig) -> None:
     """Settings that need an optional package."""
+    if cfg.eval.workers and cfg.eval.video_every and importlib.util.find_spec("av") is None:
+        raise ConfigError(
+            "eval.video_every needs the av package (PyAV) to write MP4s, which is not installed",
+            "install the extra (pip install 'surge-rl[video]', or .venv/bin/pip install av in "
+            "a clone), or set eval.video_every=0",
+        )
     if cfg.log.wandb and importlib.util.find_spec("wandb") is None:
         raise ConfigError(
             "log.wandb=true needs the wandb package, which is not installed",

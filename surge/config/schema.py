@@ -182,6 +182,9 @@ class RayConfig:
     actor_cpus: float = 0.5
     """Ray CPUs each actor worker declares."""
 
+    eval_cpus: float = 0.25
+    """CPUs each evaluation worker declares (they run on the trainer's node)."""
+
 
 @dataclass
 class ModelConfig:
@@ -355,6 +358,34 @@ class LogConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Evaluation during training: workers that play whole episodes with the latest published
+    policy on their own env instances and seeds, and never write samples."""
+
+    workers: int = 0
+    """Evaluation worker processes (0: no evaluation during training)."""
+
+    every_versions: int = 0
+    """Evaluate every this many policy versions; 0: every `every_s` seconds instead."""
+
+    every_s: float = 30.0
+    """Seconds between evaluations when `every_versions` is 0."""
+
+    episodes: int = 10
+    """Episodes per evaluation (split over the evaluation workers)."""
+
+    deterministic: bool = True
+    """Act with the policy's mode (greedy) instead of sampling."""
+
+    video_every: int = 0
+    """Record the first episode of every this many evaluations as an MP4 under
+    `run_dir/videos/` (and in TensorBoard); 0: no videos. Needs the `video` extra."""
+
+    nice: int = 10
+    """OS niceness added to evaluation processes, so that they use the CPU training leaves."""
+
+
+@dataclass
 class ExperimentConfig:
     """One experiment: runs unchanged on every runtime."""
 
@@ -403,6 +434,10 @@ class ExperimentConfig:
 
     log: LogConfig = field(default_factory=LogConfig)
     """Logging, progress and checkpoints."""
+
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation workers during training (off by default; `surge eval` evaluates a run
+    after it)."""
 
     ray: RayConfig = field(default_factory=RayConfig)
     """The Ray cluster and the resources each worker declares (`runtime=ray` only)."""

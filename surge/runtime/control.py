@@ -26,6 +26,7 @@ PROGRESS_FIELDS = (
     "policy_version",
     "episodes",
     "restarts",  # written by the controller: worker restarts so far in this run
+    "eval_return_mean",  # the newest evaluation's mean return (NaN: none yet)
 )
 
 
@@ -87,3 +88,4 @@ class Control:
         self._progress[:] = 0.0
         self.timing[:] = 0.0
         self._progress[PROGRESS_FIELDS.index("episode_return_mean")] = np.nan
+        self._progress[PROGRESS_FIELDS.index("eval_return_mean")] = np.nan

@@ -24,8 +24,9 @@ from surge.envs.make import EnvInfo, probe_env
 from surge.errors import ConfigError, UserError
 from surge.models.images import choose_encoder
 from surge.models.numpy_policy import layout_size, numpy_layout
+from surge.recipes import Recipe, build_graph
 from surge.runtime.control import Control
-from surge.runtime.graph import Graph, WorkerSpec, build_graph
+from surge.runtime.graph import Graph, WorkerSpec
 from surge.runtime.warm import WarmProcess
 from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress
@@ -51,15 +52,21 @@ class TrainResult:
     episodes: int = 0
 
 
-def train(cfg: ExperimentConfig, name: str = "run", warm: WarmProcess | None = None) -> TrainResult:
+def train(
+    cfg: ExperimentConfig,
+    name: str = "run",
+    warm: WarmProcess | None = None,
+    recipe: Recipe | None = None,
+) -> TrainResult:
     """Train from scratch into a new run directory.
 
     `warm`: a trainer process already started (surge/runtime/warm.py), used by the `local`
-    runtime; the caller closes it whatever happens."""
+    runtime; the caller closes it whatever happens. `recipe`: builds the graph instead of the
+    algorithm's own recipe (surge/recipes), e.g. to add a worker of a new kind."""
     env = probe_env(cfg.env, cfg.seed)  # fail on a bad env before creating anything
     choose_encoder(env.observation_space, cfg.model)  # and on images no encoder fits
     run_dir = create_run_dir(cfg, name)
-    return _run(cfg, run_dir, checkpoint=None, env=env, warm=warm)
+    return _run(cfg, run_dir, checkpoint=None, env=env, warm=warm, recipe=recipe)
 
 
 def resume(run_dir: Path, overrides: list[str], warm: WarmProcess | None = None) -> TrainResult:
@@ -98,6 +105,7 @@ def _run(
     save_config_to: Path | None = None,
     env: EnvInfo | None = None,
     warm: WarmProcess | None = None,
+    recipe: Recipe | None = None,
 ) -> TrainResult:
     """Build the graph, launch it on the configured runtime, report."""
     if env is None:
@@ -106,7 +114,7 @@ def _run(
     start_version, resumes = _resume_point(cfg, env, checkpoint)
     if save_config_to is not None:
         dump_yaml(cfg, save_config_to)  # only once the config is known to work
-    graph = build_graph(cfg, env, n_params)
+    graph = (recipe or build_graph)(cfg, env, n_params)
     ctx = RunContext(
         cfg=cfg,
         env=env,
@@ -193,12 +201,13 @@ class ProgressFeed:
             policy_lag_mean=p["policy_lag_mean"],
             policy_version=int(p["policy_version"]),
             episodes=int(p["episodes"]),
+            eval_return_mean=p["eval_return_mean"],
         )
 
 
 def _result(run_dir: Path, reason: str) -> TrainResult:
     """The run's outcome, from the last metrics record."""
-    records = read_metrics(run_dir)
+    records = [r for r in read_metrics(run_dir) if "steps_per_s" in r]  # not eval/* rows
     last = records[-1] if records else {}
     return TrainResult(
         run_dir=run_dir,

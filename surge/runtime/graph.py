@@ -1,11 +1,16 @@
-"""The dataflow graph of an experiment, built from its config in one readable place.
+"""The dataflow graph of an experiment, as data: workers (nodes) and named streams (edges).
 
-    actor-i  --(inference stream: obs -> actions)-->  policy-(i % P)   (or inline in actor-i)
-    actor-i  --(sample stream: segments)----------->  trainer-0
-    trainer-0 --(parameter service: versions)------>  policy-*
+A recipe (surge/recipes/) builds the graph from the config; every runtime takes it as it is
+and decides only where workers run and which transport backs the blocks and channels. Nothing
+here knows a worker kind or a stream kind:
 
-Every runtime takes this graph as it is: it decides only where workers run and which
-transport backs the blocks and channels.
+- a `WorkerSpec` names its kind's factory (an import path), its threads, resources and
+  placement pod, whether it may be restarted in place and whether its finishing ends the run;
+- a `StreamSpec` names its shared-memory block, its edges (writer -> reader, with the rows of
+  the block each edge carries) and its flow policy;
+- each worker receives its `Port`s (surge/streams/ports.py), computed from the edges, and
+  its inbox: the one channel it waits on, named after it. A worker never derives a channel
+  name or a routing rule; it reads them from its ports.
 """
 
 from __future__ import annotations
@@ -13,50 +18,99 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo
 from surge.runtime.control import STOP, Control, control_layout
-from surge.streams import inference, params, sample
+from surge.streams.flow import VersionBound
+from surge.streams.ports import Port
 from surge.streams.transport import BlockLayout, Transport
 from surge.tracking import timing
 from surge.tracking.files import atomic_writer
-from surge.workers.base import RunContext, Worker
+from surge.workers.base import Binding, RunContext, Worker
+
+WORKER_KINDS: dict[str, str] = {
+    "trainer": "surge.workers.trainer:build",
+    "policy": "surge.workers.policy:build",
+    "actor": "surge.workers.actor:build",
+    "evaluator": "surge.workers.evaluator:build",
+}
+"""Worker kind -> `module:function` that builds one inside its process (`Factory`). An import
+path, so every process (spawned, or a Ray actor on another node) finds the kind the same way.
+`register_worker_kind` adds one; no runtime changes for it."""
+
+Factory = Callable[[RunContext, Binding], Worker]
+
+
+def register_worker_kind(kind: str, factory: str) -> None:
+    """Make `kind` available to recipes. `factory` is `module:function`, importable in every
+    worker process (the module is imported there, not here)."""
+    module, sep, function = factory.partition(":")
+    if not sep or not module or not function:
+        raise ValueError(f"worker kind {kind!r}: factory {factory!r} is not 'module:function'")
+    WORKER_KINDS[kind] = factory
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
     kind: str
-    """A key of `WORKER_KINDS`: "trainer" | "policy" | "actor" | a registered kind."""
     index: int
+    factory: str
+    """`module:function` with the `Factory` signature (from `WORKER_KINDS`)."""
+    threads: int = 1
+    """torch / OpenMP threads of its process."""
     restartable: bool = True
     """May be restarted in place after it died or hung (runtime/supervisor.py)."""
     ends_run: bool = False
     """Its finishing ends the run, and a stop request is its to act on (the trainer saves a
     checkpoint first); every other worker leaves at once when asked to stop."""
+    cpus: float = 1.0
+    gpus: float = 0.0
+    """What it declares to a Ray cluster."""
+    pod: str = ""
+    """Workers with the same non-empty pod run on one node (streams between them stay in
+    shared memory); "" is a pod of its own."""
+    nice: int = 0
+    """Raise its OS scheduling niceness by this much: background work (evaluation) yields the
+    CPU to training."""
 
     @property
     def name(self) -> str:
         return f"{self.kind}-{self.index}"
 
 
+def worker(kind: str, index: int, **options: Any) -> WorkerSpec:
+    """A spec for a registered kind."""
+    factory = WORKER_KINDS.get(kind)
+    if factory is None:
+        raise ValueError(f"unknown worker kind {kind!r}; registered: {sorted(WORKER_KINDS)}")
+    return WorkerSpec(kind, index, factory, **options)
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    slots: tuple[int, ...] = ()
+    """Rows of the stream's block this edge carries (e.g. the env groups of an actor)."""
+
+
 @dataclass(frozen=True)
 class StreamSpec:
-    """A named stream between workers: who writes, who reads, and its flow policy."""
+    """A named stream between workers: its block, its edges, and its flow policy."""
 
     name: str
     kind: str
-    """What moves on it: `request/response`, `segments`, `versions`."""
-    edges: tuple[tuple[str, str], ...]
-    """(writer, reader) worker names; a request/response stream's answers go back."""
+    """What moves on it: `request/response`, `segments`, `versions`, `results`."""
     block: str
-    """The shared-memory block (graph.layouts) that holds its data."""
-    flow: str = ""
-    """Its flow policy, in words (e.g. how far writers may run ahead of readers)."""
+    """The shared-memory block (`Graph.layouts`) that holds its data."""
+    edges: tuple[Edge, ...]
+    flow: VersionBound | None = None
+    note: str = ""
+    """What a reader of `surge graph` should know about it, in words."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +118,6 @@ class Graph:
     workers: list[WorkerSpec]
     """In start order: the trainer publishes version 0 before anyone asks for it."""
     layouts: dict[str, BlockLayout]
-    channels: list[str]
     streams: list[StreamSpec] = field(default_factory=list)
 
     @property
@@ -72,132 +125,87 @@ class Graph:
         """The worker whose finishing ends the run (the trainer)."""
         return next(spec for spec in self.workers if spec.ends_run)
 
+    @property
+    def channels(self) -> list[str]:
+        """One inbox per worker, named after it."""
+        return [spec.name for spec in self.workers]
 
-@dataclass(frozen=True)
-class WorkerKind:
-    """How to build a kind of worker inside its own process (or thread, or Ray actor)."""
+    def stream(self, name: str) -> StreamSpec:
+        return next(s for s in self.streams if s.name == name)
 
-    factory: str
-    """`module:function` with the signature of `build_worker`: an import path, so every
-    process (spawned, or a Ray actor on another node) finds the kind the same way."""
-    threads: str
-    """The `workers.*` field that sets its torch / OpenMP thread count."""
+    def ports(self, name: str) -> dict[str, Port]:
+        """The ports of worker `name`, by stream name: whom it sends to and hears from."""
+        ports = {}
+        for s in self.streams:
+            out = [e for e in s.edges if e.source == name]
+            into = [e for e in s.edges if e.target == name]
+            if not out and not into:
+                continue
+            ports[s.name] = Port(
+                stream=s.name,
+                kind=s.kind,
+                block=s.block,
+                sends_to=tuple(dict.fromkeys(e.target for e in out)),
+                hears_from=tuple(dict.fromkeys(e.source for e in into)),
+                slots=tuple(sorted({k for e in out + into for k in e.slots})),
+                peer_slots=tuple(
+                    (e.target if e.source == name else e.source, e.slots) for e in out + into
+                ),
+                flow=s.flow,
+            )
+        return ports
 
+    def binding(
+        self, spec: WorkerSpec, transport: Transport, control: Control, life: int
+    ) -> Binding:
+        return Binding(spec.name, spec.index, self.ports(spec.name), transport, control, life)
 
-WORKER_KINDS: dict[str, WorkerKind] = {
-    "trainer": WorkerKind("surge.runtime.graph:_trainer", "trainer_threads"),
-    "policy": WorkerKind("surge.runtime.graph:_policy", "policy_threads"),
-    "actor": WorkerKind("surge.runtime.graph:_actor", "actor_threads"),
-}
-"""Every kind of worker a graph may hold; the runtimes launch any of them."""
+    def with_worker(self, spec: WorkerSpec, edges: dict[str, list[Edge]]) -> Graph:
+        """This graph plus a worker and its edges on existing streams (a test or a user adds a
+        kind this way, without touching a recipe)."""
+        streams = [replace(s, edges=s.edges + tuple(edges.get(s.name, ()))) for s in self.streams]
+        unknown = set(edges) - {s.name for s in self.streams}
+        if unknown:
+            raise ValueError(f"no stream named {sorted(unknown)} in this graph")
+        return Graph(self.workers + [spec], self.layouts, streams)
 
+    def with_stream(self, stream: StreamSpec, layout: BlockLayout) -> Graph:
+        return Graph(self.workers, {**self.layouts, stream.block: layout}, self.streams + [stream])
 
-def worker_threads(cfg: ExperimentConfig, kind: str) -> int:
-    return int(getattr(cfg.workers, WORKER_KINDS[kind].threads))
-
-
-def policy_worker_count(cfg: ExperimentConfig) -> int:
-    """Policy worker processes: none when actors run their policy inline."""
-    return cfg.workers.policy_workers if cfg.workers.inference == "remote" else 0
-
-
-def param_subscribers(cfg: ExperimentConfig) -> list[str]:
-    """Channels the trainer notifies on every publish: whoever runs the policy."""
-    if cfg.workers.inference == "inline":
-        return [inference.inline_channel(a) for a in range(cfg.workers.actors)]
-    return [inference.policy_channel(p) for p in range(cfg.workers.policy_workers)]
-
-
-def build_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
-    w = cfg.workers
-    workers = (
-        [WorkerSpec("trainer", 0, restartable=False, ends_run=True)]
-        + [WorkerSpec("policy", p) for p in range(policy_worker_count(cfg))]
-        + [WorkerSpec("actor", a) for a in range(w.actors)]
-    )
-    layouts = {
-        inference.BLOCK: inference.inference_layout(
-            env.obs, env.action, groups=cfg.total_groups, group_size=w.envs_per_group
-        ),
-        sample.BLOCK: sample.sample_layout(
-            env.obs,
-            env.action,
-            depth=cfg.max_policy_lag + 1,
-            steps=cfg.ppo.rollout_len,
-            envs=cfg.total_envs,
-            groups=cfg.total_groups,
-        ),
-        params.BLOCK: params.params_layout(n_params),
-        "control": control_layout(len(workers)),
-    }
-    channels = (
-        [sample.CHANNEL]
-        + [inference.policy_channel(p) for p in range(policy_worker_count(cfg))]
-        + [inference.actor_channel(a) for a in range(w.actors)]
-    )
-    return Graph(workers, layouts, channels, _streams(cfg, n_params))
+    def all_layouts(self) -> dict[str, BlockLayout]:
+        """The streams' blocks and the control block."""
+        return {**self.layouts, "control": control_layout(len(self.workers))}
 
 
-def _streams(cfg: ExperimentConfig, n_params: int) -> list[StreamSpec]:
-    """The edges of the PPO / APPO graph, as data (what `surge graph` draws)."""
-    w = cfg.workers
-    actors = [f"actor-{a}" for a in range(w.actors)]
-    remote = policy_worker_count(cfg) > 0
-    server = {a: f"policy-{i % w.policy_workers}" if remote else a for i, a in enumerate(actors)}
-    lag = cfg.max_policy_lag
-    group = f"{w.envs_per_group} envs"
-    return [
-        StreamSpec(
-            "inference",
-            "request/response",
-            tuple((a, server[a]) for a in actors),
-            inference.BLOCK,
-            f"a slot per env group ({cfg.total_groups} of {group}); the acting policy is at "
-            f"most {lag} version(s) behind the trainer",
-        ),
-        StreamSpec(
-            "samples",
-            "segments",
-            tuple((a, "trainer-0") for a in actors),
-            sample.BLOCK,
-            f"segments of {cfg.ppo.rollout_len} steps x {group}, each step stamped with its "
-            f"policy version; {lag + 1} slot(s) per group (max_policy_lag {lag})",
-        ),
-        StreamSpec(
-            "parameters",
-            "versions",
-            tuple(("trainer-0", s) for s in sorted(set(server.values()))),
-            params.BLOCK,
-            f"the latest version, {n_params:,} float32 values, announced on each publish",
-        ),
-    ]
-
-
-def describe(graph: Graph, cfg: ExperimentConfig) -> list[str]:
+def describe(graph: Graph) -> list[str]:
     """The graph as text: its workers, then its streams and their edges."""
     lines = ["workers"]
     width = max(len(spec.name) for spec in graph.workers)
+    kind_width = max(len(spec.kind) for spec in graph.workers)
     for spec in graph.workers:
         role = "ends the run" if spec.ends_run else "restarted in place if it fails"
         if not spec.ends_run and not spec.restartable:
             role = "never restarted"
-        threads = worker_threads(cfg, spec.kind)
-        lines.append(f"  {spec.name:<{width}}  {spec.kind:<8} {threads} thread(s), {role}")
+        extra = f", niceness +{spec.nice}" if spec.nice else ""
+        lines.append(
+            f"  {spec.name:<{width}}  {spec.kind:<{kind_width}}  {spec.threads} thread(s), "
+            f"{role}{extra}"
+        )
     lines.append("streams")
     for stream in graph.streams:
         arrow = "<->" if stream.kind == "request/response" else "-->"
         lines.append(f"  {stream.name} ({stream.kind}, block '{stream.block}')")
-        readers: dict[str, list[str]] = {}
-        for writer, reader in stream.edges:
-            readers.setdefault(reader, []).append(writer)
-        for reader, writers in readers.items():
-            if writers == [reader]:
-                lines.append(f"    {reader} answers its own requests (workers.inference: inline)")
+        sources: dict[str, list[str]] = {}
+        for e in stream.edges:
+            sources.setdefault(e.target, []).append(e.source)
+        for target, writers in sources.items():
+            if writers == [target]:
+                lines.append(f"    {target} answers its own requests (workers.inference: inline)")
                 continue
             left = ", ".join(writers) if len(writers) <= 3 else f"{writers[0]} .. {writers[-1]}"
-            lines.append(f"    {left} {arrow} {reader}")
-        if stream.flow:
-            lines.append(f"    {stream.flow}")
+            lines.append(f"    {left} {arrow} {target}")
+        if stream.note:
+            lines.append(f"    {stream.note}")
     return lines
 
 
@@ -232,43 +240,18 @@ def drive(
         worker.poll(poll_s)
 
 
-def build_worker(
-    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control, life: int = 0
-) -> Worker:
-    """Construct one worker inside the process (or thread) that will run it. `life` counts
-    the restarts of this worker in the run (0: first start)."""
-    kind = WORKER_KINDS.get(spec.kind)
-    if kind is None:
-        raise ValueError(f"unknown worker kind {spec.kind!r}; known: {sorted(WORKER_KINDS)}")
-    module, _, function = kind.factory.partition(":")
-    factory = getattr(importlib.import_module(module), function)
-    worker: Worker = factory(spec, ctx, transport, control, life)
-    return worker
+def build_worker(ctx: RunContext, spec: WorkerSpec, binding: Binding) -> Worker:
+    """Construct one worker inside the process (or thread) that will run it."""
+    module, _, function = spec.factory.partition(":")
+    factory: Factory = getattr(importlib.import_module(module), function)
+    return factory(ctx, binding)
 
 
-# The built-in kinds. Each imports its worker where it is built: actor processes never
-# import torch.
-
-
-def _trainer(
-    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control, life: int
-) -> Worker:
-    from surge.workers.trainer import TrainerWorker
-
-    return TrainerWorker(ctx, transport, control)
-
-
-def _policy(
-    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control, life: int
-) -> Worker:
-    from surge.workers.policy import PolicyWorker
-
-    return PolicyWorker(ctx, spec.index, transport, control.timers)
-
-
-def _actor(
-    spec: WorkerSpec, ctx: RunContext, transport: Transport, control: Control, life: int
-) -> Worker:
-    from surge.workers.actor import ActorWorker
-
-    return ActorWorker(ctx, spec.index, transport, control.timers, life)
+def start_worker(
+    ctx: RunContext, graph: Graph, slot: int, transport: Transport, life: int = 0
+) -> tuple[WorkerSpec, Control, Worker]:
+    """Bind and build the worker of `slot` (`life` counts its restarts in the run)."""
+    spec = graph.workers[slot]
+    control = Control(transport, slot)
+    worker = build_worker(ctx, spec, graph.binding(spec, transport, control, life))
+    return spec, control, worker

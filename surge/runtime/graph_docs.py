@@ -12,8 +12,9 @@ from pathlib import Path
 
 from surge.config.load import DEFAULT_PRESET, list_presets, load_config
 from surge.envs.make import probe_env
+from surge.recipes import build_graph
 from surge.runtime.controller import _count_params
-from surge.runtime.graph import build_graph, describe
+from surge.runtime.graph import describe
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "graphs.md"
 
@@ -24,7 +25,7 @@ def graph_text(source: str | None, overrides: list[str]) -> list[str]:
     env = probe_env(cfg.env, cfg.seed)
     graph = build_graph(cfg, env, _count_params(cfg, env))
     header = f"{name}: {cfg.algo} on {cfg.env.id} ({cfg.total_envs} envs, runtime {cfg.runtime})"
-    return [header, *describe(graph, cfg)]
+    return [header, *describe(graph)]
 
 
 def render() -> str:

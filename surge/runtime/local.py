@@ -28,17 +28,9 @@ from pathlib import Path
 
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
-from surge.runtime.graph import (
-    Graph,
-    WorkerSpec,
-    build_worker,
-    drive,
-    worker_threads,
-    write_timing,
-)
+from surge.runtime.graph import Graph, WorkerSpec, drive, start_worker, write_timing
 from surge.runtime.supervisor import Supervisor
 from surge.runtime.warm import WarmProcess, child_env, thread_env
-from surge.streams import sample
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.workers.base import RunContext
 
@@ -53,12 +45,12 @@ def run_local(
 ) -> str:
     """Run the graph as processes on this machine; `warm` (optional) is a process already
     started for the worker of its name (surge/runtime/warm.py)."""
-    shm = create_shm(graph.layouts, graph.channels)
+    shm = create_shm(graph.all_layouts(), graph.channels)
     transport = ShmTransport(shm)
     control = Control(transport)
     control.reset()
     supervisor = Supervisor(ctx.cfg, graph, ctx.run_dir)
-    workers = _Processes(ctx, shm, supervisor, warm)
+    workers = _Processes(ctx, graph, shm, supervisor, warm)
     leader = graph.leader.name
     try:
         for spec in graph.workers:
@@ -67,7 +59,7 @@ def run_local(
             return _watch(graph, workers, supervisor, control, transport, on_tick)
         except WorkerFailure as failure:
             if failure.worker != leader and _checkpoint_now(
-                workers.procs[leader], control, transport
+                workers.procs[leader], leader, control, transport
             ):
                 supervisor.record(leader, "stopped")
                 failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
@@ -91,21 +83,27 @@ class _Processes:
     """Starts, and restarts in place, the worker processes of a run."""
 
     def __init__(
-        self, ctx: RunContext, shm: ShmSpec, supervisor: Supervisor, warm: WarmProcess | None
+        self,
+        ctx: RunContext,
+        graph: Graph,
+        shm: ShmSpec,
+        supervisor: Supervisor,
+        warm: WarmProcess | None,
     ) -> None:
-        self.ctx, self.shm, self.supervisor, self.warm = ctx, shm, supervisor, warm
+        self.ctx, self.graph, self.shm = ctx, graph, shm
+        self.supervisor, self.warm = supervisor, warm
         self.spawn = mp.get_context("spawn")
         self.procs: dict[str, BaseProcess] = {}
         self.host = socket.gethostname()
 
     def start(self, spec: WorkerSpec) -> BaseProcess:
         sup = self.supervisor
-        args = (spec, sup.slot[spec.name], self.ctx, self.shm, os.getpid(), sup.restarts[spec.name])
+        slot = sup.slot[spec.name]
+        args = (self.graph, slot, self.ctx, self.shm, os.getpid(), sup.restarts[spec.name])
         if self.warm is not None and self.warm.name == spec.name:
             proc, self.warm = self.warm.launch(args), None
         else:
-            threads = worker_threads(self.ctx.cfg, spec.kind)
-            with child_env(**thread_env(threads)):
+            with child_env(**thread_env(spec.threads)):
                 proc = self.spawn.Process(target=worker_main, args=args, name=spec.name)
                 proc.start()
         self.procs[spec.name] = proc
@@ -179,16 +177,18 @@ def _watch(
                 raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
             control.request_stop(CHECKPOINT_AND_STOP)
             with contextlib.suppress(OSError):
-                transport.channel(sample.CHANNEL).send(WAKE)
+                transport.channel(leader).send(WAKE)
 
 
-def _checkpoint_now(trainer: BaseProcess, control: Control, transport: ShmTransport) -> bool:
+def _checkpoint_now(
+    trainer: BaseProcess, name: str, control: Control, transport: ShmTransport
+) -> bool:
     """Ask a healthy trainer to save a checkpoint and stop; True once it has."""
     if not trainer.is_alive():
         return False
     control.request_stop(CHECKPOINT_AND_STOP)
     with contextlib.suppress(OSError):
-        transport.channel(sample.CHANNEL).send(WAKE)
+        transport.channel(name).send(WAKE)
     trainer.join(CHECKPOINT_TIMEOUT_S)
     return trainer.exitcode == 0
 
@@ -225,14 +225,14 @@ def _stop_all(procs: dict[str, BaseProcess]) -> None:
 
 
 def worker_main(
-    spec: WorkerSpec, slot: int, ctx: RunContext, shm: ShmSpec, parent: int, life: int = 0
+    graph: Graph, slot: int, ctx: RunContext, shm: ShmSpec, parent: int, life: int = 0
 ) -> None:
     """Entry point of a worker process (`life` > 0: a restart in place)."""
-    _become_worker(spec.name, ctx)
+    spec = graph.workers[slot]
+    _become_worker(spec, ctx)
     transport = ShmTransport(shm)
-    control = Control(transport, slot)
     try:
-        worker = build_worker(spec, ctx, transport, control, life)
+        spec, control, worker = start_worker(ctx, graph, slot, transport, life)
         drive(worker, control, spec, 0.5, lambda: os.getppid() == parent)
         worker.close()
         if spec.ends_run:
@@ -244,12 +244,14 @@ def worker_main(
         os._exit(1)
 
 
-def _become_worker(name: str, ctx: RunContext) -> None:
+def _become_worker(spec: WorkerSpec, ctx: RunContext) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the controller's to handle
+    if spec.nice:
+        os.nice(spec.nice)  # background work: training gets the CPU first
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the controller
     with contextlib.suppress(ImportError):
         import setproctitle
 
-        setproctitle.setproctitle(f"surge {name} [{ctx.run_dir.name}]")
+        setproctitle.setproctitle(f"surge {spec.name} [{ctx.run_dir.name}]")

@@ -1,14 +1,14 @@
 """Where each worker of a `runtime=ray` run goes: decided by surge, from counts and resources.
 
-The unit of placement is a *pod*: policy worker p with every actor it serves (actor a is
-served by policy worker a % policy_workers), or a single actor with inline inference. A pod
-always lands on one node, so the inference stream, which crosses between processes on every
-env step, stays in shared memory. Only the
-sample stream (one message per finished segment) and the parameter service (one message per
-version) cross nodes.
+The unit of placement is a *pod*: the workers whose specs name the same pod (runtime/graph.py
+`WorkerSpec.pod`; a worker with no pod is a pod of its own). The PPO recipe makes policy
+worker p and every actor it serves a pod, so the inference stream, which crosses between
+processes on every env step, stays in shared memory; the trainer's pod also holds the
+evaluation workers. Only streams with a bridge (surge/streams/ray_bridge.py: segments and
+parameter versions) may cross nodes.
 
-- The trainer goes where its GPUs are, preferring the controller's node: the trainer writes
-  the run directory (metrics, checkpoints) and the controller reads it.
+- The leader's pod (the trainer's) goes where its GPUs are, preferring the controller's node:
+  the trainer writes the run directory (metrics, checkpoints) and the controller reads it.
 - Pods spread: each goes to a node with the fewest pods so far (ties: the most CPUs still
   free, then a node without the trainer), so k pods use k nodes when k nodes have room, even
   when one node is much bigger than the others.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
-from surge.runtime.graph import WorkerSpec, policy_worker_count
+from surge.runtime.graph import WorkerSpec
 
 EPS = 1e-9
 
@@ -71,32 +71,22 @@ class Placement:
         return lines
 
 
-def demands(cfg: ExperimentConfig, workers: list[WorkerSpec]) -> dict[str, Demand]:
-    r = cfg.ray
-    per_kind = {
-        "trainer": Demand(r.trainer_cpus, r.trainer_gpus),
-        "policy": Demand(r.policy_cpus, r.policy_gpus),
-        "actor": Demand(r.actor_cpus, 0.0),
-    }
-    return {w.name: per_kind[w.kind] for w in workers}
+def demands(workers: list[WorkerSpec]) -> dict[str, Demand]:
+    return {w.name: Demand(w.cpus, w.gpus) for w in workers}
 
 
-def pods(cfg: ExperimentConfig) -> list[list[str]]:
-    """Policy worker p and the actors it serves, for every p (with inline inference, where
-    actors run the policy themselves, every actor is a pod of its own)."""
-    w = cfg.workers
-    if policy_worker_count(cfg) == 0:
-        return [[f"actor-{a}"] for a in range(w.actors)]
-    return [
-        [f"policy-{p}"] + [f"actor-{a}" for a in range(w.actors) if a % w.policy_workers == p]
-        for p in range(w.policy_workers)
-    ]
+def pods(workers: list[WorkerSpec]) -> list[list[str]]:
+    """Workers grouped by pod, the leader's pod first, then in start order."""
+    groups: dict[str, list[str]] = {}
+    for w in sorted(workers, key=lambda w: not w.ends_run):
+        groups.setdefault(w.pod or f"\0{w.name}", []).append(w.name)
+    return list(groups.values())
 
 
 def place(cfg: ExperimentConfig, workers: list[WorkerSpec], nodes: list[NodeInfo]) -> Placement:
     if not nodes:
         raise UserError("the Ray cluster has no alive nodes", "start the cluster (docs/scaling.md)")
-    need = demands(cfg, workers)
+    need = demands(workers)
     free_cpus = {n.node_id: n.cpus for n in nodes}
     free_gpus = {n.node_id: n.gpus for n in nodes}
     pods_on = {n.node_id: 0 for n in nodes}
@@ -111,24 +101,27 @@ def place(cfg: ExperimentConfig, workers: list[WorkerSpec], nodes: list[NodeInfo
             free_gpus[node.node_id] -= need[name].gpus
             node_of[name] = node.node_id
 
-    leader = next(w.name for w in workers if w.ends_run)  # the trainer
-    trainer = need[leader]
-    candidates = [n for n in nodes if fits(n, trainer)]
+    def total(pod: list[str]) -> Demand:
+        return Demand(sum(need[n].cpus for n in pod), sum(need[n].gpus for n in pod))
+
+    leader_pod, *others = pods(workers)
+    lead = total(leader_pod)
+    candidates = [n for n in nodes if fits(n, lead)]
     if not candidates:
-        raise _no_room(cfg, leader, trainer, nodes)
+        raise _no_room(cfg, _pod_name(leader_pod), lead, nodes)
     # GPUs first (when asked for), then the controller's node, then the most free CPUs.
     best = max(
         candidates,
-        key=lambda n: (trainer.gpus > 0 and n.gpus, n.is_controller_node, free_cpus[n.node_id]),
+        key=lambda n: (lead.gpus > 0 and n.gpus, n.is_controller_node, free_cpus[n.node_id]),
     )
-    take(best, [leader])
+    take(best, leader_pod)
     trainer_node = best.node_id
 
-    for pod in pods(cfg):
-        total = Demand(sum(need[n].cpus for n in pod), sum(need[n].gpus for n in pod))
-        candidates = [n for n in nodes if fits(n, total)]
+    for pod in others:
+        d = total(pod)
+        candidates = [n for n in nodes if fits(n, d)]
         if not candidates:
-            raise _no_room(cfg, f"the pod {', '.join(pod)}", total, nodes)
+            raise _no_room(cfg, _pod_name(pod), d, nodes)
         best = max(
             candidates,
             key=lambda n: (
@@ -143,6 +136,10 @@ def place(cfg: ExperimentConfig, workers: list[WorkerSpec], nodes: list[NodeInfo
     return Placement(ordered, nodes, need)
 
 
+def _pod_name(pod: list[str]) -> str:
+    return pod[0] if len(pod) == 1 else f"the pod {', '.join(pod)}"
+
+
 def _no_room(cfg: ExperimentConfig, what: str, d: Demand, nodes: list[NodeInfo]) -> UserError:
     sizes = ", ".join(f"{n.node_id[:8]}: {n.cpus:g} CPUs {n.gpus:g} GPUs" for n in nodes)
     r = cfg.ray
@@ -151,5 +148,6 @@ def _no_room(cfg: ExperimentConfig, what: str, d: Demand, nodes: list[NodeInfo])
         f"workers placed before it; nodes: {sizes}",
         "lower the declared resources (ray.trainer_cpus="
         f"{r.trainer_cpus:g}, ray.policy_cpus={r.policy_cpus:g}, ray.actor_cpus="
-        f"{r.actor_cpus:g}, ray.*_gpus), use more policy workers (smaller pods), or add nodes",
+        f"{r.actor_cpus:g}, ray.eval_cpus={r.eval_cpus:g}, ray.*_gpus), use more policy "
+        "workers (smaller pods), or add nodes",
     )

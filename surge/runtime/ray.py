@@ -25,11 +25,12 @@ from typing import Any
 
 from surge.errors import UserError, WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control, control_layout
-from surge.runtime.graph import Graph, WorkerSpec, param_subscribers, worker_threads, write_timing
+from surge.runtime.graph import Graph, StreamSpec, WorkerSpec, write_timing
 from surge.runtime.placement import NodeInfo, Placement, demands, place
 from surge.runtime.ray_actors import NodeAgent, WorkerHost
 from surge.runtime.supervisor import STARTUP_TIMEOUT_S, Supervisor
-from surge.streams import sample
+from surge.streams.ray_bridge import SegmentStream
+from surge.streams.sample import PROGRESS
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext
 
@@ -76,7 +77,7 @@ def _connect(ctx: RunContext, graph: Graph) -> None:
     if address is None:
         # Ray CPUs are a scheduling budget. Like `local`, a run on one machine may declare
         # more than it has cores; it then shares them.
-        declared = sum(d.cpus for d in demands(ctx.cfg, graph.workers).values())
+        declared = sum(d.cpus for d in demands(graph.workers).values())
         cpus = max(os.cpu_count() or 1, math.ceil(declared))
         # "local": a new instance even if this machine is part of a cluster (ray.init()
         # alone would join it).
@@ -109,16 +110,6 @@ def cluster_nodes() -> list[NodeInfo]:
         for n in ray.nodes()
         if n["Alive"]
     ]
-
-
-def subscriber_channels(ctx: RunContext) -> dict[str, str]:
-    """Worker name -> the channel on which the trainer announces new parameters to it."""
-    w = ctx.cfg.workers
-    if w.inference == "inline":
-        names = [f"actor-{a}" for a in range(w.actors)]
-    else:
-        names = [f"policy-{p}" for p in range(w.policy_workers)]
-    return dict(zip(names, param_subscribers(ctx.cfg), strict=True))
 
 
 class _Run:
@@ -179,7 +170,7 @@ class _Run:
         g = self.graph
         for node in self.placement.used_nodes:
             self.agents[node.node_id] = self._on_node(NodeAgent, node.node_id, num_cpus=0)(
-                g.layouts, g.channels
+                g.all_layouts(), g.channels, [s.block for s in g.streams if s.kind == "versions"]
             )
         infos = ray.get([a.info.remote() for a in self.agents.values()], timeout=STARTUP_TIMEOUT_S)
         for node_id, info in zip(self.agents, infos, strict=True):
@@ -187,53 +178,87 @@ class _Run:
         self._wire_bridges()
 
     def _wire_bridges(self) -> None:
-        """Sample forwarders on every node but the trainer's; a parameter forwarder on the
-        trainer's node if any worker that runs the policy lives elsewhere."""
+        """Forwarders for every stream edge that crosses nodes (surge/streams/ray_bridge.py):
+        segments go to their reader's node, parameter versions to the nodes of subscribers
+        elsewhere. Other kinds of stream must stay inside a node (placement pods)."""
         import ray
 
-        cfg, ctx = self.ctx.cfg, self.ctx
-        depth, group_size = cfg.max_policy_lag + 1, cfg.workers.envs_per_group
-        ring = cfg.workers.ring_size
-        subscriber_of = subscriber_channels(ctx)
-        trainer_agent = self.agents[self.trainer_node]
-        calls = [trainer_agent.serve_samples.remote(depth, group_size, ctx.start_version)]
-        remote_agents, announced_on = [], []
-        for node_id, agent in self.agents.items():
-            if node_id == self.trainer_node:
+        calls = []
+        for stream in self.graph.streams:
+            crossing = [e for e in stream.edges if self._node(e.source) != self._node(e.target)]
+            if not crossing:
                 continue
-            names = self.placement.workers_on(node_id)
-            actors = [self.supervisor.specs[n].index for n in names if n.startswith("actor-")]
-            groups = [a * ring + k for a in actors for k in range(ring)]
-            if groups:
-                calls.append(
-                    agent.start_segment_forwarder.remote(
-                        trainer_agent, depth, group_size, groups, ctx.start_version
-                    )
+            if stream.kind == "segments":
+                calls += self._bridge_segments(stream)
+            elif stream.kind == "versions":
+                calls += self._bridge_versions(stream)
+            else:
+                edge = crossing[0]
+                raise RuntimeError(  # a recipe bug: such workers must share a pod
+                    f"stream {stream.name!r} ({stream.kind}) cannot cross nodes, but "
+                    f"{edge.source} and {edge.target} were placed on different nodes"
                 )
-            subscribers = [subscriber_of[n] for n in names if n in subscriber_of]
-            if subscribers:
-                calls.append(agent.serve_params.remote(subscribers))
-                remote_agents.append(agent)
-                announced_on += subscribers
-        if remote_agents:
-            calls.append(
-                trainer_agent.start_params_forwarder.remote(
-                    remote_agents, announced_on, ctx.n_params
-                )
-            )
         ray.get(calls, timeout=STARTUP_TIMEOUT_S)
+
+    def _node(self, worker: str) -> str:
+        return self.placement.node_of[worker]
+
+    def _bridge_segments(self, stream: StreamSpec) -> list[Any]:
+        """On each node of writers away from the reader: a forwarder of their rows."""
+        (reader,) = {e.target for e in stream.edges}
+        layout = self.graph.layouts[stream.block]
+        groups = layout.fields[PROGRESS].shape[0]
+        assert stream.flow is not None, "a segment stream has a version bound"
+        spec = SegmentStream(
+            block=stream.block,
+            reader=reader,
+            depth=stream.flow.depth,
+            group_size=layout.fields["version"].shape[2] // groups,
+            first=self.ctx.start_version,
+        )
+        home = self.agents[self._node(reader)]
+        calls = [home.serve_segments.remote(spec)]
+        rows: dict[str, list[int]] = {}
+        for e in stream.edges:
+            if self._node(e.source) != self._node(reader):
+                rows.setdefault(self._node(e.source), []).extend(e.slots)
+        for node_id, slots in rows.items():
+            calls.append(
+                self.agents[node_id].start_segment_forwarder.remote(home, spec, sorted(slots))
+            )
+        return calls
+
+    def _bridge_versions(self, stream: StreamSpec) -> list[Any]:
+        """On the publisher's node: a forwarder of new versions to every node with
+        subscribers, where an agent publishes them and wakes those subscribers."""
+        (publisher,) = {e.source for e in stream.edges}
+        home_node = self._node(publisher)
+        away: dict[str, list[str]] = {}
+        for e in stream.edges:
+            if self._node(e.target) != home_node:
+                away.setdefault(self._node(e.target), []).append(e.target)
+        calls = [self.agents[n].serve_params.remote(stream.block, subs) for n, subs in away.items()]
+        remote_agents = [self.agents[n] for n in away]
+        announced_on = [name for subs in away.values() for name in subs]
+        calls.append(
+            self.agents[home_node].start_params_forwarder.remote(
+                stream.block, remote_agents, announced_on, self.ctx.n_params
+            )
+        )
+        return calls
 
     def _start_worker(self, slot: int, spec: WorkerSpec) -> None:
         """Start one life of a worker: a Ray actor on its node, then its `run` call."""
         node_id = self.placement.node_of[spec.name]
         need = self.placement.demands[spec.name]
         host = self._on_node(WorkerHost, node_id, num_cpus=need.cpus, num_gpus=need.gpus)(
-            spec.name, self.ctx.run_dir.name, worker_threads(self.ctx.cfg, spec.kind)
+            spec.name, self.ctx.run_dir.name, spec.threads, spec.nice
         )
         self.hosts[spec.name] = host
         self.info[spec.name] = host.info.remote()  # queued before `run`: answered first
         life = self.supervisor.restarts[spec.name]
-        self.runs[host.run.remote(spec, slot, self.ctx, self.shm[node_id], life)] = spec.name
+        shm = self.shm[node_id]
+        self.runs[host.run.remote(self.graph, slot, self.ctx, shm, life)] = spec.name
         self.supervisor.started_life(spec.name, "starting", node_id=node_id)
 
     def _await_start(self, name: str) -> None:
@@ -369,9 +394,7 @@ class _Run:
 
     def _ask_trainer_to_checkpoint(self) -> None:
         with contextlib.suppress(Exception):
-            self.agents[self.trainer_node].request_stop.remote(
-                CHECKPOINT_AND_STOP, [sample.CHANNEL]
-            )
+            self.agents[self.trainer_node].request_stop.remote(CHECKPOINT_AND_STOP, [self.leader])
 
     def _checkpoint_now(self) -> bool:
         """Ask a healthy trainer to save a checkpoint and stop; True once it has."""

@@ -23,13 +23,14 @@ import traceback
 from typing import Any
 
 from surge.runtime.control import Control
-from surge.runtime.graph import WorkerSpec, build_worker, drive
+from surge.runtime.graph import Graph, drive, start_worker
 from surge.runtime.warm import thread_env
 from surge.streams import ray_bridge
 from surge.streams.params import ParameterService
 from surge.streams.transport import (
     WAKE,
     BlockLayout,
+    Channel,
     ShmSpec,
     ShmTransport,
     create_shm,
@@ -47,62 +48,64 @@ def _node_id() -> str:
 
 
 class NodeAgent:
-    def __init__(self, layouts: dict[str, BlockLayout], channels: list[str]) -> None:
+    def __init__(
+        self, layouts: dict[str, BlockLayout], channels: list[str], param_blocks: list[str]
+    ) -> None:
         self.shm = create_shm(layouts, channels)
         self.transport = ShmTransport(self.shm)
         self.control = Control(self.transport)
         self.control.reset()
         # An unwritten parameter block reads as version 0 of all-zero weights: mark it empty.
-        ParameterService(self.transport).reset()
+        for block in param_blocks:
+            ParameterService(self.transport, block).reset()
         self.channels = channels
         self.forwarders: list[ray_bridge.Forwarder] = []
-        self.subscribers: list[Any] = []
-        self.depth = self.group_size = self.first = 0
+        self.subscribers: dict[str, list[Channel]] = {}  # parameter block -> whom to wake
+        self.segment_streams: dict[str, ray_bridge.SegmentStream] = {}
 
     def info(self) -> dict[str, Any]:
         return {"shm": self.shm, "pid": os.getpid(), "node_id": _node_id()}
 
     def start_segment_forwarder(
-        self, trainer_agent: Any, depth: int, group_size: int, groups: list[int], first: int
+        self, home: Any, stream: ray_bridge.SegmentStream, groups: list[int]
     ) -> None:
-        """On a node without the trainer: its actors' segments go to `trainer_agent`."""
+        """On a node of writers away from the stream's reader: their segments (rows
+        `groups`) go to `home`, the agent of the reader's node."""
         import ray
 
         def ship(segments: list[ray_bridge.Segment]) -> None:
-            ray.get(trainer_agent.receive_segments.remote(segments))
+            ray.get(home.receive_segments.remote(stream.block, segments))
 
-        self._start(
-            ray_bridge.SegmentForwarder(self.transport, depth, group_size, groups, first, ship)
-        )
+        self._start(ray_bridge.SegmentForwarder(self.transport, stream, groups, ship))
 
     def start_params_forwarder(
-        self, remote_agents: list[Any], announced_on: list[str], n_params: int
+        self, block: str, remote_agents: list[Any], announced_on: list[str], n_params: int
     ) -> None:
-        """On the trainer's node: new versions go to the agents of the other nodes that run
-        the policy; `announced_on` are the channels of those nodes' subscribers here."""
+        """On the publisher's node: new versions in `block` go to the agents of the other
+        nodes with subscribers; `announced_on` are those subscribers' inboxes here."""
         import ray
 
         def ship(version: int, flat: Any) -> None:
             ref = ray.put(flat)  # stored once; each node's agent fetches it once
-            ray.get([a.receive_params.remote(version, ref) for a in remote_agents])
+            ray.get([a.receive_params.remote(block, version, ref) for a in remote_agents])
 
         announce = [self.transport.channel(name) for name in announced_on]
-        self._start(ray_bridge.ParamsForwarder(self.transport, n_params, announce, ship))
+        self._start(ray_bridge.ParamsForwarder(self.transport, block, n_params, announce, ship))
 
-    def serve_samples(self, depth: int, group_size: int, first: int) -> None:
-        """On the trainer's node: accept forwarded segments."""
-        self.depth, self.group_size, self.first = depth, group_size, first
+    def serve_segments(self, stream: ray_bridge.SegmentStream) -> None:
+        """On the reader's node: accept forwarded segments of `stream`."""
+        self.segment_streams[stream.block] = stream
 
-    def serve_params(self, subscribers: list[str]) -> None:
-        """On a node that runs the policy but has no trainer: accept forwarded versions and
-        announce them on these channels."""
-        self.subscribers = [self.transport.channel(name) for name in subscribers]
+    def serve_params(self, block: str, subscribers: list[str]) -> None:
+        """On a node with subscribers but no publisher: accept forwarded versions of `block`
+        and wake these workers."""
+        self.subscribers[block] = [self.transport.channel(name) for name in subscribers]
 
-    def receive_segments(self, segments: list[ray_bridge.Segment]) -> None:
-        ray_bridge.write_segments(self.transport, self.depth, self.group_size, self.first, segments)
+    def receive_segments(self, block: str, segments: list[ray_bridge.Segment]) -> None:
+        ray_bridge.write_segments(self.transport, self.segment_streams[block], segments)
 
-    def receive_params(self, version: int, flat: Any) -> None:
-        ray_bridge.publish_params(self.transport, self.subscribers, version, flat)
+    def receive_params(self, block: str, version: int, flat: Any) -> None:
+        ray_bridge.publish_params(self.transport, block, self.subscribers[block], version, flat)
 
     def _start(self, forwarder: ray_bridge.Forwarder) -> None:
         forwarder.start()
@@ -147,11 +150,13 @@ class NodeAgent:
 
 
 class WorkerHost:
-    def __init__(self, name: str, run_name: str, threads: int) -> None:
+    def __init__(self, name: str, run_name: str, threads: int, nice: int = 0) -> None:
         self.name = name
         # Before the worker imports torch (OpenMP reads these once). Set here rather than
         # through a Ray runtime_env, which would rule out Ray's pre-started worker processes.
         os.environ.update(thread_env(threads))
+        if nice:
+            os.nice(nice)  # background work: training gets the CPU first
         with contextlib.suppress(ValueError):  # only possible on the main thread
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the controller's
         with contextlib.suppress(ImportError):
@@ -163,13 +168,12 @@ class WorkerHost:
         return {"pid": os.getpid(), "node_id": _node_id(), "host": socket.gethostname()}
 
     def run(
-        self, spec: WorkerSpec, slot: int, ctx: RunContext, shm: ShmSpec, life: int = 0
+        self, graph: Graph, slot: int, ctx: RunContext, shm: ShmSpec, life: int = 0
     ) -> tuple[str, str]:
         """One life of the worker: ("finished", reason) or ("failed", traceback)."""
         transport = ShmTransport(shm)
-        control = Control(transport, slot)
         try:
-            worker = build_worker(spec, ctx, transport, control, life)
+            spec, control, worker = start_worker(ctx, graph, slot, transport, life)
             drive(worker, control, spec, POLL_S)
             worker.close()
             return "finished", str(getattr(worker, "finish_reason", ""))

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from surge.errors import WorkerFailure
 from surge.runtime.control import CHECKPOINT_AND_STOP, Control
-from surge.runtime.graph import Graph, build_worker, write_timing
+from surge.runtime.graph import Graph, start_worker, write_timing
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext, Worker
 
@@ -24,15 +24,13 @@ T = TypeVar("T")
 def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
     """Run until the graph's leader (the trainer) finishes; returns its reason ("solved",
     "budget", "interrupted")."""
-    transport = InlineTransport(graph.layouts, graph.channels)
+    transport = InlineTransport(graph.all_layouts(), graph.channels)
     control = Control(transport)
     control.reset()
     workers: list[Worker] = []
     try:
         for slot, spec in enumerate(graph.workers):
-            worker = _guarded(
-                spec.name, build_worker, spec, ctx, transport, Control(transport, slot)
-            )
+            _, _, worker = _guarded(spec.name, start_worker, ctx, graph, slot, transport)
             workers.append(worker)
         trainer = workers[graph.workers.index(graph.leader)]  # its finishing ends the run
         last_tick = 0.0

@@ -1,9 +1,11 @@
 """The inference stream: actors post observations of a whole env group, policy workers answer.
 
 One slot per env group (global group id `g`). The actor's env group writes observations
-straight into its request slot; the actor then sends `g` to its policy worker's channel.
-The policy worker batches every ready slot, runs one forward pass, writes actions, log-probs,
-values and the policy version into the same slots, and sends `g` back on the actor's channel.
+straight into its request slot; the actor then sends `g` to its policy worker's inbox.
+The policy worker batches every ready slot, runs one forward pass, writes the action, the
+algorithm's per-step policy outputs (PPO: log-prob and value) and the policy version into the
+same slots, and sends `g` back to the actor's inbox. Who serves which groups is the graph's
+business: each side reads it from its port (streams/ports.py).
 
 Requests are state, not messages: a slot is pending while its `request_id` (bumped by the
 actor after writing the observations) is ahead of its `response_id` (set by whoever answered,
@@ -13,46 +15,34 @@ actor accepts only the answer to its latest request: an answer computed for a pr
 the actor (or from observations being overwritten) has a stale id and is ignored.
 
 A request carries `min_version`: the policy worker holds it until it has loaded parameters at
-least that new. This is how `max_policy_lag` is enforced without the actor ever polling the
-parameter service: each actor waits on exactly one channel.
+least that new. This is how the stream's version bound (streams/flow.py) is enforced without
+the actor ever polling the parameter service: each actor waits on exactly one channel.
 
 Requests are sent `inference_splits` times per ring rotation: posts are buffered and flushed
 as one channel write every `ring_size / inference_splits` groups (and always before the actor
 blocks), trading a little latency for fewer, larger messages.
 
 With `workers.inference: inline` the same slots are used, but the actor answers its own
-requests (workers/policy.py `InlineInference`); the trainer then notifies the actors'
-`inline_channel`s of new parameters instead of policy workers.
+requests (workers/policy.py `InlineInference`) and hears of new parameters in its inbox.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from surge.envs.spaces import ArraySpec
-from surge.streams.transport import BlockLayout, Channel, Field, Transport
-
-BLOCK = "inference"
-
-
-def policy_channel(p: int) -> str:
-    return f"policy-{p}"
-
-
-def actor_channel(a: int) -> str:
-    return f"actor-{a}"
-
-
-def inline_channel(a: int) -> str:
-    """Parameter announcements for actor `a` when it runs its policy inline."""
-    return f"actor-{a}"
+from surge.streams.ports import Port
+from surge.streams.transport import BlockLayout, Field, Transport
 
 
 def inference_layout(
-    obs: dict[str, ArraySpec], action: ArraySpec, groups: int, group_size: int
+    obs: dict[str, ArraySpec],
+    action: ArraySpec,
+    outputs: dict[str, str],
+    groups: int,
+    group_size: int,
 ) -> BlockLayout:
+    """`outputs`: the algorithm's per-step policy outputs besides the action (name -> dtype)."""
     fields = {
         f"obs/{k}": Field((groups, group_size, *s.shape), s.dtype.str) for k, s in obs.items()
     }
@@ -60,8 +50,8 @@ def inference_layout(
     fields["request_id"] = Field((groups,), "<i8")
     fields["response_id"] = Field((groups,), "<i8")
     fields["action"] = Field((groups, group_size, *action.shape), action.dtype.str)
-    fields["logp"] = Field((groups, group_size), "<f4")
-    fields["value"] = Field((groups, group_size), "<f4")
+    for name, dtype in outputs.items():
+        fields[name] = Field((groups, group_size), dtype)
     fields["version"] = Field((groups,), "<i8")
     return BlockLayout(fields)
 
@@ -71,43 +61,18 @@ def request_obs(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k[len("obs/") :]: v for k, v in arrays.items() if k.startswith("obs/")}
 
 
-@dataclass
-class Routing:
-    """Which policy worker serves a group and which actor owns it."""
-
-    ring_size: int
-    policy_workers: int
-
-    def actor_of(self, group: int) -> int:
-        return group // self.ring_size
-
-    def policy_of(self, group: int) -> int:
-        return self.actor_of(group) % self.policy_workers
-
-    def groups_of_policy(self, policy: int, actors: int) -> np.ndarray:
-        return np.array(
-            [
-                a * self.ring_size + k
-                for a in range(policy, actors, self.policy_workers)
-                for k in range(self.ring_size)
-            ],
-            dtype=np.int64,
-        )
-
-
 class InferenceClient:
     """The actor side of remote inference."""
 
     def __init__(
-        self, transport: Transport, actor: int, routing: Routing, posts_per_flush: int = 1
+        self, transport: Transport, port: Port, inbox: str, posts_per_flush: int = 1
     ) -> None:
-        arrays = transport.block(BLOCK)
+        arrays = transport.block(port.block)
         self._min_version = arrays["min_version"]
         self._request_id, self._response_id = arrays["request_id"], arrays["response_id"]
-        self._policy = transport.channel(
-            policy_channel(routing.policy_of(actor * routing.ring_size))
-        )
-        self._responses = transport.channel(actor_channel(actor))
+        (server,) = port.sends_to  # the policy worker serving this actor
+        self._policy = transport.channel(server)
+        self._responses = transport.channel(inbox)
         self._outbox: list[int] = []
         self._posts_per_flush = posts_per_flush
 
@@ -134,15 +99,15 @@ class InferenceClient:
 class InferenceServer:
     """The policy worker side."""
 
-    def __init__(self, transport: Transport, policy: int, routing: Routing, actors: int) -> None:
-        self.arrays = transport.block(BLOCK)
-        self.groups = routing.groups_of_policy(policy, actors)
+    def __init__(self, transport: Transport, port: Port, inbox: str) -> None:
+        self.arrays = transport.block(port.block)
+        self.groups = np.array(port.slots, dtype=np.int64)
         self._request_id = self.arrays["request_id"]
         self._response_id = self.arrays["response_id"]
-        self._requests = transport.channel(policy_channel(policy))
-        self._transport = transport
-        self._routing = routing
-        self._actor_channels: dict[int, Channel] = {}
+        self._requests = transport.channel(inbox)
+        self._client_of = {g: a for a in port.hears_from for g in port.slots_of(a)}
+        """group -> the actor that owns it (whose inbox gets the answer)"""
+        self._inboxes = {a: transport.channel(a) for a in port.hears_from}
 
     def receive(self, timeout: float) -> bool:
         """Wait up to `timeout` for a request or a parameter announcement; True if any came."""
@@ -154,10 +119,8 @@ class InferenceServer:
         return set(g[self._request_id[g] > self._response_id[g]].tolist())
 
     def respond(self, groups: list[int]) -> None:
-        by_actor: dict[int, list[int]] = {}
+        by_client: dict[str, list[int]] = {}
         for g in groups:
-            by_actor.setdefault(self._routing.actor_of(g), []).append(g)
-        for actor, gs in by_actor.items():
-            if actor not in self._actor_channels:
-                self._actor_channels[actor] = self._transport.channel(actor_channel(actor))
-            self._actor_channels[actor].send(*gs)
+            by_client.setdefault(self._client_of[g], []).append(g)
+        for actor, gs in by_client.items():
+            self._inboxes[actor].send(*gs)

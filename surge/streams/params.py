@@ -1,5 +1,8 @@
 """The parameter service: versioned weights, published by the trainer, read by policy workers.
 
+One block per policy (the graph names it after the policy id, `params.<policy>`), so a graph
+may hold several policies, each with its own trainer and subscribers.
+
 Two buffers of the flat parameter vector; the trainer writes the one not marked latest, then
 flips. Each buffer has a sequence counter (odd while being written), so a reader that raced a
 writer notices and copies again (a seqlock): no locks, no torn parameters.
@@ -11,8 +14,12 @@ import numpy as np
 
 from surge.streams.transport import PARAMS_UPDATED, BlockLayout, Channel, Field, Transport
 
-BLOCK = "params"
 NONE = -1
+
+
+def params_block(policy: str) -> str:
+    """The block and stream name of policy `policy`'s parameters."""
+    return f"params.{policy}"
 
 
 def params_layout(n_params: int) -> BlockLayout:
@@ -27,8 +34,10 @@ def params_layout(n_params: int) -> BlockLayout:
 
 
 class ParameterService:
-    def __init__(self, transport: Transport, subscribers: list[Channel] | None = None) -> None:
-        a = transport.block(BLOCK)
+    def __init__(
+        self, transport: Transport, block: str, subscribers: list[Channel] | None = None
+    ) -> None:
+        a = transport.block(block)
         self._flat, self._seq, self._version, self._latest = (
             a["flat"],
             a["seq"],
@@ -49,7 +58,7 @@ class ParameterService:
         self._seq[b] += 1  # even: complete
         self._latest[0] = b
         for channel in self._subscribers:
-            channel.send(PARAMS_UPDATED)
+            channel.notify(PARAMS_UPDATED)
 
     def latest_version(self) -> int:
         b = int(self._latest[0])

@@ -5,8 +5,8 @@ channels as a `local` run, and workers on a node use it exactly as in `local`. P
 the inference stream inside a node, so only two edges of the graph cross nodes:
 
 - **sample stream** (actors -> trainer). On a node without the trainer, actors write segments
-  into that node's sample block, count them in its `published` array and wake that node's
-  `trainer` channel, as usual. A `SegmentForwarder` thread is the reader of that channel: for
+  into that node's sample block, count them in its `published` array and wake the trainer's
+  inbox channel there, as usual. A `SegmentForwarder` thread is the reader of that channel: for
   every segment counted there but not yet shipped it copies the group's columns and ships them
   (a Ray actor call) to the trainer's node, where `write_segments` puts them into the same
   place of the trainer's block, counts them in the trainer's `published` and wakes the trainer.
@@ -35,6 +35,7 @@ from __future__ import annotations
 import threading
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,6 +44,20 @@ from surge.streams.transport import PARAMS_UPDATED, Channel, Transport
 
 Segment = tuple[int, int, dict[str, np.ndarray]]
 """(env group, segment index, that group's columns of every sample field)."""
+
+
+@dataclass(frozen=True)
+class SegmentStream:
+    """What a forwarder needs to know of a segment stream (from the graph)."""
+
+    block: str
+    reader: str
+    """The worker that reads it (the trainer): its inbox is what actors wake."""
+    depth: int
+    group_size: int
+    first: int
+    """The segment index the run starts at (the resumed version)."""
+
 
 WAIT_S = 0.5
 
@@ -76,17 +91,16 @@ class SegmentForwarder(Forwarder):
     def __init__(
         self,
         transport: Transport,
-        depth: int,
-        group_size: int,
+        stream: SegmentStream,
         groups: list[int],
-        first_segment: int,
         ship: Callable[[list[Segment]], None],
     ) -> None:
         super().__init__("segment forwarder")
-        arrays = transport.block(sample.BLOCK)
+        arrays = transport.block(stream.block)
         self._published = arrays[sample.PROGRESS]  # finished segments per group, this run
         self._arrays = {k: v for k, v in arrays.items() if k != sample.PROGRESS}
-        self._channel = transport.channel(sample.CHANNEL)
+        self._channel = transport.channel(stream.reader)  # the trainer's inbox, unread here
+        depth, group_size, first_segment = stream.depth, stream.group_size, stream.first
         self._depth = depth
         self._group_size = group_size
         self._first = first_segment
@@ -111,18 +125,17 @@ class SegmentForwarder(Forwarder):
                 self._shipped[g] += 1
 
 
-def write_segments(
-    transport: Transport, depth: int, group_size: int, first: int, segments: list[Segment]
-) -> None:
+def write_segments(transport: Transport, stream: SegmentStream, segments: list[Segment]) -> None:
     """On the trainer's node: put forwarded segments in place, count them, wake the trainer."""
-    arrays = transport.block(sample.BLOCK)
+    depth, group_size, first = stream.depth, stream.group_size, stream.first
+    arrays = transport.block(stream.block)
     published = arrays[sample.PROGRESS]
     for g, n, data in segments:
         cols = slice(g * group_size, (g + 1) * group_size)
         for k, v in data.items():
             arrays[k][n % depth, :, cols] = v
         published[g] = max(int(published[g]), n - first + 1)  # after the data, as an actor does
-    transport.channel(sample.CHANNEL).send(*(g for g, _, _ in segments))
+    transport.channel(stream.reader).send(*(g for g, _, _ in segments))
 
 
 class ParamsForwarder(Forwarder):
@@ -131,12 +144,13 @@ class ParamsForwarder(Forwarder):
     def __init__(
         self,
         transport: Transport,
+        block: str,
         n_params: int,
         announce_channels: list[Channel],
         ship: Callable[[int, np.ndarray], None],
     ) -> None:
         super().__init__("parameter forwarder")
-        self._service = params.ParameterService(transport)
+        self._service = params.ParameterService(transport, block)
         self._flat = np.zeros(n_params, np.float32)
         # The trainer announces each version on the channel of every worker that runs the
         # policy; we read those of workers on other nodes (left unread, they would fill).
@@ -157,7 +171,7 @@ class ParamsForwarder(Forwarder):
 
 
 def publish_params(
-    transport: Transport, subscribers: list[Channel], version: int, flat: np.ndarray
+    transport: Transport, block: str, subscribers: list[Channel], version: int, flat: np.ndarray
 ) -> None:
     """On another node: publish a forwarded version there and wake the workers that use it."""
-    params.ParameterService(transport, subscribers).publish(version, flat)
+    params.ParameterService(transport, block, subscribers).publish(version, flat)

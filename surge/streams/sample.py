@@ -4,11 +4,15 @@ Layout: every field is `[depth, T(+1), N, ...]` where N is the total number of e
 group g owns columns `g*G:(g+1)*G` (SRL's "second-dim index"). Batch u is slot `u % depth`
 of every field, already time-major `[T, N, ...]`: the trainer reads it without a copy.
 
-Flow control comes from versions, not locks. Segment n of a group goes into slot
-`n % depth` with `depth = max_policy_lag + 1`; an actor starts segment n only with
-parameters of version >= n - max_policy_lag, which the trainer publishes only after it has
-finished training on batch n - depth, the previous tenant of that slot. So a slot is never
-written while the trainer reads it, and no sample is older than the lag allows.
+The fields are the env's and the actor's (observations, action, reward, episode ends, the
+policy version and actor life of each step) plus the algorithm's per-step policy outputs
+(`outputs`: PPO's log-prob and value, algos/ppo_common.py): the algorithm owns its schema.
+
+Flow control comes from versions, not locks (the stream's `VersionBound`, streams/flow.py).
+Segment n of a group goes into slot `n % depth` with `depth = max_lag + 1`; an actor starts
+segment n only with parameters of version >= n - max_lag, which the trainer publishes only
+after it has finished training on batch n - depth, the previous tenant of that slot. So a
+slot is never written while the trainer reads it, and no sample is older than the bound.
 
 Completion is state, too: `published[g]` counts the segments group g has finished in this run
 (bumped after the segment's last write; the channel record only wakes the trainer). A
@@ -23,17 +27,20 @@ from __future__ import annotations
 import numpy as np
 
 from surge.envs.spaces import ArraySpec
+from surge.streams.ports import Port
 from surge.streams.transport import BlockLayout, Field, Transport
-
-BLOCK = "samples"
-CHANNEL = "trainer"
-
 
 PROGRESS = "published"
 
 
 def sample_layout(
-    obs: dict[str, ArraySpec], action: ArraySpec, depth: int, steps: int, envs: int, groups: int
+    obs: dict[str, ArraySpec],
+    action: ArraySpec,
+    outputs: dict[str, str],
+    depth: int,
+    steps: int,
+    envs: int,
+    groups: int,
 ) -> BlockLayout:
     fields: dict[str, Field] = {PROGRESS: Field((groups,), "<i8")}
     for k, s in obs.items():
@@ -42,8 +49,7 @@ def sample_layout(
         fields[f"final_obs/{k}"] = Field((depth, steps, envs, *s.shape), s.dtype.str)
     fields["action"] = Field((depth, steps, envs, *action.shape), action.dtype.str)
     for name, dtype in [
-        ("logp", "<f4"),
-        ("value", "<f4"),
+        *outputs.items(),
         ("reward", "<f4"),
         ("terminated", "|b1"),
         ("truncated", "|b1"),
@@ -64,13 +70,14 @@ def prefixed(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray
 class SampleProducer:
     """An actor's writer: views of its groups' columns, and the publish notification."""
 
-    def __init__(self, transport: Transport, depth: int, group_size: int) -> None:
-        arrays = transport.block(BLOCK)
+    def __init__(self, transport: Transport, port: Port, depth: int, group_size: int) -> None:
+        arrays = transport.block(port.block)
         self.published = arrays[PROGRESS]
         self.arrays = {k: v for k, v in arrays.items() if k != PROGRESS}
         self.depth = depth
         self.group_size = group_size
-        self._channel = transport.channel(CHANNEL)
+        (reader,) = port.sends_to
+        self._channel = transport.channel(reader)
 
     def columns(self, group: int, segment: int) -> dict[str, np.ndarray]:
         """Views `[T(+1), G, ...]` of the slot where segment `segment` of `group` goes."""
@@ -86,13 +93,15 @@ class SampleProducer:
 class SampleConsumer:
     """The trainer's reader: batch u is ready once every group has published its segment u."""
 
-    def __init__(self, transport: Transport, depth: int, first_batch: int) -> None:
-        arrays = transport.block(BLOCK)
+    def __init__(self, transport: Transport, port: Port, inbox: str, first_batch: int) -> None:
+        arrays = transport.block(port.block)
         self._published = arrays[PROGRESS]  # counted from 0 in each run (fresh shared memory)
         self.arrays = {k: v for k, v in arrays.items() if k != PROGRESS}
-        self.depth = depth
+        assert port.flow is not None, "the sample stream has a version bound"
+        self.flow = port.flow
+        self.depth = port.flow.depth
         self._first = first_batch
-        self._channel = transport.channel(CHANNEL)
+        self._channel = transport.channel(inbox)
 
     def poll(self, timeout: float) -> None:
         """Wait up to `timeout` for a wake-up from an actor (or the controller)."""
@@ -107,9 +116,9 @@ class SampleConsumer:
         return {k: v[slot] for k, v in self.arrays.items()}
 
 
-def first_unfinished_segment(transport: Transport, group: int, first_batch: int) -> int:
+def first_unfinished_segment(transport: Transport, block: str, group: int, first_batch: int) -> int:
     """Where an actor (re)starts group `group`: the first segment it has not published."""
-    return first_batch + int(transport.block(BLOCK)[PROGRESS][group])
+    return first_batch + int(transport.block(block)[PROGRESS][group])
 
 
 def lives_are_unmixed(life: np.ndarray, group_size: int) -> bool:

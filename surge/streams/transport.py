@@ -15,6 +15,7 @@ Everything a run creates lives in one directory, so cleaning up after any crash 
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import select
@@ -73,6 +74,12 @@ class Channel(Protocol):
 
     def send(self, *records: int) -> None: ...
 
+    def notify(self, code: int) -> None:
+        """Send a control code that only wakes the reader (e.g. PARAMS_UPDATED): dropped if
+        the channel is full, since a reader that far behind has wake-ups enough. So a
+        publisher never waits for a slow or dead subscriber."""
+        ...
+
     def recv(self, timeout: float) -> list[int]:
         """Every record available, waiting up to `timeout` seconds for the first."""
         ...
@@ -93,6 +100,10 @@ class InlineChannel:
 
     def send(self, *records: int) -> None:
         self._queue.extend(records)
+
+    def notify(self, code: int) -> None:
+        if code not in self._queue:  # one pending wake-up is as good as many
+            self._queue.append(code)
 
     def recv(self, timeout: float) -> list[int]:
         out = list(self._queue)
@@ -136,6 +147,11 @@ class FifoChannel:
                 view = view[written:]
             except BlockingIOError:  # pipe full: the reader is behind; wait for room
                 select.select([], [self._fd], [], 1.0)
+
+    def notify(self, code: int) -> None:
+        # Full of unread records: the reader will wake anyway.
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._fd, np.asarray([code], dtype=RECORD).tobytes())
 
     def recv(self, timeout: float) -> list[int]:
         ready, _, _ = select.select([self._fd], [], [], timeout)

@@ -3,7 +3,9 @@
     env steps 123,456/500,000 (24.7%) | 4,120 steps/s | episodes 611 | return 187.3
         | lag 0.00 | v 241 | ETA 1m32s                                      (one line)
 
-Until the first episode ends the return is shown as `-` (and `episodes 0` says why).
+Until the first episode ends the return is shown as `-` (and `episodes 0` says why). With
+evaluation workers (`eval.workers`), `| eval R` after the return is the newest evaluation's
+mean return.
 
 On a TTY the line is redrawn in place (at most ~5 times a second); into a file or pipe a
 full line is printed at most every 10 s, so logs stay readable.
@@ -31,8 +33,12 @@ def format_duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
 def _number(x: float | None, fmt: str) -> str:
-    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
+    return format(x, fmt) if _finite(x) else "-"
 
 
 def render_line(
@@ -43,6 +49,7 @@ def render_line(
     policy_lag_mean: float | None,
     policy_version: int,
     episodes: int,
+    eval_return_mean: float | None = None,
 ) -> str:
     pct = 100.0 * env_steps / total_env_steps if total_env_steps else 0.0
     remaining = max(total_env_steps - env_steps, 0)
@@ -52,7 +59,8 @@ def render_line(
         f" | {_number(steps_per_s, ',.0f')} steps/s"
         f" | episodes {episodes:,}"
         f" | return {_number(episode_return_mean if episodes else None, '.1f')}"
-        f" | lag {_number(policy_lag_mean, '.2f')}"
+        + (f" | eval {_number(eval_return_mean, '.1f')}" if _finite(eval_return_mean) else "")
+        + f" | lag {_number(policy_lag_mean, '.2f')}"
         f" | v {policy_version}"
         f" | ETA {eta}"
     )
@@ -86,6 +94,7 @@ class Progress:
         policy_lag_mean: float | None,
         policy_version: int,
         episodes: int,
+        eval_return_mean: float | None = None,
     ) -> None:
         if not self.enabled:
             return
@@ -97,6 +106,7 @@ class Progress:
             policy_lag_mean,
             policy_version,
             episodes,
+            eval_return_mean,
         )
         now = self.clock()
         if self._last_shown is None or now - self._last_shown >= self.interval:

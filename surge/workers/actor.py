@@ -5,9 +5,10 @@ other groups, so env stepping overlaps inference. Groups are stepped in turn as 
 arrive (a group still waiting never holds up one that is ready).
 
 Per step of group k the actor copies the observation the policy saw and the policy's answer
-(action, log-prob, value, version) into the segment, steps the envs (which write the next
-observations straight into the inference slot), records rewards and episode ends, and posts
-the next request. After `rollout_len` steps the segment is published to the trainer.
+(action, the algorithm's policy outputs such as log-prob and value, version) into the
+segment, steps the envs (which write the next observations straight into the inference slot),
+records rewards and episode ends, and posts the next request. After `rollout_len` steps the
+segment is published to the trainer.
 
 With remote inference the actor never imports torch; with `workers.inference: inline` it runs
 the policy itself (workers/policy.py `InlineInference`) behind the same post/ready calls.
@@ -22,11 +23,18 @@ from typing import Any
 import numpy as np
 
 from surge.envs.group import make_group
-from surge.streams.inference import BLOCK, InferenceClient, Routing, request_obs
+from surge.streams.inference import InferenceClient, request_obs
 from surge.streams.sample import SampleProducer, first_unfinished_segment
-from surge.streams.transport import Transport
-from surge.tracking.timing import COPY, ENV, Timers
-from surge.workers.base import RunContext, derive_seed
+from surge.tracking.timing import COPY, ENV
+from surge.workers.base import Binding, RunContext, derive_seed
+
+# The fields of an inference answer that are not policy outputs, and the sample fields the
+# actor writes itself: the rest of the sample schema is the algorithm's (POLICY_OUTPUTS).
+_ANSWER = {"min_version", "request_id", "response_id", "action", "version"}
+
+
+def build(ctx: RunContext, b: Binding) -> ActorWorker:
+    return ActorWorker(ctx, b)
 
 
 @dataclass
@@ -39,44 +47,44 @@ class _GroupState:
 
 
 class ActorWorker:
-    def __init__(
-        self, ctx: RunContext, index: int, transport: Transport, timers: Timers, life: int = 0
-    ) -> None:
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = ctx.cfg
-        self.name = f"actor-{index}"
-        self.life = life  # 0, then 1, 2, ... when the runtime restarts this actor in place
+        self.name = b.name
+        self.life = b.life  # 0, then 1, 2, ... when the runtime restarts this actor in place
         self.finished = False
-        self.timers = timers
-        self.ring_size = cfg.workers.ring_size
+        self.timers = b.control.timers
+        transport = b.transport
+        inference, samples = b.port("inference"), b.port("samples")
+        assert samples.flow is not None, "the sample stream has a version bound"
+        self.flow = samples.flow
+        self.ring = list(inference.slots)  # this actor's env groups (global ids)
+        self.ring_size = len(self.ring)
         self.rollout_len = cfg.ppo.rollout_len
-        self.max_lag = cfg.max_policy_lag
-        self.first_group = index * self.ring_size
-        arrays = transport.block(BLOCK)
+        arrays = transport.block(inference.block)
         self.client: Any
         self._remote = cfg.workers.inference == "remote"
         if not self._remote:
             from surge.workers.policy import InlineInference  # torch only in this mode
 
-            self.client = InlineInference(ctx, index, transport, arrays, timers)
+            self.client = InlineInference(ctx, b, arrays)
         else:
             splits = cfg.workers.inference_splits or self.ring_size
-            routing = Routing(cfg.workers.ring_size, cfg.workers.policy_workers)
-            self.client = InferenceClient(transport, index, routing, self.ring_size // splits)
+            self.client = InferenceClient(transport, inference, b.inbox, self.ring_size // splits)
         self.slot_obs = request_obs(arrays)  # [groups, G, ...] per field
-        self.action, self.logp = arrays["action"], arrays["logp"]
-        self.value, self.version = arrays["value"], arrays["version"]
+        self.action, self.version = arrays["action"], arrays["version"]
+        # The algorithm's per-step outputs (e.g. PPO's logp, value), copied as they come.
+        self.outputs = {
+            k: v for k, v in arrays.items() if k not in _ANSWER and not k.startswith("obs/")
+        }
         self.producer = SampleProducer(
-            transport,
-            depth=cfg.max_policy_lag + 1,
-            group_size=cfg.workers.envs_per_group,
+            transport, samples, depth=self.flow.depth, group_size=cfg.workers.envs_per_group
         )
         G = cfg.workers.envs_per_group
         self.groups: list[Any] = []
         self.state: list[_GroupState] = []
-        for k in range(self.ring_size):
-            g = self.first_group + k
-            seeds = [derive_seed(cfg.seed, "env", ctx.resumes, life, g, i) for i in range(G)]
-            segment = first_unfinished_segment(transport, g, ctx.start_version)
+        for g in self.ring:
+            seeds = [derive_seed(cfg.seed, "env", ctx.resumes, self.life, g, i) for i in range(G)]
+            segment = first_unfinished_segment(transport, samples.block, g, ctx.start_version)
             slot = {n: o[g] for n, o in self.slot_obs.items()}
             self.groups.append(make_group(cfg.env, seeds, slot))
             self.state.append(
@@ -98,7 +106,7 @@ class ActorWorker:
         self.client.flush()
 
     def _post(self, k: int) -> None:
-        self.client.post(self.first_group + k, max(0, self.state[k].segment - self.max_lag))
+        self.client.post(self.ring[k], self.flow.min_version(self.state[k].segment))
 
     def poll(self, timeout: float) -> bool:
         if not self._ready:
@@ -115,23 +123,23 @@ class ActorWorker:
         # and a group that must wait for a new version must not block the others.
         for i in range(self.ring_size):
             k = (self.head + i) % self.ring_size
-            if self.first_group + k in self._ready:
-                self._ready.discard(self.first_group + k)
+            if self.ring[k] in self._ready:
+                self._ready.discard(self.ring[k])
                 self._advance(k)
                 self.head = (k + 1) % self.ring_size
                 return True
         return False
 
     def _advance(self, k: int) -> None:
-        g = self.first_group + k
+        g = self.ring[k]
         st, group, timers = self.state[k], self.groups[k], self.timers
         seg, t = st.columns, st.step
         clock = timers.now()
         for key, obs in self._obs_fields:
             seg[key][t] = obs[g]
         seg["action"][t] = self.action[g]
-        seg["logp"][t] = self.logp[g]
-        seg["value"][t] = self.value[g]
+        for name, output in self.outputs.items():
+            seg[name][t] = output[g]
         seg["version"][t] = self.version[g]
         seg["life"][t] = self.life
         clock = timers.add(COPY, clock)

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import EnvInfo
+
+if TYPE_CHECKING:
+    from surge.runtime.control import Control
+    from surge.streams.ports import Port
+    from surge.streams.transport import Transport
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,39 @@ class RunContext:
     """Checkpoint the trainer restores, when resuming."""
     resumes: int = 0
     """How many times this run was resumed; mixed into seeds so resumed envs differ."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What the runtime hands a worker it starts: its place in the graph and the transport."""
+
+    name: str
+    index: int
+    ports: dict[str, Port]
+    """By stream name (runtime/graph.py `Graph.ports`)."""
+    transport: Transport
+    control: Control
+    life: int = 0
+    """0, then 1, 2, ... when the runtime restarts this worker in place."""
+
+    @property
+    def inbox(self) -> str:
+        """The channel this worker waits on (named after it)."""
+        return self.name
+
+    def port(self, stream: str) -> Port:
+        port = self.ports.get(stream)
+        if port is None:
+            raise RuntimeError(f"{self.name} has no port on stream {stream!r} in this graph")
+        return port
+
+    def port_of_kind(self, kind: str) -> Port:
+        """Its one port on a stream of this kind (e.g. the `versions` stream it subscribes to)."""
+        ports = [p for p in self.ports.values() if p.kind == kind]
+        if len(ports) != 1:
+            found = sorted(p.stream for p in ports)
+            raise RuntimeError(f"{self.name} needs one port of kind {kind!r}, has {found}")
+        return ports[0]
 
 
 class Worker(Protocol):

@@ -20,12 +20,18 @@ import time
 import numpy as np
 
 from surge.algos.normalize import ObsNormalizer, obs_stats_size
+from surge.algos.ppo_common import POLICY_OUTPUTS
 from surge.models.numpy_policy import NumpyPolicy, numpy_layout
-from surge.streams.inference import InferenceServer, Routing, inline_channel, request_obs
+from surge.streams.inference import InferenceServer, request_obs
 from surge.streams.params import ParameterService
+from surge.streams.ports import Port
 from surge.streams.transport import Transport
-from surge.tracking.timing import INFERENCE, Timers
-from surge.workers.base import RunContext, derive_seed
+from surge.tracking.timing import INFERENCE
+from surge.workers.base import Binding, RunContext, derive_seed
+
+
+def build(ctx: RunContext, b: Binding) -> PolicyWorker:
+    return PolicyWorker(ctx, b)
 
 
 class TorchPolicy:
@@ -58,10 +64,15 @@ class PolicyEngine:
     """Acts for env groups whose observations sit in inference slots, on versioned params."""
 
     def __init__(
-        self, ctx: RunContext, arrays: dict[str, np.ndarray], transport: Transport, seed: int
+        self,
+        ctx: RunContext,
+        arrays: dict[str, np.ndarray],
+        transport: Transport,
+        params: Port,
+        seed: int,
     ) -> None:
         cfg = ctx.cfg
-        self.params = ParameterService(transport)
+        self.params = ParameterService(transport, params.block)
         # One version: the weights, then the observation statistics (algos/normalize.py).
         self.flat = np.zeros(ctx.n_params, np.float32)
         n_stats = obs_stats_size(ctx.env.observation_space, cfg.model.normalize_obs)
@@ -79,8 +90,8 @@ class PolicyEngine:
             self.policy = TorchPolicy(ctx, seed)
         self.group_size = cfg.workers.envs_per_group
         self.obs = request_obs(arrays)
-        self.action, self.logp = arrays["action"], arrays["logp"]
-        self.value, self.version = arrays["value"], arrays["version"]
+        self.action, self.version = arrays["action"], arrays["version"]
+        self.outputs = [arrays[name] for name in POLICY_OUTPUTS]  # in `act`'s order
         self.min_version = arrays["min_version"]
         self.request_id, self.response_id = arrays["request_id"], arrays["response_id"]
 
@@ -108,29 +119,25 @@ class PolicyEngine:
         obs = {key: v[rows].reshape(n, *v.shape[2:]) for key, v in self.obs.items()}
         if self.normalizer is not None:  # the statistics of the loaded version
             obs = self.normalizer(obs)
-        action, logp, value = self.policy.act(obs)
+        action, *outputs = self.policy.act(obs)
         self.action[rows] = action.reshape(k, self.group_size, *self.action.shape[2:])
-        self.logp[rows] = logp.reshape(k, self.group_size)
-        self.value[rows] = value.reshape(k, self.group_size)
+        for slots, values in zip(self.outputs, outputs, strict=True):
+            slots[rows] = values.reshape(k, self.group_size)
         self.version[rows] = self.loaded
         self.response_id[rows] = ids
 
 
 class PolicyWorker:
-    def __init__(self, ctx: RunContext, index: int, transport: Transport, timers: Timers) -> None:
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = ctx.cfg
-        self.name = f"policy-{index}"
+        self.name = b.name
         self.finished = False
-        self.timers = timers
+        self.timers = b.control.timers
         _limit_threads(cfg.workers.policy_threads)
-        self.server = InferenceServer(
-            transport,
-            index,
-            Routing(cfg.workers.ring_size, cfg.workers.policy_workers),
-            cfg.workers.actors,
-        )
-        seed = derive_seed(cfg.seed, "policy", ctx.resumes, index)
-        self.engine = PolicyEngine(ctx, self.server.arrays, transport, seed)
+        self.server = InferenceServer(b.transport, b.port("inference"), b.inbox)
+        seed = derive_seed(cfg.seed, "policy", ctx.resumes, b.index)
+        params = b.port_of_kind("versions")
+        self.engine = PolicyEngine(ctx, self.server.arrays, b.transport, params, seed)
         self._woken = True  # look at the slots once at start: a restart finds requests there
 
     def poll(self, timeout: float) -> bool:
@@ -159,23 +166,16 @@ class InlineInference:
 
     `post` only records the request; `ready` answers every posted group whose `min_version`
     the loaded parameters satisfy in one forward pass, and when none is servable, waits for
-    the trainer's next publish on this actor's channel (the trainer notifies it directly).
+    the trainer's next publish in this actor's inbox (the trainer notifies it directly).
     """
 
-    def __init__(
-        self,
-        ctx: RunContext,
-        actor: int,
-        transport: Transport,
-        arrays: dict[str, np.ndarray],
-        timers: Timers,
-    ) -> None:
+    def __init__(self, ctx: RunContext, b: Binding, arrays: dict[str, np.ndarray]) -> None:
         _limit_threads(ctx.cfg.workers.actor_threads)
-        seed = derive_seed(ctx.cfg.seed, "inline-policy", ctx.resumes, actor)
-        self.engine = PolicyEngine(ctx, arrays, transport, seed)
-        self._published = transport.channel(inline_channel(actor))
+        seed = derive_seed(ctx.cfg.seed, "inline-policy", ctx.resumes, b.index)
+        self.engine = PolicyEngine(ctx, arrays, b.transport, b.port_of_kind("versions"), seed)
+        self._published = b.transport.channel(b.inbox)  # the trainer announces versions here
         self._pending: set[int] = set()
-        self.timers = timers
+        self.timers = b.control.timers
 
     def post(self, group: int, min_version: int) -> None:
         self.engine.min_version[group] = min_version

@@ -19,31 +19,35 @@ import numpy as np
 from surge.algos.normalize import TrainerStats
 from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
-from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
-from surge.runtime.graph import param_subscribers
+from surge.runtime.control import CHECKPOINT_AND_STOP, STOP
 from surge.streams.params import ParameterService
+from surge.streams.results import ResultReader
 from surge.streams.sample import SampleConsumer, lives_are_unmixed
-from surge.streams.transport import Transport
 from surge.tracking import timing
 from surge.tracking.checkpoint import rng_state
 from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
 from surge.tracking.metrics import MetricsWriter, WandbOptions
 from surge.tracking.timing import COPY, LEARN
-from surge.workers.base import RunContext
+from surge.workers.base import Binding, RunContext
 from surge.workers.learners import make_backend
 
 CHECKPOINT_FORMAT = 2  # the state's layout (2: FusedAdam's optimizer state, algos/adam.py)
 
 
+def build(ctx: RunContext, b: Binding) -> TrainerWorker:
+    return TrainerWorker(ctx, b)
+
+
 class TrainerWorker:
-    def __init__(self, ctx: RunContext, transport: Transport, control: Control) -> None:
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = self.cfg = ctx.cfg
-        self.name = "trainer-0"
+        self.name = b.name
         self.finished = False
         self.finish_reason = ""
         self.ctx = ctx
-        self.control = control
+        self.control = control = b.control
         self.timers = control.timers
+        transport = b.transport
         # model.backend: numpy for MLPs (no torch import in this process), else torch
         self.learner = make_backend(ctx)
         # Observation and return statistics (algos/normalize.py): published with the weights
@@ -56,12 +60,17 @@ class TrainerWorker:
             clip_reward=cfg.ppo.clip_reward,
             gamma=cfg.ppo.gamma,
         )
-        self.consumer = SampleConsumer(transport, cfg.max_policy_lag + 1, ctx.start_version)
+        self.consumer = SampleConsumer(transport, b.port("samples"), b.inbox, ctx.start_version)
+        self.flow = self.consumer.flow
         alone = cfg.workers.trainer_threads_alone
         if alone and alone != cfg.workers.trainer_threads:
             self.learner.use_threads(self._threads)
-        channels = [transport.channel(name) for name in param_subscribers(cfg)]
-        self.params = ParameterService(transport, subscribers=channels)
+        published = b.port_of_kind("versions")
+        subscribers = [transport.channel(name) for name in published.sends_to]
+        self.params = ParameterService(transport, published.block, subscribers)
+        # Evaluation workers' results (recipes/evaluation.py), logged as eval/* rows.
+        results = b.ports.get("evaluations")
+        self.evaluations = ResultReader(transport, results) if results else None
 
         self.version = 0  # = updates done; the parameters of version v trained batches 0..v-1
         self.env_steps = 0
@@ -121,12 +130,48 @@ class TrainerWorker:
         return w.trainer_threads_alone if alone else w.trainer_threads
 
     def _train(self, arrays: dict[str, np.ndarray]) -> None:
-        cfg = self.cfg
-        # Read everything needed from the slot before publishing: actors refill it right after.
-        if not lives_are_unmixed(arrays["life"], cfg.workers.envs_per_group):
-            raise RuntimeError(  # a broken invariant of the sample stream, never a user error
+        """One update on batch `version`, then publish, log, checkpoint and check the stop
+        rules. Everything needed from the slot is read before publishing: actors refill it
+        right after."""
+        self._check_batch(arrays)
+        self._account(arrays)
+        clock = self.timers.now()
+        # normalised with the statistics of this version, rewards scaled (algos/normalize.py)
+        batch = self.stats.prepare(arrays)
+        self._latest_stats = self.learner.update(batch, self._learning_rate())
+        self._latest_stats.update(self.stats.metrics())
+        self.stats.observe(arrays, self.cfg.ppo.rollout_len)  # the next version's statistics
+        clock = self.timers.add(LEARN, clock)
+        self.version += 1
+        self.env_steps += self.cfg.batch_steps
+        self._publish()
+        self.timers.add(COPY, clock)
+        self.control.set_progress(  # every update, for a live display; rates come with logs
+            env_steps=self.env_steps,
+            episode_return_mean=self.return_mean,
+            policy_version=self.version,
+            episodes=self.episodes,
+        )
+        self._log_evaluations()
+        self._after_update(time.monotonic())
+
+    def _check_batch(self, arrays: dict[str, np.ndarray]) -> None:
+        """The sample stream's invariants (broken ones are bugs, never user errors): no
+        segment mixes two lives of an actor, and the stream's version bound admits every
+        step (its slots make older samples impossible, streams/flow.py)."""
+        if not lives_are_unmixed(arrays["life"], self.cfg.workers.envs_per_group):
+            raise RuntimeError(
                 f"batch {self.version} holds a segment written by two lives of an actor"
             )
+        rejected = int((~self.flow.admits(self.version, arrays["version"])).sum())
+        if rejected:
+            raise RuntimeError(
+                f"batch {self.version} holds {rejected} step(s) older than the sample "
+                f"stream's bound ({self.flow.describe()})"
+            )
+
+    def _account(self, arrays: dict[str, np.ndarray]) -> None:
+        """Policy lag, actor lives and finished episodes of a batch, for the logs."""
         self._life_max = max(self._life_max, int(arrays["life"].max()))
         lag = self.version - arrays["version"]
         self._lag_sum += float(lag.mean())
@@ -137,28 +182,16 @@ class TrainerWorker:
             self.recent_returns.extend(arrays["episode_return"][done].tolist())
             self.recent_lengths.extend(arrays["episode_length"][done].tolist())
             self.episodes += int(done.sum())
-        lr = cfg.ppo.lr * (
-            max(0.0, 1.0 - self.env_steps / cfg.total_env_steps) if cfg.ppo.anneal_lr else 1.0
-        )
-        clock = self.timers.now()
-        # normalised with the statistics of this version, rewards scaled (algos/normalize.py)
-        batch = self.stats.prepare(arrays)
-        self._latest_stats = self.learner.update(batch, lr)
-        self._latest_stats.update(self.stats.metrics())
-        self.stats.observe(arrays, cfg.ppo.rollout_len)  # the next version's statistics
-        clock = self.timers.add(LEARN, clock)
-        self.version += 1
-        self.env_steps += cfg.batch_steps
-        self._publish()
-        self.timers.add(COPY, clock)
-        self.control.set_progress(  # every update, for a live display; rates come with logs
-            env_steps=self.env_steps,
-            episode_return_mean=self.return_mean,
-            policy_version=self.version,
-            episodes=self.episodes,
-        )
 
-        now = time.monotonic()
+    def _learning_rate(self) -> float:
+        p = self.cfg.ppo
+        if not p.anneal_lr:
+            return p.lr
+        return p.lr * max(0.0, 1.0 - self.env_steps / self.cfg.total_env_steps)
+
+    def _after_update(self, now: float) -> None:
+        """Log, checkpoint, and stop once solved or out of budget."""
+        cfg = self.cfg
         solved = (
             cfg.stop_return is not None
             and len(self.recent_returns) >= cfg.return_window
@@ -172,6 +205,26 @@ class TrainerWorker:
         if solved or out_of_budget:
             self.save_checkpoint(wait=True)
             self._finish("solved" if solved else "budget")
+
+    def _log_evaluations(self) -> None:
+        """Rows of the evaluation workers' new results: metrics.jsonl, TensorBoard, W&B (at
+        the trainer's current step) and the progress line."""
+        if self.evaluations is None:
+            return
+        for result in self.evaluations.new():
+            self.metrics.write(
+                {
+                    "env_steps": self.env_steps,
+                    "wall_time_s": round(self.wall_time_s(), 3),
+                    "eval/policy_version": int(result["version"]),
+                    "eval/episodes": int(result["episodes"]),
+                    "eval/return_mean": result["return_mean"],
+                    "eval/return_std": result["return_std"],
+                    "eval/length_mean": result["length_mean"],
+                    "eval/video": int(result["video"]),
+                }
+            )
+            self.control.set_progress(eval_return_mean=result["return_mean"])
 
     def _publish(self) -> None:
         """Publish this version: the weights, then the observation statistics (if any)."""

@@ -115,9 +115,10 @@ def test_restarted_actor_with_groups_a_segment_apart_does_not_deadlock(tmp_path:
     actor has to step group 1 meanwhile instead of waiting on the head of its ring."""
     from surge.config.load import load_config
     from surge.envs.make import probe_env
+    from surge.recipes import build_graph
     from surge.runtime.control import Control
     from surge.runtime.controller import _count_params
-    from surge.runtime.graph import build_graph, build_worker
+    from surge.runtime.graph import start_worker
     from surge.streams import sample
     from surge.streams.transport import InlineTransport
     from surge.workers.base import RunContext
@@ -129,19 +130,17 @@ def test_restarted_actor_with_groups_a_segment_apart_does_not_deadlock(tmp_path:
     n_params = _count_params(cfg, env)
     graph = build_graph(cfg, env, n_params)
     ctx = RunContext(cfg=cfg, env=env, run_dir=tmp_path, n_params=n_params)
-    transport = InlineTransport(graph.layouts, graph.channels)
+    transport = InlineTransport(graph.all_layouts(), graph.channels)
     Control(transport).reset()
     workers = {
-        spec.name: build_worker(spec, ctx, transport, Control(transport, slot), life=0)
+        spec.name: start_worker(ctx, graph, slot, transport, life=0)[2]
         for slot, spec in enumerate(graph.workers)
         if spec.kind != "actor"
     }
-    transport.block(sample.BLOCK)[sample.PROGRESS][0] = 1  # group 0 finished segment 0
+    transport.block("samples")[sample.PROGRESS][0] = 1  # group 0 finished segment 0
     slot = len(graph.workers) - 1
     actor_spec = graph.workers[slot]
-    workers[actor_spec.name] = build_worker(
-        actor_spec, ctx, transport, Control(transport, slot), life=1
-    )
+    workers[actor_spec.name] = start_worker(ctx, graph, slot, transport, life=1)[2]
     trainer = workers["trainer-0"]
     for _ in range(2_000):
         for worker in workers.values():

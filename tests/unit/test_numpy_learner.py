@@ -294,9 +294,10 @@ import sys, tempfile
 from pathlib import Path
 from surge.config.load import load_config
 from surge.envs.make import probe_env
+from surge.recipes import build_graph
 from surge.runtime.control import Control
 from surge.runtime.controller import _count_params
-from surge.runtime.graph import build_graph, build_worker
+from surge.runtime.graph import start_worker
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext
 
@@ -305,12 +306,9 @@ env = probe_env(cfg.env, cfg.seed)
 n_params = _count_params(cfg, env)
 graph = build_graph(cfg, env, n_params)
 ctx = RunContext(cfg=cfg, env=env, run_dir=Path(tempfile.mkdtemp()), n_params=n_params)
-transport = InlineTransport(graph.layouts, graph.channels)
+transport = InlineTransport(graph.all_layouts(), graph.channels)
 Control(transport).reset()
-workers = [
-    build_worker(s, ctx, transport, Control(transport, i), life=0)
-    for i, s in enumerate(graph.workers)
-]
+workers = [start_worker(ctx, graph, i, transport)[2] for i in range(len(graph.workers))]
 trainer = workers[0]
 for _ in range(10_000):
     for w in workers:

@@ -6,8 +6,11 @@ import pytest
 
 from surge.config.load import load_config
 from surge.errors import UserError
+from surge.envs.make import probe_env
+from surge.recipes import build_graph
 from surge.runtime.graph import WorkerSpec
-from surge.runtime.placement import NodeInfo, place, pods
+from surge.runtime.placement import NodeInfo, place
+from surge.runtime.placement import pods as pods_of
 
 
 def _cfg(*overrides: str):  # type: ignore[no-untyped-def]
@@ -16,12 +19,13 @@ def _cfg(*overrides: str):  # type: ignore[no-untyped-def]
 
 
 def _workers(cfg) -> list[WorkerSpec]:  # type: ignore[no-untyped-def]
-    w = cfg.workers
-    return (
-        [WorkerSpec("trainer", 0, restartable=False, ends_run=True)]
-        + [WorkerSpec("policy", p) for p in range(w.policy_workers)]
-        + [WorkerSpec("actor", a) for a in range(w.actors)]
-    )
+    """The recipe's workers: placement sees only what the graph says."""
+    return build_graph(cfg, probe_env(cfg.env, cfg.seed), n_params=10).workers
+
+
+def pods(cfg) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    """The pods after the leader's (the trainer's own)."""
+    return pods_of(_workers(cfg))[1:]
 
 
 def _nodes(*cpus: float, gpus: tuple[float, ...] = (), controller: int = 0) -> list[NodeInfo]:
@@ -58,10 +62,7 @@ def test_pods_spread_even_when_one_node_is_much_bigger() -> None:
 def test_inline_inference_makes_every_actor_a_pod() -> None:
     cfg = _cfg("workers.inference=inline", "workers.actors=3")
     assert pods(cfg) == [["actor-0"], ["actor-1"], ["actor-2"]]
-    workers = [WorkerSpec("trainer", 0, restartable=False, ends_run=True)] + [
-        WorkerSpec("actor", a) for a in range(3)
-    ]
-    placement = place(cfg, workers, _nodes(1, 1, 1, controller=0))
+    placement = place(cfg, _workers(cfg), _nodes(1, 1, 1, controller=0))
     assert [placement.node_of[f"actor-{a}"] for a in range(3)] == ["n1", "n2", "n1"]
 
 
@@ -98,3 +99,11 @@ def test_no_room_is_a_user_error_that_names_the_settings() -> None:
     assert "ray.actor_cpus=0.5" in info.value.fix
     with pytest.raises(UserError):
         place(cfg, _workers(cfg), [])
+
+
+def test_evaluators_share_the_trainers_node() -> None:
+    cfg = _cfg("eval.workers=2", "workers.actors=2", "workers.policy_workers=2")
+    assert pods_of(_workers(cfg))[0] == ["trainer-0", "evaluator-0", "evaluator-1"]
+    placement = place(cfg, _workers(cfg), _nodes(2, 2, 2))
+    node = placement.node_of
+    assert node["evaluator-0"] == node["evaluator-1"] == node["trainer-0"] == "n0"

@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 
+from surge.streams.flow import VersionBound
+from surge.streams.ports import Port
 from surge.streams import params, sample
 from surge.streams.transport import (
     ALIGN,
@@ -62,22 +64,26 @@ def test_sweep_removes_directories_of_dead_controllers() -> None:
 
 
 def test_parameter_service_versions_and_double_buffering() -> None:
-    t = InlineTransport({params.BLOCK: params.params_layout(3)}, ["policy-0"])
-    service = params.ParameterService(t, subscribers=[t.channel("policy-0")])
+    t = InlineTransport({"params.default": params.params_layout(3)}, ["policy-0"])
+    service = params.ParameterService(t, "params.default", [t.channel("policy-0")])
     service.reset()
     out = np.zeros(3, np.float32)
     assert service.latest_version() == -1 and service.read(out) == -1
     for version in range(4):
         service.publish(version, np.full(3, version, np.float32))
         assert service.read(out) == version and out.tolist() == [version] * 3
-    assert t.channel("policy-0").recv(0) == [-1] * 4  # one announcement per publish
+    # Announcements only wake: unread ones collapse into one, so a publisher never waits.
+    assert t.channel("policy-0").recv(0) == [-1]
+    service.publish(4, np.full(3, 4, np.float32))
+    assert t.channel("policy-0").recv(0) == [-1]
 
 
 def test_batch_is_ready_only_when_every_group_published_its_segment() -> None:
-    layout = sample.sample_layout({}, _spec(), depth=1, steps=2, envs=4, groups=2)
-    t = InlineTransport({sample.BLOCK: layout}, [sample.CHANNEL])
-    consumer = sample.SampleConsumer(t, depth=1, first_batch=0)
-    producer = sample.SampleProducer(t, depth=1, group_size=2)
+    layout = sample.sample_layout({}, _spec(), {"logp": "<f4"}, depth=1, steps=2, envs=4, groups=2)
+    t = InlineTransport({"samples": layout}, ["trainer-0"])
+    port = Port("samples", "segments", "samples", sends_to=("trainer-0",), flow=VersionBound(0))
+    consumer = sample.SampleConsumer(t, port, "trainer-0", first_batch=0)
+    producer = sample.SampleProducer(t, port, depth=1, group_size=2)
     producer.publish(0)
     consumer.poll(0)
     assert not consumer.ready(0)
@@ -88,7 +94,7 @@ def test_batch_is_ready_only_when_every_group_published_its_segment() -> None:
     producer.columns(1, segment=0)["reward"][:] = 1.0
     assert consumer.batch(0)["reward"].tolist() == [[0, 0, 1, 1], [0, 0, 1, 1]]
     # Readiness is read from the published counts: a restarted actor resumes there.
-    assert sample.first_unfinished_segment(t, 1, first_batch=0) == 1
+    assert sample.first_unfinished_segment(t, "samples", 1, first_batch=0) == 1
 
 
 def test_lives_check_finds_a_segment_written_by_two_lives() -> None:

@@ -1,0 +1,34 @@
+"""Recipes: one per algorithm family, each turns a config into the experiment's graph.
+
+A recipe is `(cfg, env, n_params) -> Graph` (surge/runtime/graph.py). The runtimes launch
+whatever graph they are given, so a new shape of experiment is a new recipe (and, if it needs
+them, new worker kinds registered with `register_worker_kind`), never a runtime edit.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from surge.config.schema import ExperimentConfig
+from surge.envs.make import EnvInfo
+from surge.runtime.graph import Graph
+
+Recipe = Callable[[ExperimentConfig, EnvInfo, int], Graph]
+
+RECIPES: dict[str, str] = {
+    "ppo": "surge.recipes.ppo:ppo_graph",
+    "appo": "surge.recipes.ppo:ppo_graph",  # the same graph; the trainer's loss differs
+}
+"""`algo` -> `module:function` of its recipe."""
+
+
+def recipe_for(cfg: ExperimentConfig) -> Recipe:
+    module, _, function = RECIPES[cfg.algo].partition(":")
+    recipe: Recipe = getattr(importlib.import_module(module), function)
+    return recipe
+
+
+def build_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
+    """The graph of this config's algorithm family."""
+    return recipe_for(cfg)(cfg, env, n_params)

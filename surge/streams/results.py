@@ -1,0 +1,54 @@
+"""The results stream: small records (an evaluation's numbers) from workers to the trainer.
+
+One row per writer (its port's slot). A writer fills the row's fields and bumps its `seq`
+(odd while writing, even when complete: a seqlock, as in the parameter service); the reader
+(the trainer, once per update) takes every row whose `seq` moved since it last looked.
+Nobody waits on anybody: a writer never blocks, and a reader only skips a row being written
+until its next look.
+"""
+
+from __future__ import annotations
+
+from surge.streams.ports import Port
+from surge.streams.transport import BlockLayout, Field, Transport
+
+
+def results_layout(rows: int, fields: tuple[str, ...]) -> BlockLayout:
+    layout = {"seq": Field((rows,), "<i8")}
+    layout.update({name: Field((rows,), "<f8") for name in fields})
+    return BlockLayout(layout)
+
+
+class ResultWriter:
+    def __init__(self, transport: Transport, port: Port) -> None:
+        self._arrays = transport.block(port.block)
+        (self.row,) = port.slots
+
+    def write(self, record: dict[str, float]) -> None:
+        seq, row = self._arrays["seq"], self.row
+        seq[row] |= 1  # odd: being written (already odd if a previous life died writing)
+        for name, value in record.items():
+            self._arrays[name][row] = value
+        seq[row] += 1  # even: complete
+
+
+class ResultReader:
+    def __init__(self, transport: Transport, port: Port) -> None:
+        self._arrays = transport.block(port.block)
+        self._fields = [k for k in self._arrays if k != "seq"]
+        self._rows = list(port.slots)
+        self._seen = {row: 0 for row in self._rows}
+
+    def new(self) -> list[dict[str, float]]:
+        """Records completed since the last call, in row order."""
+        out = []
+        seq = self._arrays["seq"]
+        for row in self._rows:
+            s = int(seq[row])
+            if s % 2 or s == self._seen[row]:
+                continue
+            record = {k: float(self._arrays[k][row]) for k in self._fields}
+            if int(seq[row]) == s:  # not rewritten while we copied
+                self._seen[row] = s
+                out.append(record)
+        return out

@@ -1,0 +1,119 @@
+"""The evaluation worker: plays whole episodes with the latest published policy, during training.
+
+It subscribes to a policy's parameter stream and reports to the trainer on the results stream
+(recipes/evaluation.py); it writes no samples, so no other worker ever waits for it. It plays
+on its own env instance with its own seeds, with the same code as `surge eval` (surge/evaluation/),
+and runs at a raised niceness (`eval.nice`), so on a busy machine it uses the CPU training
+leaves.
+
+Evaluation k (k = 1, 2, ...) is due once the newest version reaches k * `eval.every_versions`
+(or, with `every_versions` 0, once k * `eval.every_s` seconds have passed); with several
+evaluation workers, worker i takes the evaluations with k % workers == i. An evaluation uses
+the newest version at the time it starts; evaluations that fell due while one was playing are
+skipped, never queued, so a slow evaluator lags behind, it does not pile up work.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from surge.envs.make import make_env
+from surge.evaluation.episodes import eval_env_config, play_episodes
+from surge.evaluation.policy import EvalPolicy
+from surge.streams.params import NONE, ParameterService
+from surge.streams.results import ResultWriter
+from surge.tracking.video import TensorBoardVideo, write_mp4
+from surge.workers.base import Binding, RunContext, derive_seed
+
+
+def build(ctx: RunContext, b: Binding) -> EvalWorker:
+    return EvalWorker(ctx, b)
+
+
+class EvalWorker:
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        cfg = self.cfg = ctx.cfg
+        self.name = b.name
+        self.finished = False
+        self.ctx = ctx
+        self.control = b.control
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(1)
+        self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
+        self.inbox = b.transport.channel(b.inbox)  # the trainer announces versions here
+        self.results = ResultWriter(b.transport, b.port("evaluations"))
+        self.flat = np.zeros(ctx.n_params, np.float32)
+        self.video = cfg.eval.video_every > 0
+        self.env = make_env(eval_env_config(cfg.env, video=self.video))
+        seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
+        self.policy = EvalPolicy(self.env.observation_space, self.env.action_space, cfg.model, seed)
+        self.index, self.workers = b.index, cfg.eval.workers
+        self.started = time.monotonic()
+        self.next = self._next_turn(self._due())  # the next evaluation this worker plays
+        self.board: TensorBoardVideo | None = None
+
+    def _due(self) -> int:
+        """The newest evaluation number that is due (0: none yet)."""
+        e = self.cfg.eval
+        if e.every_versions:
+            return max(0, self.params.latest_version()) // e.every_versions
+        return int((time.monotonic() - self.started) // e.every_s)
+
+    def _next_turn(self, after: int) -> int:
+        """The first evaluation number > `after` that is this worker's."""
+        k = after + 1
+        return k + (self.index - k) % self.workers
+
+    def poll(self, timeout: float) -> bool:
+        due = self._due()
+        if due < self.next or self.params.latest_version() == NONE:
+            self.inbox.recv(timeout)  # woken by the trainer's announcements
+            return False
+        self._evaluate(self.next)
+        self.next = self._next_turn(max(due, self.next))
+        return True
+
+    def _evaluate(self, number: int) -> None:
+        e = self.cfg.eval
+        version = self.params.read(self.flat)
+        self.policy.load(self.flat)
+        record = self.video and number % e.video_every == 0
+        played = play_episodes(
+            self.env,
+            self.policy,
+            episodes=e.episodes,
+            seed=derive_seed(self.cfg.seed, "eval-episodes", self.ctx.resumes, number),
+            deterministic=e.deterministic,
+            record_first=record,
+            on_step=self.control.beat,  # an episode may outlast workers.heartbeat_timeout_s
+        )
+        if record:
+            self._save_video(version, played.frames)
+        self.results.write(
+            {
+                "version": version,
+                "episodes": len(played.returns),
+                "return_mean": played.return_mean,
+                "return_std": played.return_std,
+                "length_mean": played.length_mean,
+                "video": float(record),
+            }
+        )
+
+    def _save_video(self, version: int, frames: list[np.ndarray]) -> None:
+        """`videos/eval-v<version>.mp4`, the name `surge eval --video` uses, and TensorBoard
+        (at the env steps of that version: version x batch steps)."""
+        fps = float(self.env.metadata.get("render_fps") or 30)
+        write_mp4(self.ctx.run_dir / "videos" / f"eval-v{version:08d}.mp4", frames, fps)
+        if self.cfg.log.tensorboard:
+            if self.board is None:
+                self.board = TensorBoardVideo(self.ctx.run_dir / "tensorboard")
+            self.board.add("eval/video", frames, version * self.cfg.batch_steps, fps)
+
+    def close(self) -> None:
+        self.env.close()
+        if self.board is not None:
+            self.board.close()

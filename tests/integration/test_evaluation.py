@@ -1,0 +1,103 @@
+"""Evaluation workers during training: eval rows and playable videos on local and Ray, and a
+killed evaluation worker is restarted while training goes on without it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from surge.tracking.metrics import read_metrics
+from surge.tracking.video import read_mp4
+from tests.conftest import QUICK, SURGE, metrics_so_far, run_surge, wait_for, worker_processes
+
+pytestmark = pytest.mark.integration
+
+EVAL = ["eval.workers=1", "eval.every_versions=5", "eval.video_every=2", "eval.episodes=2"]
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def _eval_rows(run_dir: Path) -> list[dict[str, object]]:
+    return [r for r in metrics_so_far(run_dir) if "eval/return_mean" in r]
+
+
+def _check_eval_output(run_dir: Path) -> None:
+    rows = _eval_rows(run_dir)
+    assert len(rows) >= 2, rows
+    for row in rows:
+        assert row["eval/episodes"] == 2
+        assert 8 <= float(row["eval/length_mean"]) <= 500  # type: ignore[arg-type]
+        assert float(row["eval/return_mean"]) == float(row["eval/length_mean"])  # type: ignore[arg-type]
+        assert int(row["eval/policy_version"]) % 5 == 0 or int(row["eval/policy_version"]) > 5  # type: ignore[call-overload]
+    versions = [int(r["eval/policy_version"]) for r in rows]  # type: ignore[call-overload]
+    assert versions == sorted(versions) and versions[0] >= 5, versions
+    assert any(r["eval/video"] for r in rows)
+    videos = sorted((run_dir / "videos").glob("eval-v*.mp4"))
+    assert videos, "no video written"
+    frames = read_mp4(videos[0])  # decodes: a playable MP4
+    assert len(frames) >= 9 and frames[0].shape == (400, 600, 3)
+    # Training rows are unaffected: the run's result comes from them, not from eval rows.
+    training = [r for r in read_metrics(run_dir) if "steps_per_s" in r]
+    assert training[-1]["env_steps"] >= 8192
+
+
+@pytest.mark.parametrize("runtime", ["local", "ray"])
+def test_eval_workers_write_rows_and_videos(runtime: str, run_dir: Path) -> None:
+    args = ["train", "cartpole-ppo", f"run_dir={run_dir}", f"runtime={runtime}", *QUICK, *EVAL]
+    if runtime == "ray":
+        os.environ.update(RAY_ENV)  # inherited by `surge` and the Ray instance it starts
+    result = run_surge(*args, "total_env_steps=8192", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _check_eval_output(run_dir)
+    workers = json.loads((run_dir / "workers.json").read_text())["workers"]
+    assert {"name": "evaluator-0", "state": "stopped"}.items() <= next(
+        w for w in workers if w["name"] == "evaluator-0"
+    ).items()
+
+
+def test_killed_eval_worker_is_restarted_and_training_never_waits(run_dir: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [*SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", *QUICK, "eval.workers=1",
+         "eval.every_versions=20", "eval.episodes=1", "total_env_steps=10000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: _eval_rows(run_dir), 120), "no evaluation was logged"
+        (victim,) = [p for p in worker_processes(run_dir) if "evaluator-0" in " ".join(p.cmdline())]
+        victim.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        steps_at_kill = metrics_so_far(run_dir)[-1]["env_steps"]
+        rows_at_kill = len(_eval_rows(run_dir))
+        # Training goes on while the evaluator is dead and while its successor starts.
+        assert wait_for(
+            lambda: metrics_so_far(run_dir)[-1]["env_steps"] > steps_at_kill + 20_000, 60
+        ), "training stalled after the evaluation worker died"
+
+        def restarted() -> bool:
+            rows = json.loads((run_dir / "workers.json").read_text())["workers"]
+            ev = next(w for w in rows if w["name"] == "evaluator-0")
+            return bool(ev["restarts"] == 1 and ev["state"] == "running")
+
+        assert wait_for(restarted, 60), "the evaluation worker was not restarted"
+        assert wait_for(lambda: len(_eval_rows(run_dir)) > rows_at_kill, 120), (
+            "the restarted evaluation worker logged nothing"
+        )
+        assert time.monotonic() - killed_at < 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, proc.stderr.read()[-3000:] if proc.stderr else ""
