@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from surge.config.load import load_config
-from surge.errors import UserError
 from surge.envs.make import probe_env
+from surge.errors import UserError
 from surge.recipes import build_graph
 from surge.runtime.graph import WorkerSpec
 from surge.runtime.placement import NodeInfo, place

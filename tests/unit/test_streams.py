@@ -7,9 +7,9 @@ import time
 
 import numpy as np
 
+from surge.streams import params, sample
 from surge.streams.flow import VersionBound
 from surge.streams.ports import Port
-from surge.streams import params, sample
 from surge.streams.transport import (
     ALIGN,
     BlockLayout,
