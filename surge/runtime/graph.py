@@ -195,17 +195,32 @@ def describe(graph: Graph) -> list[str]:
     for stream in graph.streams:
         arrow = "<->" if stream.kind == "request/response" else "-->"
         lines.append(f"  {stream.name} ({stream.kind}, block '{stream.block}')")
-        sources: dict[str, list[str]] = {}
-        for e in stream.edges:
-            sources.setdefault(e.target, []).append(e.source)
-        for target, writers in sources.items():
-            if writers == [target]:
-                lines.append(f"    {target} answers its own requests (workers.inference: inline)")
-                continue
-            left = ", ".join(writers) if len(writers) <= 3 else f"{writers[0]} .. {writers[-1]}"
-            lines.append(f"    {left} {arrow} {target}")
+        lines += [f"    {line}" for line in _edge_lines(stream, arrow)]
         if stream.note:
             lines.append(f"    {stream.note}")
+    return lines
+
+
+def _edge_lines(stream: StreamSpec, arrow: str) -> list[str]:
+    """A stream's edges, fanned in (writers -> a reader) or fanned out (a writer -> readers),
+    whichever takes fewer lines."""
+
+    def names(workers: list[str]) -> str:
+        return ", ".join(workers) if len(workers) <= 3 else f"{workers[0]} .. {workers[-1]}"
+
+    into: dict[str, list[str]] = {}
+    out: dict[str, list[str]] = {}
+    for e in stream.edges:
+        into.setdefault(e.target, []).append(e.source)
+        out.setdefault(e.source, []).append(e.target)
+    if len(out) < len(into):
+        return [f"{source} {arrow} {names(targets)}" for source, targets in out.items()]
+    lines = []
+    for target, sources in into.items():
+        if sources == [target]:
+            lines.append(f"{target} answers its own requests (workers.inference: inline)")
+        else:
+            lines.append(f"{names(sources)} {arrow} {target}")
     return lines
 
 

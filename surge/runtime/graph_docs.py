@@ -42,7 +42,27 @@ def render() -> str:
         lines += ["", f"## {name}{default}", "", description, "", "```"]
         lines += graph_text(name, [])
         lines += ["```"]
+    for name, overrides, description in VARIANTS:
+        lines += ["", f"## {name} {' '.join(overrides)}", "", description, "", "```"]
+        lines += graph_text(name, overrides)
+        lines += ["```"]
     return "\n".join(lines) + "\n"
+
+
+VARIANTS = [
+    (
+        "cartpole-ppo",
+        ["eval.workers=2", "eval.every_versions=10"],
+        "Evaluation workers during training: they subscribe to the parameters, run on the "
+        "trainer's node at a raised niceness, and report to the trainer, which logs `eval/*`.",
+    ),
+    (
+        "cartpole-ppo",
+        ["workers.actors=4", "workers.policy_workers=2", "max_policy_lag=1"],
+        "More actors and policy workers: actor a is served by policy worker a % 2.",
+    ),
+]
+"""Configs beyond the presets whose graphs are worth seeing."""
 
 
 def main(argv: list[str]) -> int:
