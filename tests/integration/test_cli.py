@@ -200,6 +200,6 @@ def test_graph_draws_workers_and_streams() -> None:
     assert "trainer-0  trainer  1 thread(s), ends the run" in out
     assert "actor-0, actor-2 <-> policy-0" in out and "actor-1 <-> policy-1" in out
     assert "actor-0, actor-1, actor-2 --> trainer-0" in out
-    assert "trainer-0 --> policy-1" in out and "(max_policy_lag 0)" in out
+    assert "trainer-0 --> policy-0, policy-1" in out and "(max_policy_lag 0)" in out
     inline = run_surge("graph").stdout  # the default: the policy runs inside the actor
     assert "actor-0 answers its own requests" in inline and "policy-0" not in inline
