@@ -472,7 +472,13 @@ def main() -> int:
                 for name, task in tasks.items():
                     for side in order:
                         if args.quiet_wait > 0:
-                            memmon.wait_for_quiet(args.quiet_wait, NOISY_FOREIGN_CORES)
+                            waited = time.monotonic()
+                            busy = memmon.wait_for_quiet(args.quiet_wait, NOISY_FOREIGN_CORES)
+                            print(
+                                f"[regression] machine busy {busy:.2f} cores before the run "
+                                f"(waited {time.monotonic() - waited:.0f} s)",
+                                flush=True,
+                            )
                         rows.append(run_one(side, name, task, python, tmp / "runs", rnd))
         except KeyboardInterrupt:
             interrupted = True
