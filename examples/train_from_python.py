@@ -16,7 +16,7 @@ import dataclasses
 
 from surge.config.load import load_config
 from surge.runtime.controller import train
-from surge.workers.evaluator import evaluate
+from surge.evaluation.checkpoint import evaluate
 
 
 def main() -> None:

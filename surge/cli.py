@@ -210,7 +210,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from surge.workers.evaluator import evaluate
+    from surge.evaluation.checkpoint import evaluate
 
     allowed = {"episodes": int, "deterministic": bool, "seed": int}
     options: dict[str, object] = {}

@@ -36,7 +36,7 @@ WORKER_KINDS: dict[str, str] = {
     "trainer": "surge.workers.trainer:build",
     "policy": "surge.workers.policy:build",
     "actor": "surge.workers.actor:build",
-    "evaluator": "surge.workers.evaluator:build",
+    "evaluator": "surge.workers.evaluation:build",
 }
 """Worker kind -> `module:function` that builds one inside its process (`Factory`). An import
 path, so every process (spawned, or a Ray actor on another node) finds the kind the same way.

@@ -23,7 +23,7 @@ from surge.errors import UserError
 METRICS_FILE = "metrics.jsonl"
 
 # TensorBoard tag for each known metric, CleanRL-style groups. Keys not listed go under
-# `other/`; `env_steps` is the x axis and is not plotted against itself.
+# `other/` unless they name a group (`eval/...`); `env_steps` is the x axis.
 TB_TAGS: dict[str, str] = {
     "episode_return_mean": "charts/episode_return_mean",
     "episode_length_mean": "charts/episode_length_mean",
@@ -48,7 +48,8 @@ CLOCK_KEY = "time"  # Unix time of the record: TensorBoard stamps its own, so it
 
 
 def tb_tag(key: str) -> str:
-    return TB_TAGS.get(key, f"other/{key}")
+    """A metric's TensorBoard tag; keys that name their group (`eval/return_mean`) keep it."""
+    return TB_TAGS.get(key, key if "/" in key else f"other/{key}")
 
 
 def _clean(value: Any) -> Any:

@@ -63,3 +63,55 @@ def read_mp4(path: Path) -> list[np.ndarray]:
     av = require_av()
     with av.open(str(path)) as container:
         return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+
+
+class TensorBoardVideo:
+    """Episode videos in TensorBoard's Images tab: an animated GIF in an image summary, which
+    is what `torch.utils.tensorboard.SummaryWriter.add_video` writes, through tensorboard's own
+    event writer (no torch import). Frames are thinned to at most `max_frames` and shrunk to
+    at most `max_side` pixels, so a video costs a few hundred KB, not the whole episode."""
+
+    def __init__(self, log_dir: Path, max_frames: int = 120, max_side: int = 256) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._writer = EventFileWriter(str(log_dir), filename_suffix=".video")
+        self.max_frames, self.max_side = max_frames, max_side
+
+    def add(self, tag: str, frames: Sequence[np.ndarray], step: int, fps: float) -> None:
+        import time
+
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        gif, height, width = gif_bytes(frames, fps, self.max_frames, self.max_side)
+        image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
+        summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+        self._writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def gif_bytes(
+    frames: Sequence[np.ndarray], fps: float, max_frames: int, max_side: int
+) -> tuple[bytes, int, int]:
+    """(animated GIF, height, width) of `frames`, thinned and shrunk (Pillow)."""
+    import io
+
+    from PIL import Image
+
+    if not frames:
+        raise ValueError("no frames to encode")
+    stride = max(1, -(-len(frames) // max_frames))
+    kept = frames[::stride]
+    height, width = kept[0].shape[:2]
+    scale = min(1.0, max_side / max(height, width))
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    images = [Image.fromarray(np.asarray(f[..., :3], np.uint8)).resize(size) for f in kept]
+    out = io.BytesIO()
+    duration_ms = max(20, round(1000 * stride / max(fps, 1e-6)))
+    images[0].save(
+        out, format="GIF", save_all=True, append_images=images[1:], duration=duration_ms, loop=0
+    )
+    return out.getvalue(), size[1], size[0]

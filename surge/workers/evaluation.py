@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from surge.envs.make import make_env
-from surge.evaluation.episodes import eval_env_config, play_episodes
-from surge.evaluation.policy import EvalPolicy
+from surge.evaluation.episodes import eval_env_config, play_episodes, render_fps
+from surge.models.flat_policy import FlatPolicy
 from surge.streams.params import NONE, ParameterService
 from surge.streams.results import ResultWriter
 from surge.tracking.video import TensorBoardVideo, write_mp4
@@ -45,11 +45,11 @@ class EvalWorker:
         self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
         self.inbox = b.transport.channel(b.inbox)  # the trainer announces versions here
         self.results = ResultWriter(b.transport, b.port("evaluations"))
-        self.flat = np.zeros(ctx.n_params, np.float32)
         self.video = cfg.eval.video_every > 0
         self.env = make_env(eval_env_config(cfg.env, video=self.video))
         seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
-        self.policy = EvalPolicy(self.env.observation_space, self.env.action_space, cfg.model, seed)
+        spaces = (self.env.observation_space, self.env.action_space)
+        self.policy = FlatPolicy(*spaces, cfg.model, seed)
         self.index, self.workers = b.index, cfg.eval.workers
         self.started = time.monotonic()
         self.next = self._next_turn(self._due())  # the next evaluation this worker plays
@@ -78,8 +78,8 @@ class EvalWorker:
 
     def _evaluate(self, number: int) -> None:
         e = self.cfg.eval
-        version = self.params.read(self.flat)
-        self.policy.load(self.flat)
+        version = self.params.read(self.policy.flat)
+        self.policy.reload()
         record = self.video and number % e.video_every == 0
         played = play_episodes(
             self.env,
@@ -87,6 +87,7 @@ class EvalWorker:
             episodes=e.episodes,
             seed=derive_seed(self.cfg.seed, "eval-episodes", self.ctx.resumes, number),
             deterministic=e.deterministic,
+            clip_actions=self.cfg.env.clip_actions,
             record_first=record,
             on_step=self.control.beat,  # an episode may outlast workers.heartbeat_timeout_s
         )
@@ -106,7 +107,7 @@ class EvalWorker:
     def _save_video(self, version: int, frames: list[np.ndarray]) -> None:
         """`videos/eval-v<version>.mp4`, the name `surge eval --video` uses, and TensorBoard
         (at the env steps of that version: version x batch steps)."""
-        fps = float(self.env.metadata.get("render_fps") or 30)
+        fps = render_fps(self.env)
         write_mp4(self.ctx.run_dir / "videos" / f"eval-v{version:08d}.mp4", frames, fps)
         if self.cfg.log.tensorboard:
             if self.board is None:

@@ -19,9 +19,8 @@ import time
 
 import numpy as np
 
-from surge.algos.normalize import ObsNormalizer, obs_stats_size
 from surge.algos.ppo_common import POLICY_OUTPUTS
-from surge.models.numpy_policy import NumpyPolicy, numpy_layout
+from surge.models.flat_policy import FlatPolicy
 from surge.streams.inference import InferenceServer, request_obs
 from surge.streams.params import ParameterService
 from surge.streams.ports import Port
@@ -32,32 +31,6 @@ from surge.workers.base import Binding, RunContext, derive_seed
 
 def build(ctx: RunContext, b: Binding) -> PolicyWorker:
     return PolicyWorker(ctx, b)
-
-
-class TorchPolicy:
-    """`ActorCritic.act` on numpy batches: for models the numpy path does not cover (CNNs)."""
-
-    def __init__(self, ctx: RunContext, seed: int) -> None:
-        import torch  # only processes that run a torch policy pay for the import
-
-        from surge.models.actor_critic import ActorCritic
-
-        self.torch = torch
-        self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, ctx.cfg.model)
-        self.model.eval()
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def load(self, flat: np.ndarray) -> None:
-        from surge.workers.weights import flat_to_model
-
-        flat_to_model(flat, self.model)
-
-    def act(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        torch = self.torch
-        with torch.inference_mode():
-            t_obs = {k: torch.from_numpy(v) for k, v in obs.items()}
-            action, logp, value = self.model.act(t_obs, generator=self.generator)
-        return action.numpy(), logp.numpy(), value.numpy()
 
 
 class PolicyEngine:
@@ -73,21 +46,10 @@ class PolicyEngine:
     ) -> None:
         cfg = ctx.cfg
         self.params = ParameterService(transport, params.block)
-        # One version: the weights, then the observation statistics (algos/normalize.py).
-        self.flat = np.zeros(ctx.n_params, np.float32)
-        n_stats = obs_stats_size(ctx.env.observation_space, cfg.model.normalize_obs)
-        n_weights = ctx.n_params - n_stats
-        self.weights, self.stats = self.flat[:n_weights], self.flat[n_weights:]
-        self.normalizer = (
-            ObsNormalizer(ctx.env.observation_space, cfg.model.clip_obs) if n_stats else None
-        )
+        env = ctx.env
+        self.policy = FlatPolicy(env.observation_space, env.action_space, cfg.model, seed)
+        assert self.policy.flat.size == ctx.n_params, "the policy and the trainer disagree"
         self.loaded = -1  # version of the parameters in use; -1: none yet
-        layout = numpy_layout(ctx.env.observation_space, ctx.env.action_space, cfg.model)
-        self.policy: NumpyPolicy | TorchPolicy
-        if layout is not None:  # reads self.weights: `refresh` has it rebuild its weights
-            self.policy = NumpyPolicy(layout, self.weights, np.random.default_rng(seed))
-        else:
-            self.policy = TorchPolicy(ctx, seed)
         self.group_size = cfg.workers.envs_per_group
         self.obs = request_obs(arrays)
         self.action, self.version = arrays["action"], arrays["version"]
@@ -99,13 +61,8 @@ class PolicyEngine:
         """Load the newest parameters if they are newer than the loaded ones."""
         if self.params.latest_version() <= self.loaded:
             return False
-        self.loaded = self.params.read(self.flat)
-        if isinstance(self.policy, TorchPolicy):
-            self.policy.load(self.weights)
-        else:
-            self.policy.reload()
-        if self.normalizer is not None:
-            self.normalizer.load(self.stats)
+        self.loaded = self.params.read(self.policy.flat)
+        self.policy.reload()
         return True
 
     def servable(self, groups: set[int]) -> list[int]:
@@ -117,9 +74,7 @@ class PolicyEngine:
         rows = slice(groups[0], groups[0] + k) if contiguous else groups  # a view, not a copy
         ids = self.request_id[rows].copy()  # before the observations: see streams/inference.py
         obs = {key: v[rows].reshape(n, *v.shape[2:]) for key, v in self.obs.items()}
-        if self.normalizer is not None:  # the statistics of the loaded version
-            obs = self.normalizer(obs)
-        action, *outputs = self.policy.act(obs)
+        action, *outputs = self.policy.act(obs)  # normalised with its version's statistics
         self.action[rows] = action.reshape(k, self.group_size, *self.action.shape[2:])
         for slots, values in zip(self.outputs, outputs, strict=True):
             slots[rows] = values.reshape(k, self.group_size)

@@ -215,7 +215,7 @@ class TrainerWorker:
             self.metrics.write(
                 {
                     "env_steps": self.env_steps,
-                    "wall_time_s": round(self.wall_time_s(), 3),
+                    "time": round(time.time(), 3),
                     "eval/policy_version": int(result["version"]),
                     "eval/episodes": int(result["episodes"]),
                     "eval/return_mean": result["return_mean"],

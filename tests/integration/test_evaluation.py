@@ -35,9 +35,9 @@ def _check_eval_output(run_dir: Path) -> None:
     assert len(rows) >= 2, rows
     for row in rows:
         assert row["eval/episodes"] == 2
-        assert 8 <= float(row["eval/length_mean"]) <= 500  # type: ignore[arg-type]
-        assert float(row["eval/return_mean"]) == float(row["eval/length_mean"])  # type: ignore[arg-type]
-        assert int(row["eval/policy_version"]) % 5 == 0 or int(row["eval/policy_version"]) > 5  # type: ignore[call-overload]
+        length = float(row["eval/length_mean"])  # type: ignore[arg-type]
+        assert 8 <= length <= 500
+        assert row["eval/return_mean"] == length  # CartPole: +1 per step
     versions = [int(r["eval/policy_version"]) for r in rows]  # type: ignore[call-overload]
     assert versions == sorted(versions) and versions[0] >= 5, versions
     assert any(r["eval/video"] for r in rows)
@@ -55,7 +55,7 @@ def test_eval_workers_write_rows_and_videos(runtime: str, run_dir: Path) -> None
     args = ["train", "cartpole-ppo", f"run_dir={run_dir}", f"runtime={runtime}", *QUICK, *EVAL]
     if runtime == "ray":
         os.environ.update(RAY_ENV)  # inherited by `surge` and the Ray instance it starts
-    result = run_surge(*args, "total_env_steps=8192", timeout=300)
+    result = run_surge(*args, "total_env_steps=40000", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     _check_eval_output(run_dir)
     workers = json.loads((run_dir / "workers.json").read_text())["workers"]
@@ -74,14 +74,16 @@ def test_killed_eval_worker_is_restarted_and_training_never_waits(run_dir: Path)
     try:
         assert wait_for(lambda: _eval_rows(run_dir), 120), "no evaluation was logged"
         (victim,) = [p for p in worker_processes(run_dir) if "evaluator-0" in " ".join(p.cmdline())]
+        # Frozen (SIGSTOP: it neither reads its inbox nor reports), it must not hold training
+        # up: the trainer's announcements to it are dropped, never waited on.
+        victim.send_signal(signal.SIGSTOP)
+        steps_at_stop = metrics_so_far(run_dir)[-1]["env_steps"]
+        assert wait_for(
+            lambda: metrics_so_far(run_dir)[-1]["env_steps"] > steps_at_stop + 40_000, 60
+        ), "training stalled while the evaluation worker was frozen"
         victim.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
-        steps_at_kill = metrics_so_far(run_dir)[-1]["env_steps"]
         rows_at_kill = len(_eval_rows(run_dir))
-        # Training goes on while the evaluator is dead and while its successor starts.
-        assert wait_for(
-            lambda: metrics_so_far(run_dir)[-1]["env_steps"] > steps_at_kill + 20_000, 60
-        ), "training stalled after the evaluation worker died"
 
         def restarted() -> bool:
             rows = json.loads((run_dir / "workers.json").read_text())["workers"]
@@ -100,4 +102,6 @@ def test_killed_eval_worker_is_restarted_and_training_never_waits(run_dir: Path)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, proc.stderr.read()[-3000:] if proc.stderr else ""
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == 130, stderr[-3000:]  # interrupted, after saving a checkpoint
+    assert "evaluator-0 failed (process" in stderr and "restarting it (1/3)" in stderr

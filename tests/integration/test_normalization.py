@@ -15,11 +15,12 @@ import torch
 from surge.algos.normalize import ObsNormalizer, stats_vector
 from surge.config.load import load_config
 from surge.envs.make import make_env
+from surge.evaluation.checkpoint import checkpoint_flat, evaluate
 from surge.models.actor_critic import ActorCritic
+from surge.models.flat_policy import FlatPolicy
 from surge.runtime.controller import resume, train
 from surge.streams.params import ParameterService
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
-from surge.workers.evaluator import evaluate, frozen_obs_normalizer
 from surge.workers.trainer import TrainerWorker
 from tests.conftest import run_surge
 
@@ -97,7 +98,10 @@ def test_eval_applies_the_statistics_frozen(
     train(cfg, name)
     state, saved = _saved_stats(run)
     env = make_env(cfg.env)
-    normalizer = frozen_obs_normalizer(cfg, env.observation_space, state)
+    # The checkpoint as the published vector of its version: weights, then the statistics.
+    policy = FlatPolicy(env.observation_space, env.action_space, cfg.model, seed=0)
+    policy.load(checkpoint_flat(cfg, env, state))
+    normalizer = policy.normalizer
     assert normalizer is not None
 
     # With the statistics the policy acts differently than on raw observations.

@@ -109,3 +109,32 @@ def _spec():  # type: ignore[no-untyped-def]
     from surge.envs.spaces import ArraySpec
 
     return ArraySpec((), np.dtype(np.int64))
+
+
+def test_notify_never_blocks_on_a_full_channel(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A publisher's wake-ups to a subscriber that stopped reading (hung, or an evaluation
+    worker busy playing) are dropped once the pipe is full: the publisher never waits."""
+    spec = create_shm({}, ["slow"])
+    try:
+        channel = ShmTransport(spec).channel("slow")
+        start = time.monotonic()
+        for _ in range(40_000):  # 160 KB of records: more than a pipe holds
+            channel.notify(-1)
+        assert time.monotonic() - start < 5.0
+        assert set(channel.recv(0.0)) == {-1}
+    finally:
+        destroy_shm(spec)
+
+
+def test_results_rows_survive_a_writer_that_died_mid_write() -> None:
+    from surge.streams.results import ResultReader, ResultWriter, results_layout
+
+    t = InlineTransport({"evaluations": results_layout(2, ("version", "score"))}, [])
+    port = Port("evaluations", "results", "evaluations", slots=(1,))
+    reader = ResultReader(t, Port("evaluations", "results", "evaluations", slots=(0, 1)))
+    ResultWriter(t, port).write({"version": 5, "score": 1.5})
+    assert reader.new() == [{"version": 5.0, "score": 1.5}] and reader.new() == []
+    t.block("evaluations")["seq"][1] += 1  # a life died between its two bumps: torn row
+    assert reader.new() == []  # a row being written is never read
+    ResultWriter(t, port).write({"version": 6, "score": 2.0})  # the next life
+    assert reader.new() == [{"version": 6.0, "score": 2.0}]

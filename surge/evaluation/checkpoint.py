@@ -1,0 +1,109 @@
+"""`surge eval RUN`: whole episodes with a run's newest checkpoint, after (or during) training.
+
+The checkpoint's model state becomes the same flat vector the trainer publishes (weights,
+then the observation statistics of that version), and is played by the same `FlatPolicy` and
+`play_episodes` as the evaluation workers use during training.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from surge.algos.normalize import stats_vector
+from surge.config.load import load_config
+from surge.config.schema import ExperimentConfig
+from surge.envs.make import make_env
+from surge.errors import UserError
+from surge.evaluation.episodes import eval_env_config, play_episodes, render_fps
+from surge.models.flat_policy import FlatPolicy
+from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
+from surge.tracking.video import write_mp4
+from surge.workers.base import derive_seed
+
+
+def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
+    """The published vector of the checkpoint's version: the model's parameters in the
+    trainer's order, then (with `model.normalize_obs`) its observation statistics as the
+    policy of that version applied them."""
+    import torch
+
+    from surge.models.actor_critic import ActorCritic
+    from surge.workers.weights import model_to_flat
+
+    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    model.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
+    flat = model_to_flat(model)
+    if not cfg.model.normalize_obs:
+        return flat
+    saved = state.get("normalizer")
+    if saved is None or "obs_mean" not in saved:
+        raise UserError(
+            "this run normalises observations (model.normalize_obs) but its checkpoint "
+            "holds no observation statistics",
+            "evaluate a checkpoint written by this version of surge",
+        )
+    mean = np.asarray(saved["obs_mean"], np.float64)
+    var = np.asarray(saved["obs_var"], np.float64)
+    return np.concatenate([flat, stats_vector(mean, var)]).astype(np.float32)
+
+
+def evaluate(
+    run_dir: Path,
+    episodes: int = 10,
+    deterministic: bool = True,
+    seed: int | None = None,
+    video: bool = False,
+) -> dict[str, Any]:
+    """Run `episodes` episodes with the run's newest checkpoint; writes `eval.json` too.
+    `video`: the first episode is also recorded to `run_dir/videos/eval-v<version>.mp4`
+    (the env rendered with `render_mode="rgb_array"`; tracking/video.py)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise UserError(f"{run_dir} is not a surge run directory (no config.yaml)")
+    if episodes < 1:
+        raise UserError(f"episodes={episodes}: expected at least 1")
+    cfg, _ = load_config(str(run_dir / "config.yaml"), [])
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise UserError(f"{run_dir} has no checkpoint to evaluate")
+    state = load_checkpoint(checkpoint)
+    import torch
+
+    torch.set_num_threads(1)
+    env = make_env(eval_env_config(cfg.env, video))
+    seed = cfg.seed if seed is None else seed
+    policy = FlatPolicy(
+        env.observation_space, env.action_space, cfg.model, derive_seed(seed, "eval")
+    )
+    policy.load(checkpoint_flat(cfg, env, state))
+    played = play_episodes(
+        env,
+        policy,
+        episodes,
+        derive_seed(seed, "eval-env"),
+        deterministic,
+        clip_actions=cfg.env.clip_actions,
+        record_first=video,
+    )
+    env.close()
+    version = int(state["version"])
+    result = {
+        "checkpoint": str(checkpoint),
+        "policy_version": version,
+        "env_steps": int(state["env_steps"]),
+        "episodes": episodes,
+        "deterministic": deterministic,
+        "return_mean": played.return_mean,
+        "return_std": played.return_std,
+        "length_mean": played.length_mean,
+        "returns": played.returns,
+    }
+    if video:
+        path = run_dir / "videos" / f"eval-v{version:08d}.mp4"
+        result["video"] = str(write_mp4(path, played.frames, render_fps(env)))
+    (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
+    return result

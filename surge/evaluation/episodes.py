@@ -1,0 +1,98 @@
+"""Playing whole episodes with one policy version: returns, lengths and, if asked, frames.
+
+One env, one episode at a time, each reset with its own seed, so an evaluation is
+reproducible from (seed, version) and independent of the envs training uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from surge.config.schema import EnvConfig
+from surge.envs.group import action_converter
+from surge.envs.spaces import split_obs
+from surge.models.flat_policy import FlatPolicy
+from surge.tracking.video import require_av
+from surge.workers.base import derive_seed
+
+
+def eval_env_config(env: EnvConfig, video: bool) -> EnvConfig:
+    """The env config to evaluate with; with `video`, the env renders `rgb_array` frames (and
+    pygame-rendered envs need neither a display nor sound: SDL's dummy drivers)."""
+    if not video:
+        return env
+    require_av()  # a UserError naming the extra, before any episode is played
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    return dataclasses.replace(env, kwargs={**env.kwargs, "render_mode": "rgb_array"})
+
+
+@dataclass
+class EpisodeResults:
+    returns: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    frames: list[np.ndarray] = field(default_factory=list)
+    """[H, W, 3] uint8 frames of the first episode, when it was recorded."""
+
+    @property
+    def return_mean(self) -> float:
+        return float(np.mean(self.returns))
+
+    @property
+    def return_std(self) -> float:
+        return float(np.std(self.returns))
+
+    @property
+    def length_mean(self) -> float:
+        return float(np.mean(self.lengths))
+
+
+def play_episodes(
+    env: gym.Env[Any, Any],
+    policy: FlatPolicy,
+    episodes: int,
+    seed: int,
+    deterministic: bool,
+    clip_actions: bool = True,
+    record_first: bool = False,
+    on_step: Callable[[], None] | None = None,
+) -> EpisodeResults:
+    """Play `episodes` whole episodes with `policy`; episode i is reset with a seed derived
+    from (`seed`, i). `record_first`: keep the first episode's rendered frames (the env must
+    render `rgb_array`). `on_step` is called after every step (e.g. a worker's heartbeat:
+    one episode may last longer than the heartbeat timeout)."""
+    to_env = action_converter(env.action_space, clip_actions)
+    results = EpisodeResults()
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=derive_seed(seed, "episode", episode) % 2**31)
+        recording = record_first and episode == 0
+        if recording:
+            results.frames.append(env.render())  # type: ignore[arg-type]
+        total, steps, done = 0.0, 0, False
+        while not done:
+            fields = {
+                k: np.asarray(v)[None] for k, v in split_obs(obs, env.observation_space).items()
+            }
+            action = policy.act(fields, deterministic)[0]
+            obs, reward, terminated, truncated, _ = env.step(to_env(action[0]))
+            total += float(reward)
+            steps += 1
+            done = bool(terminated or truncated)
+            if recording:
+                results.frames.append(env.render())  # type: ignore[arg-type]
+            if on_step is not None:
+                on_step()
+        results.returns.append(total)
+        results.lengths.append(steps)
+    return results
+
+
+def render_fps(env: gym.Env[Any, Any]) -> float:
+    return float(env.metadata.get("render_fps") or 30)
