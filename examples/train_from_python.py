@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 
 from surge.config.load import load_config
-from surge.runtime.controller import train
 from surge.evaluation.checkpoint import evaluate
+from surge.runtime.controller import train
 
 
 def main() -> None:
