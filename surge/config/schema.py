@@ -381,7 +381,7 @@ class EvalConfig:
     """Record the first episode of every this many evaluations as an MP4 under
     `run_dir/videos/` (and in TensorBoard); 0: no videos. Needs the `video` extra."""
 
-    nice: int = 10
+    nice: int = 19
     """OS niceness added to evaluation processes, so that they use the CPU training leaves."""
 
 
