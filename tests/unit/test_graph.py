@@ -62,7 +62,7 @@ def test_evaluators_subscribe_and_report_to_the_trainer() -> None:
     assert ev["evaluations"].sends_to == ("trainer-0",) and ev["evaluations"].slots == (1,)
     assert g.ports("trainer-0")["evaluations"].hears_from == ("evaluator-0", "evaluator-1")
     spec = g.workers[-1]
-    assert spec.nice == 10 and spec.pod == g.leader.pod and spec.restartable
+    assert spec.nice == 19 and spec.pod == g.leader.pod and spec.restartable
 
 
 def test_unknown_kinds_and_streams_are_refused() -> None:
