@@ -8,6 +8,7 @@ then the observation statistics of that version), and is played by the same `Fla
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from surge.envs.make import make_env
 from surge.errors import UserError
 from surge.evaluation.episodes import eval_env_config, play_episodes, render_fps
 from surge.models.flat_policy import FlatPolicy
+from surge.models.numpy_policy import numpy_layout
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
 from surge.tracking.video import write_mp4
 from surge.workers.base import derive_seed
@@ -28,15 +30,22 @@ from surge.workers.base import derive_seed
 def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
     """The published vector of the checkpoint's version: the model's parameters in the
     trainer's order, then (with `model.normalize_obs`) its observation statistics as the
-    policy of that version applied them."""
-    import torch
+    policy of that version applied them. MLPs need no torch: their parameters go in the
+    layout's order (models/numpy_policy.py), which is the trainer's."""
+    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
+    if layout is not None:
+        model = state["model"]
+        flat = np.concatenate([np.asarray(model[name]).reshape(-1) for name, _ in layout.params])
+        flat = flat.astype(np.float32)
+    else:
+        import torch
 
-    from surge.models.actor_critic import ActorCritic
-    from surge.workers.weights import model_to_flat
+        from surge.models.actor_critic import ActorCritic
+        from surge.workers.weights import model_to_flat
 
-    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
-    model.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
-    flat = model_to_flat(model)
+        net = ActorCritic(env.observation_space, env.action_space, cfg.model)
+        net.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
+        flat = model_to_flat(net)
     if not cfg.model.normalize_obs:
         return flat
     saved = state.get("normalizer")
@@ -71,15 +80,14 @@ def evaluate(
     if checkpoint is None:
         raise UserError(f"{run_dir} has no checkpoint to evaluate")
     state = load_checkpoint(checkpoint)
-    import torch
-
-    torch.set_num_threads(1)
     env = make_env(eval_env_config(cfg.env, video))
     seed = cfg.seed if seed is None else seed
     policy = FlatPolicy(
         env.observation_space, env.action_space, cfg.model, derive_seed(seed, "eval")
     )
     policy.load(checkpoint_flat(cfg, env, state))
+    if "torch" in sys.modules:  # a CNN (or a torch checkpoint's tensors): one thread
+        sys.modules["torch"].set_num_threads(1)
     played = play_episodes(
         env,
         policy,

@@ -133,6 +133,35 @@ def test_eval_applies_the_statistics_frozen(
         np.testing.assert_array_equal(unchanged[key], value)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_checkpoint_flat_is_the_vector_the_trainer_published(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `surge eval` loads from a checkpoint is bit for bit what an evaluation worker
+    reads from the parameter service at that version."""
+    published: dict[int, np.ndarray] = {}
+    original = ParameterService.publish
+
+    def spy(self: ParameterService, version: int, flat: np.ndarray) -> None:
+        published[version] = np.array(flat, np.float32)
+        original(self, version, flat)
+
+    monkeypatch.setattr(ParameterService, "publish", spy)  # the serial runtime: one process
+    run = tmp_path / "run"
+    cfg, name = load_config(
+        "pendulum-ppo",
+        [*NORMALIZED, "total_env_steps=768", f"model.backend={backend}", f"run_dir={run}"],
+    )
+    assert train(cfg, name).reason == "budget"
+    state, _ = _saved_stats(run)
+    assert state["backend"] == backend and state["version"] == 3
+    env = make_env(cfg.env)
+    flat = checkpoint_flat(cfg, env, state)
+    np.testing.assert_array_equal(flat, published[3])
+    assert not np.array_equal(flat, published[2])  # a version apart, they differ
+    env.close()
+
+
 @pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs the mujoco extra")
 def test_hopper_preset_trains_evaluates_and_resumes(tmp_path: Path) -> None:
     """The CI's short MuJoCo check: the preset as shipped (local runtime), two updates."""
