@@ -34,5 +34,6 @@ def add_evaluators(graph: Graph, cfg: ExperimentConfig, trainer: WorkerSpec, par
         note=f"{e.episodes} {mode} episode(s) every {every}, logged as eval/* by the trainer",
     )
     for ev in evaluators:
-        graph = graph.with_worker(ev, {params: [Edge(trainer.name, ev.name)]})
+        # Not woken by each publish: an evaluator looks for new versions on its own clock.
+        graph = graph.with_worker(ev, {params: [Edge(trainer.name, ev.name, wake=False)]})
     return graph.with_stream(stream, results_layout(e.workers, EVAL_FIELDS))

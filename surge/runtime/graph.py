@@ -96,6 +96,10 @@ class Edge:
     target: str
     slots: tuple[int, ...] = ()
     """Rows of the stream's block this edge carries (e.g. the env groups of an actor)."""
+    wake: bool = True
+    """The writer wakes the reader's inbox on each write. False: the reader looks on its own
+    clock (an evaluator checks for new versions twice a second; waking it on every publish
+    would cost the busy cores a context switch per version)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class Graph:
                 kind=s.kind,
                 block=s.block,
                 sends_to=tuple(dict.fromkeys(e.target for e in out)),
+                wakes=tuple(dict.fromkeys(e.target for e in out if e.wake)),
                 hears_from=tuple(dict.fromkeys(e.source for e in into)),
                 slots=tuple(sorted({k for e in out + into for k in e.slots})),
                 peer_slots=tuple(

@@ -239,7 +239,12 @@ class _Run:
                 away.setdefault(self._node(e.target), []).append(e.target)
         calls = [self.agents[n].serve_params.remote(stream.block, subs) for n, subs in away.items()]
         remote_agents = [self.agents[n] for n in away]
-        announced_on = [name for subs in away.values() for name in subs]
+        # The forwarder waits on the first of these inboxes (then drains the others), so a
+        # subscriber the publisher wakes goes first; without one it checks every 0.5 s.
+        woken = {e.target for e in stream.edges if e.wake}
+        announced_on = sorted(
+            (n for subs in away.values() for n in subs), key=lambda n: n not in woken
+        )
         calls.append(
             self.agents[home_node].start_params_forwarder.remote(
                 stream.block, remote_agents, announced_on, self.ctx.n_params

@@ -22,6 +22,8 @@ class Port:
     """The shared-memory block that holds the stream's data."""
     sends_to: tuple[str, ...] = ()
     """Workers this one writes to (their inboxes are named after them)."""
+    wakes: tuple[str, ...] = ()
+    """Those of `sends_to` it wakes after each write (the others look on their own clock)."""
     hears_from: tuple[str, ...] = ()
     """Workers that write to this one."""
     slots: tuple[int, ...] = ()

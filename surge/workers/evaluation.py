@@ -43,7 +43,9 @@ class EvalWorker:
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(1)
         self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
-        self.inbox = b.transport.channel(b.inbox)  # the trainer announces versions here
+        # Nobody writes here but the controller at shutdown: waiting on it is the poll clock
+        # (drive's timeout, 0.5 s), so new versions cost the busy cores no wake-up each.
+        self.inbox = b.transport.channel(b.inbox)
         self.results = ResultWriter(b.transport, b.port("evaluations"))
         self.video = cfg.eval.video_every > 0
         self.env = make_env(eval_env_config(cfg.env, video=self.video))
@@ -70,7 +72,7 @@ class EvalWorker:
     def poll(self, timeout: float) -> bool:
         due = self._due()
         if due < self.next or self.params.latest_version() == NONE:
-            self.inbox.recv(timeout)  # woken by the trainer's announcements
+            self.inbox.recv(timeout)
             return False
         self._evaluate(self.next)
         self.next = self._next_turn(max(due, self.next))

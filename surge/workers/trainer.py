@@ -66,7 +66,7 @@ class TrainerWorker:
         if alone and alone != cfg.workers.trainer_threads:
             self.learner.use_threads(self._threads)
         published = b.port_of_kind("versions")
-        subscribers = [transport.channel(name) for name in published.sends_to]
+        subscribers = [transport.channel(name) for name in published.wakes]
         self.params = ParameterService(transport, published.block, subscribers)
         # Evaluation workers' results (recipes/evaluation.py), logged as eval/* rows.
         results = b.ports.get("evaluations")

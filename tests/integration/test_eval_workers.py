@@ -9,12 +9,14 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
 from surge.tracking.metrics import read_metrics
 from surge.tracking.video import read_mp4
-from tests.conftest import QUICK, SURGE, metrics_so_far, run_surge, wait_for, worker_processes
+from tests.conftest import QUICK, SURGE, metrics_so_far, run_surge, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -24,6 +26,11 @@ RAY_ENV = {
     "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
+
+
+def _evaluator(run_dir: Path) -> dict[str, Any]:
+    rows = json.loads((run_dir / "workers.json").read_text())["workers"]
+    return dict(next(w for w in rows if w["name"] == "evaluator-0"))
 
 
 def _eval_rows(run_dir: Path) -> list[dict[str, object]]:
@@ -58,22 +65,23 @@ def test_eval_workers_write_rows_and_videos(runtime: str, run_dir: Path) -> None
     result = run_surge(*args, "total_env_steps=40000", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     _check_eval_output(run_dir)
-    workers = json.loads((run_dir / "workers.json").read_text())["workers"]
-    assert {"name": "evaluator-0", "state": "stopped"}.items() <= next(
-        w for w in workers if w["name"] == "evaluator-0"
-    ).items()
+    assert _evaluator(run_dir)["state"] == "stopped"
 
 
-def test_killed_eval_worker_is_restarted_and_training_never_waits(run_dir: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+@pytest.mark.parametrize("runtime", ["local", "ray"])
+def test_killed_eval_worker_is_restarted_and_training_never_waits(
+    runtime: str, run_dir: Path
+) -> None:
+    env = {**os.environ, **RAY_ENV, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [*SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", *QUICK, "eval.workers=1",
-         "eval.every_versions=20", "eval.episodes=1", "total_env_steps=10000000"],
+        [*SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", f"runtime={runtime}", *QUICK,
+         "eval.workers=1", "eval.every_versions=20", "eval.episodes=1",
+         "total_env_steps=10000000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         assert wait_for(lambda: _eval_rows(run_dir), 120), "no evaluation was logged"
-        (victim,) = [p for p in worker_processes(run_dir) if "evaluator-0" in " ".join(p.cmdline())]
+        victim = psutil.Process(_evaluator(run_dir)["pid"])  # a process, or a Ray actor's
         # Frozen (SIGSTOP: it neither reads its inbox nor reports), it must not hold training
         # up: the trainer's announcements to it are dropped, never waited on.
         victim.send_signal(signal.SIGSTOP)
@@ -86,8 +94,7 @@ def test_killed_eval_worker_is_restarted_and_training_never_waits(run_dir: Path)
         rows_at_kill = len(_eval_rows(run_dir))
 
         def restarted() -> bool:
-            rows = json.loads((run_dir / "workers.json").read_text())["workers"]
-            ev = next(w for w in rows if w["name"] == "evaluator-0")
+            ev = _evaluator(run_dir)
             return bool(ev["restarts"] == 1 and ev["state"] == "running")
 
         assert wait_for(restarted, 60), "the evaluation worker was not restarted"
@@ -104,4 +111,4 @@ def test_killed_eval_worker_is_restarted_and_training_never_waits(run_dir: Path)
             proc.wait()
     stderr = proc.stderr.read() if proc.stderr else ""
     assert proc.returncode == 130, stderr[-3000:]  # interrupted, after saving a checkpoint
-    assert "evaluator-0 failed (process" in stderr and "restarting it (1/3)" in stderr
+    assert "evaluator-0 failed (" in stderr and "restarting it" in stderr

@@ -61,6 +61,9 @@ def test_evaluators_subscribe_and_report_to_the_trainer() -> None:
     assert ev["params.default"].hears_from == ("trainer-0",)
     assert ev["evaluations"].sends_to == ("trainer-0",) and ev["evaluations"].slots == (1,)
     assert g.ports("trainer-0")["evaluations"].hears_from == ("evaluator-0", "evaluator-1")
+    published = g.ports("trainer-0")["params.default"]
+    assert published.sends_to == ("policy-0", "evaluator-0", "evaluator-1")
+    assert published.wakes == ("policy-0",)  # evaluators look on their own clock
     spec = g.workers[-1]
     assert spec.nice == 19 and spec.pod == g.leader.pod and spec.restartable
 
