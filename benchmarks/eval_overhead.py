@@ -32,6 +32,18 @@ EVAL_ON = ("eval.workers=1",)  # and the default eval.* settings
 DEFAULT_TASKS = ("cartpole-appo", "cartpole-ppo")
 
 
+def eval_cpu_share(run: Path) -> float | None:
+    """The evaluation worker's share of all CPU time the run used (its timing.json): what
+    evaluation took from the machine, free of the run-to-run noise of steps/s."""
+    path = run / "surge-run" / "timing.json"
+    if not path.exists():
+        return None
+    timing = json.loads(path.read_text())
+    total = timing["total"]["cpu_total_s"]
+    used = sum(v["cpu_total"] for k, v in timing["processes"].items() if k.startswith("evaluator-"))
+    return used / total if total else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS))
@@ -55,8 +67,15 @@ def main() -> int:
                 with_eval = dataclasses.replace(task, overrides=task.overrides + EVAL_ON)
                 runs = [(off, task), (on, with_eval)]
                 for side, variant in runs if rnd % 2 == 0 else runs[::-1]:
-                    rows.append(R.run_one(side, name, variant, python, Path(tmp), rnd))
+                    row = R.run_one(side, name, variant, python, Path(tmp), rnd)
+                    row["eval_cpu_share"] = eval_cpu_share(Path(tmp) / f"{name}-r{rnd}-{side.name}")
+                    rows.append(row)
     summary = [R.summarize(name, rows) for name in tasks]
+    for s in summary:
+        shares = [
+            r["eval_cpu_share"] for r in rows if r["task"] == s["task"] and r["side"] == "head"
+        ]
+        s["eval_cpu_share"] = R._stats([x for x in shares if x is not None])
     meta = {
         "date": time.strftime("%Y-%m-%d"),
         "argv": " ".join(sys.argv[1:]),
@@ -91,9 +110,13 @@ def markdown(meta: dict, summary: list[dict]) -> str:  # type: ignore[type-arg]
         "off of the two runs of a round, run back to back in alternating order; median and "
         "min..max over rounds. Target: >= 0.95.",
         "",
+        "eval CPU share: the evaluation worker's CPU seconds over the CPU seconds of every "
+        "process of the run (timing.json of the `on` runs; median, max): what evaluation "
+        "took from the machine, measured without the run-to-run noise of steps/s.",
+        "",
         "| task | off steps/s | on steps/s | ratio on/off (median) | min..max | quiet rounds "
-        "| verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| verdict | eval CPU share (median, max) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
         r, q = s["ratio"], s["ratio_quiet"]
@@ -102,9 +125,14 @@ def markdown(meta: dict, summary: list[dict]) -> str:  # type: ignore[type-arg]
         lines.append(
             f"| {s['task']} | {R._f(s['base_sps']['median'], ',.0f')} "
             f"| {R._f(s['head_sps']['median'], ',.0f')} | **{R._f(r['median'], '.3f')}** "
-            f"| {R._f(r['min'], '.3f')}..{R._f(r['max'], '.3f')} | {quiet} | {verdict} |"
+            f"| {R._f(r['min'], '.3f')}..{R._f(r['max'], '.3f')} | {quiet} | {verdict} "
+            f"| {_pct(s['eval_cpu_share']['median'])}, {_pct(s['eval_cpu_share']['max'])} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.2f}%"
 
 
 if __name__ == "__main__":
