@@ -1,0 +1,144 @@
+"""Built-in LLM RL tasks: procedural prompts with held-out splits, and their verifiers.
+
+A task yields `Problem`s (prompt, reference answer, metadata) and scores a completion with a
+reward in [0, 1]. Problems are drawn from a seeded generator; the held-out split is a fixed
+part of the problem space (chosen by a hash of the problem, not by the seed), so training
+never sees a held-out problem whatever the seeds.
+
+- `Arithmetic(digits)`: "12+34=" -> "46". Reward 1 for the exact sum, read up to the first
+  character that is not a digit.
+- `Countdown(numbers, max_value)`: reach a target from given numbers with + - * / and
+  parentheses, each number at most once: "3 7 25 50 -> 81:" -> "50+25+3+7-...". Reward 1
+  when the expression uses only those numbers, each at most once, and evaluates to the
+  target exactly; the expression is parsed, never executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import random
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+Split = Literal["train", "heldout"]
+HELDOUT_EVERY = 10
+"""One problem in this many belongs to the held-out split."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str
+    answer: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _split_of(key: str) -> Split:
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return "heldout" if int.from_bytes(digest, "little") % HELDOUT_EVERY == 0 else "train"
+
+
+class Arithmetic:
+    """`digits`-digit addition."""
+
+    def __init__(self, digits: int = 2) -> None:
+        if digits < 1:
+            raise ValueError(f"digits={digits}: expected at least 1")
+        self.digits = digits
+        self.low, self.high = 10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1
+
+    def sample(self, split: Split, n: int, rng: random.Random) -> list[Problem]:
+        out: list[Problem] = []
+        while len(out) < n:
+            a, b = rng.randint(self.low, self.high), rng.randint(self.low, self.high)
+            prompt = f"{a}+{b}="
+            if _split_of(prompt) == split:
+                out.append(Problem(prompt, str(a + b), {"a": a, "b": b}))
+        return out
+
+    @staticmethod
+    def reward(problem: Problem, completion: str) -> float:
+        digits = ""
+        for ch in completion.strip():
+            if not ch.isdigit():
+                break
+            digits += ch
+        return 1.0 if digits == problem.answer else 0.0
+
+
+class Countdown:
+    """Reach the target with `numbers` numbers (each used at most once)."""
+
+    def __init__(self, numbers: int = 4, max_value: int = 50) -> None:
+        if numbers < 2:
+            raise ValueError(f"numbers={numbers}: expected at least 2")
+        self.numbers, self.max_value = numbers, max_value
+
+    def sample(self, split: Split, n: int, rng: random.Random) -> list[Problem]:
+        out: list[Problem] = []
+        while len(out) < n:
+            nums = [rng.randint(1, self.max_value) for _ in range(self.numbers)]
+            expr = self._random_expression(nums, rng)
+            target = _evaluate(ast.parse(expr, mode="eval").body)
+            if target is None or target.denominator != 1 or not 0 < target <= 1000:
+                continue
+            prompt = f"{' '.join(map(str, nums))} -> {int(target)}:"
+            if _split_of(prompt) == split:
+                out.append(Problem(prompt, expr, {"numbers": nums, "target": int(target)}))
+        return out
+
+    @staticmethod
+    def _random_expression(nums: list[int], rng: random.Random) -> str:
+        """A solution: the numbers in random order joined by random operators."""
+        order = rng.sample(nums, len(nums))
+        expr = str(order[0])
+        for x in order[1:]:
+            expr = f"({expr}{rng.choice('+-*/')}{x})"
+        return expr
+
+    @staticmethod
+    def reward(problem: Problem, completion: str) -> float:
+        text = completion.strip().split("\n")[0].strip()
+        try:
+            tree = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            return 0.0
+        used = _numbers_of(tree)
+        if used is None:
+            return 0.0
+        available = list(problem.meta["numbers"])
+        for x in used:
+            if x not in available:
+                return 0.0
+            available.remove(x)
+        return 1.0 if _evaluate(tree) == problem.meta["target"] else 0.0
+
+
+_OPS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__, ast.Mult: Fraction.__mul__}
+
+
+def _evaluate(node: ast.AST) -> Fraction | None:
+    """The exact value of an expression of integers, + - * / and parentheses; None for
+    anything else (names, calls, powers, division by zero)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return Fraction(node.value)
+    if isinstance(node, ast.BinOp):
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if left is None or right is None:
+            return None
+        if isinstance(node.op, ast.Div):
+            return None if right == 0 else left / right
+        op = _OPS.get(type(node.op))
+        return None if op is None else op(left, right)
+    return None
+
+
+def _numbers_of(node: ast.AST) -> list[int] | None:
+    """The integer literals of an allowed expression, or None if it has anything else."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return [node.value]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        left, right = _numbers_of(node.left), _numbers_of(node.right)
+        return None if left is None or right is None else left + right
+    return None
