@@ -6,7 +6,8 @@
 # `envpool` extra brings EnvPool so the tests run `env.backend=envpool` for real, the
 # `mujoco` extra MuJoCo so they train the hopper-ppo preset for a few seconds, the
 # `minigrid` extra MiniGrid for the small-image (small_cnn) learning test, `video` PyAV for
-# episode videos, and `wandb` lets them check `log.wandb=true` (offline).
+# episode videos, `wandb` lets them check `log.wandb=true` (offline), and `llm` brings
+# transformers and tokenizers for LLM RL (surge/llm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -15,5 +16,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0" \
-  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb]"
+  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb,llm]"
 echo "surge installed in .venv ($(.venv/bin/python -c 'import torch, surge; print("torch", torch.__version__)'))"

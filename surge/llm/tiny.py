@@ -1,0 +1,68 @@
+"""The built-in language model: a tiny Llama and a character tokenizer, made here.
+
+No weights exist on these machines and nothing may download, so the built-in LLM presets
+train their own model (a supervised warm start, then RL). Both pieces are plain Hugging Face
+objects: `save_pretrained` writes a directory that `AutoModelForCausalLM` and
+`AutoTokenizer` load with no surge installed, and a user's own model directory takes their
+place (`model.path`).
+
+Defaults (about 1M parameters: hidden 128, 4 layers, 4 heads of 32) follow the measured
+TRL setup in ../shared/reference/llmrl.md 8.4, so the comparison with TRL starts from the
+same kind of model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = (PAD, BOS, EOS, UNK)
+ARITHMETIC_ALPHABET = "0123456789+="
+COUNTDOWN_ALPHABET = "0123456789+-*/() >:"
+
+
+def char_tokenizer(alphabet: str) -> Any:
+    """A `PreTrainedTokenizerFast` with one token per character of `alphabet` (after the
+    special tokens <pad> <bos> <eos> <unk>); decoding joins characters back without spaces."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list(dict.fromkeys(alphabet))
+    vocab = {token: i for i, token in enumerate([*SPECIALS, *chars])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS, unk_token=UNK
+    )
+
+
+def tiny_llama(
+    vocab_size: int,
+    hidden: int = 128,
+    layers: int = 4,
+    heads: int = 4,
+    max_length: int = 64,
+    seed: int = 0,
+) -> Any:
+    """A freshly initialised `LlamaForCausalLM` (seeded) of `hidden` x `layers`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if hidden % heads or hidden // heads < 32:
+        raise ValueError(f"hidden={hidden}, heads={heads}: want a head size of at least 32")
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_length,
+        pad_token_id=SPECIALS.index(PAD),
+        bos_token_id=SPECIALS.index(BOS),
+        eos_token_id=SPECIALS.index(EOS),
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
