@@ -8,7 +8,6 @@ then the observation statistics of that version), and is played by the same `Fla
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from surge.models.flat_policy import FlatPolicy
 from surge.models.numpy_policy import numpy_layout
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
 from surge.tracking.video import write_mp4
-from surge.workers.base import derive_seed
+from surge.workers.base import derive_seed, limit_torch_threads
 
 
 def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
@@ -86,8 +85,7 @@ def evaluate(
         env.observation_space, env.action_space, cfg.model, derive_seed(seed, "eval")
     )
     policy.load(checkpoint_flat(cfg, env, state))
-    if "torch" in sys.modules:  # a CNN (or a torch checkpoint's tensors): one thread
-        sys.modules["torch"].set_num_threads(1)
+    limit_torch_threads(1)  # if a CNN (or a checkpoint's tensors) brought torch
     played = play_episodes(
         env,
         policy,

@@ -62,10 +62,11 @@ class FlatPolicy:
     ) -> None:
         layout = numpy_layout(obs_space, action_space, model)
         self.policy: NumpyPolicy | TorchActing
-        torch_policy = (
-            None if layout is not None else TorchActing(obs_space, action_space, model, seed)
-        )
-        n_weights = layout_size(layout) if layout is not None else torch_policy.size()  # type: ignore[union-attr]
+        if layout is None:
+            self.policy = TorchActing(obs_space, action_space, model, seed)
+            n_weights = self.policy.size()
+        else:
+            n_weights = layout_size(layout)
         n_stats = obs_stats_size(obs_space, model.normalize_obs)
         self.flat = np.zeros(n_weights + n_stats, np.float32)
         """The published vector of the loaded version: weights, then observation statistics."""
@@ -73,9 +74,6 @@ class FlatPolicy:
         self.normalizer = ObsNormalizer(obs_space, model.clip_obs) if n_stats else None
         if layout is not None:  # its weights are views of self.weights: `reload` rebuilds
             self.policy = NumpyPolicy(layout, self.weights, np.random.default_rng(seed))
-        else:
-            assert torch_policy is not None
-            self.policy = torch_policy
 
     def reload(self) -> None:
         """Use the parameters now in `flat`."""

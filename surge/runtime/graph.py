@@ -134,9 +134,6 @@ class Graph:
         """One inbox per worker, named after it."""
         return [spec.name for spec in self.workers]
 
-    def stream(self, name: str) -> StreamSpec:
-        return next(s for s in self.streams if s.name == name)
-
     def ports(self, name: str) -> dict[str, Port]:
         """The ports of worker `name`, by stream name: whom it sends to and hears from."""
         ports = {}

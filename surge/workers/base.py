@@ -81,6 +81,15 @@ class Worker(Protocol):
     def close(self) -> None: ...
 
 
+def limit_torch_threads(n: int) -> None:
+    """torch's intra-op threads, if this process runs torch (OMP_NUM_THREADS covers the rest).
+    Call it after building what may import torch (a CNN policy does so when it is built)."""
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+
+
 def derive_seed(seed: int, *keys: int | str) -> int:
     """A seed for one component, independent of the others (e.g. (seed, "env", actor, k, i))."""
     words = [seed] + [

@@ -15,7 +15,6 @@ skipped, never queued, so a slow evaluator lags behind, it does not pile up work
 
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
@@ -26,7 +25,7 @@ from surge.models.flat_policy import FlatPolicy
 from surge.streams.params import NONE, ParameterService
 from surge.streams.results import ResultWriter
 from surge.tracking.video import TensorBoardVideo, write_mp4
-from surge.workers.base import Binding, RunContext, derive_seed
+from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_threads
 
 
 def build(ctx: RunContext, b: Binding) -> EvalWorker:
@@ -40,8 +39,6 @@ class EvalWorker:
         self.finished = False
         self.ctx = ctx
         self.control = b.control
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(1)
         self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
         # Nobody writes here but the controller at shutdown: waiting on it is the poll clock
         # (drive's timeout, 0.5 s), so new versions cost the busy cores no wake-up each.
@@ -52,6 +49,7 @@ class EvalWorker:
         seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
         spaces = (self.env.observation_space, self.env.action_space)
         self.policy = FlatPolicy(*spaces, cfg.model, seed)
+        limit_torch_threads(1)
         self.index, self.workers = b.index, cfg.eval.workers
         self.started = time.monotonic()
         self.next = self._next_turn(self._due())  # the next evaluation this worker plays

@@ -26,7 +26,7 @@ from surge.streams.params import ParameterService
 from surge.streams.ports import Port
 from surge.streams.transport import Transport
 from surge.tracking.timing import INFERENCE
-from surge.workers.base import Binding, RunContext, derive_seed
+from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_threads
 
 
 def build(ctx: RunContext, b: Binding) -> PolicyWorker:
@@ -88,11 +88,11 @@ class PolicyWorker:
         self.name = b.name
         self.finished = False
         self.timers = b.control.timers
-        _limit_threads(cfg.workers.policy_threads)
         self.server = InferenceServer(b.transport, b.port("inference"), b.inbox)
         seed = derive_seed(cfg.seed, "policy", ctx.resumes, b.index)
         params = b.port_of_kind("versions")
         self.engine = PolicyEngine(ctx, self.server.arrays, b.transport, params, seed)
+        limit_torch_threads(cfg.workers.policy_threads)
         self._woken = True  # look at the slots once at start: a restart finds requests there
 
     def poll(self, timeout: float) -> bool:
@@ -125,9 +125,9 @@ class InlineInference:
     """
 
     def __init__(self, ctx: RunContext, b: Binding, arrays: dict[str, np.ndarray]) -> None:
-        _limit_threads(ctx.cfg.workers.actor_threads)
         seed = derive_seed(ctx.cfg.seed, "inline-policy", ctx.resumes, b.index)
         self.engine = PolicyEngine(ctx, arrays, b.transport, b.port_of_kind("versions"), seed)
+        limit_torch_threads(ctx.cfg.workers.actor_threads)
         self._published = b.transport.channel(b.inbox)  # the trainer announces versions here
         self._pending: set[int] = set()
         self.timers = b.control.timers
@@ -156,11 +156,3 @@ class InlineInference:
         self.engine.infer(serve)
         self.timers.add(INFERENCE, t)
         return serve
-
-
-def _limit_threads(n: int) -> None:
-    """torch's intra-op threads, if this process runs torch (OMP_NUM_THREADS covers the rest)."""
-    import sys
-
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(n)

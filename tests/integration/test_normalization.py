@@ -39,6 +39,14 @@ NORMALIZED = [
 BATCH = 256
 
 
+def _train_normalized(run: Path, steps: int, *overrides: str) -> tuple[Any, Any]:
+    """(config, result) of a serial pendulum-ppo run with normalisation, into `run`."""
+    cfg, name = load_config(
+        "pendulum-ppo", [*NORMALIZED, f"total_env_steps={steps}", f"run_dir={run}", *overrides]
+    )
+    return cfg, train(cfg, name)
+
+
 def _saved_stats(run: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     state = load_checkpoint(latest_checkpoint(run))  # type: ignore[arg-type]
     return state, {k: np.asarray(v) for k, v in state["normalizer"].items()}
@@ -49,11 +57,8 @@ def test_resume_continues_with_the_checkpointed_statistics(
     tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = tmp_path / "run"
-    cfg, name = load_config(
-        "pendulum-ppo",
-        [*NORMALIZED, "total_env_steps=1024", f"model.backend={backend}", f"run_dir={run}"],
-    )
-    assert train(cfg, name).reason == "budget"
+    _, result = _train_normalized(run, 1024, f"model.backend={backend}")
+    assert result.reason == "budget"
     state, saved = _saved_stats(run)
     assert state["version"] == 4
     assert saved["obs_count"] == pytest.approx(4 * BATCH + 1e-4)
@@ -94,8 +99,7 @@ def test_eval_applies_the_statistics_frozen(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = tmp_path / "run"
-    cfg, name = load_config("pendulum-ppo", [*NORMALIZED, "total_env_steps=1024", f"run_dir={run}"])
-    train(cfg, name)
+    cfg, _ = _train_normalized(run, 1024)
     state, saved = _saved_stats(run)
     env = make_env(cfg.env)
     # The checkpoint as the published vector of its version: weights, then the statistics.
@@ -148,11 +152,8 @@ def test_checkpoint_flat_is_the_vector_the_trainer_published(
 
     monkeypatch.setattr(ParameterService, "publish", spy)  # the serial runtime: one process
     run = tmp_path / "run"
-    cfg, name = load_config(
-        "pendulum-ppo",
-        [*NORMALIZED, "total_env_steps=768", f"model.backend={backend}", f"run_dir={run}"],
-    )
-    assert train(cfg, name).reason == "budget"
+    cfg, result = _train_normalized(run, 768, f"model.backend={backend}")
+    assert result.reason == "budget"
     state, _ = _saved_stats(run)
     assert state["backend"] == backend and state["version"] == 3
     env = make_env(cfg.env)
