@@ -379,7 +379,8 @@ class EvalConfig:
 
     video_every: int = 0
     """Record the first episode of every this many evaluations as an MP4 under
-    `run_dir/videos/` (and in TensorBoard); 0: no videos. Needs the `video` extra."""
+    `run_dir/videos/` (and in TensorBoard); an evaluation skipped because the evaluator lagged
+    passes its video to the next one played. 0: no videos. Needs the `video` extra."""
 
     nice: int = 19
     """OS niceness added to evaluation processes, so that they use the CPU training leaves."""

@@ -11,6 +11,10 @@ Evaluation k (k = 1, 2, ...) is due once the newest version reaches k * `eval.ev
 evaluation workers, worker i takes the evaluations with k % workers == i. An evaluation uses
 the newest version at the time it starts; evaluations that fell due while one was playing are
 skipped, never queued, so a slow evaluator lags behind, it does not pile up work.
+
+Videos: one falls due at every `eval.video_every`-th evaluation number; evaluation worker 0
+records it with the first evaluation it plays at or after that number, so a skipped number
+delays its video, it never drops it (and several evaluation workers never record the same one).
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ from surge.streams.params import NONE, ParameterService
 from surge.streams.results import ResultWriter
 from surge.tracking.video import TensorBoardVideo, write_mp4
 from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_threads
+
+
+def video_due(number: int, video_every: int, recorded: int) -> bool:
+    """Whether evaluation `number` records a video: one is due per `video_every` evaluation
+    numbers, and `recorded` (number // video_every at the last video) were recorded."""
+    return number // video_every > recorded
 
 
 def build(ctx: RunContext, b: Binding) -> EvalWorker:
@@ -44,7 +54,8 @@ class EvalWorker:
         # (drive's timeout, 0.5 s), so new versions cost the busy cores no wake-up each.
         self.inbox = b.transport.channel(b.inbox)
         self.results = ResultWriter(b.transport, b.port("evaluations"))
-        self.video = cfg.eval.video_every > 0
+        self.video = cfg.eval.video_every > 0 and b.index == 0
+        self.videos_recorded = 0  # number // video_every at the last video
         self.env = make_env(eval_env_config(cfg.env, video=self.video))
         seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
         spaces = (self.env.observation_space, self.env.action_space)
@@ -80,7 +91,7 @@ class EvalWorker:
         e = self.cfg.eval
         version = self.params.read(self.policy.flat)
         self.policy.reload()
-        record = self.video and number % e.video_every == 0
+        record = self.video and video_due(number, e.video_every, self.videos_recorded)
         played = play_episodes(
             self.env,
             self.policy,
@@ -93,6 +104,7 @@ class EvalWorker:
         )
         if record:
             self._save_video(version, played.frames)
+            self.videos_recorded = number // e.video_every
         self.results.write(
             {
                 "version": version,

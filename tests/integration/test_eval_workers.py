@@ -20,7 +20,15 @@ from tests.conftest import QUICK, SURGE, metrics_so_far, run_surge, wait_for
 
 pytestmark = pytest.mark.integration
 
-EVAL = ["eval.workers=1", "eval.every_versions=5", "eval.video_every=2", "eval.episodes=2"]
+# eval.nice=0: at the default 19 a busy CI machine may give the evaluator no CPU before this
+# short run ends; that the niced evaluator costs training nothing is benchmarks/eval_overhead.py.
+EVAL = [
+    "eval.workers=1",
+    "eval.every_versions=5",
+    "eval.video_every=2",
+    "eval.episodes=2",
+    "eval.nice=0",
+]
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_AUTH_MODE": "disabled",

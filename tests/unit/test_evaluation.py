@@ -16,6 +16,7 @@ from surge.evaluation.episodes import play_episodes
 from surge.models.actor_critic import ActorCritic
 from surge.models.flat_policy import FlatPolicy, TorchActing
 from surge.tracking.video import TensorBoardVideo, gif_bytes
+from surge.workers.evaluation import video_due
 from surge.workers.weights import model_to_flat
 
 
@@ -95,3 +96,23 @@ def test_tensorboard_gets_an_animated_gif(tmp_path: Path) -> None:
     (image,) = events.Images("eval/video")
     assert image.step == 4096 and (image.height, image.width) == (171, 256)
     assert Image.open(io.BytesIO(image.encoded_image_string)).n_frames == 100
+
+
+@pytest.mark.parametrize(
+    ("played", "every", "recorded"),
+    [
+        ([1, 2, 3, 4, 5, 6], 2, [2, 4, 6]),
+        ([1, 3, 5, 7], 2, [3, 5, 7]),  # a lagging evaluator skips every even number
+        ([1, 4, 9, 10], 3, [4, 9]),  # 3 and 6 skipped: one video each time, never a backlog
+        ([2, 3, 4], 1, [2, 3, 4]),
+    ],
+)
+def test_a_skipped_evaluation_passes_its_video_on(
+    played: list[int], every: int, recorded: list[int]
+) -> None:
+    last, videos = 0, []
+    for number in played:
+        if video_due(number, every, last):
+            videos.append(number)
+            last = number // every
+    assert videos == recorded
