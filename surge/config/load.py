@@ -363,6 +363,27 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("eval.every_s", _positive, "> 0"),
     ("eval.episodes", _at_least(1), ">= 1"),
     ("eval.nice", lambda v: 0 <= v <= 19, "in [0, 19]"),
+    # LLM RL (algo: grpo)
+    *[
+        (f"rollout.{n}", _at_least(1), ">= 1")
+        for n in ("group_size", "prompts_per_batch", "max_new_tokens", "workers", "threads")
+    ],
+    ("rollout.slots", _at_least(0), ">= 0"),
+    ("rollout.temperature", _at_least(0), ">= 0"),
+    ("rollout.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    *[
+        (f"grpo.{n}", _positive, "> 0")
+        for n in ("lr", "clip_high", "behav_cap", "aipo_rho", "max_grad_norm")
+    ],
+    ("grpo.clip_low", lambda v: 0 < v < 1, "in (0, 1)"),
+    *[(f"grpo.{n}", _at_least(0), ">= 0") for n in ("weight_decay", "kl_coef")],
+    ("grpo.threads", _at_least(1), ">= 1"),
+    ("sft.steps", _at_least(0), ">= 0"),
+    ("sft.batch_size", _at_least(1), ">= 1"),
+    ("sft.lr", _positive, "> 0"),
+    ("task.heldout", _at_least(1), ">= 1"),
+    ("task.pass_k", _at_least(0), ">= 0"),
+    *[(f"tiny_model.{n}", _at_least(1), ">= 1") for n in ("hidden", "layers", "heads")],
 ]
 """(field, check, the rule in words): the value checks the types cannot express."""
 
@@ -376,7 +397,10 @@ def validate(cfg: ExperimentConfig) -> None:
                 f"{field}: must be {rule}, got {value!r}", f"change {field} so it is {rule}"
             )
     _check_inference_splits(cfg)
-    _check_minibatches(cfg)
+    if cfg.algo == "grpo":
+        _check_llm(cfg)
+    else:
+        _check_minibatches(cfg)
     _check_extras(cfg)
 
 
@@ -401,6 +425,28 @@ def _check_minibatches(cfg: ExperimentConfig) -> None:
             f"set ppo.minibatches to a divisor of {batch} (e.g. "
             f"{', '.join(map(str, sorted(near)))}), or change ppo.rollout_len or "
             "workers.actors / workers.ring_size / workers.envs_per_group",
+        )
+
+
+def _check_llm(cfg: ExperimentConfig) -> None:
+    r = cfg.rollout
+    if r.slots and r.slots < r.group_size:
+        raise ConfigError(
+            f"rollout.slots={r.slots}: a generation worker needs room for one group "
+            f"(rollout.group_size={r.group_size})",
+            f"set rollout.slots to at least {r.group_size}, or 0 for the default",
+        )
+    if r.group_size < 2 and cfg.grpo.advantage != "dr_grpo":
+        raise ConfigError(
+            f"rollout.group_size=1: grpo.advantage={cfg.grpo.advantage} compares completions "
+            "of one prompt, so it needs at least 2",
+            "raise rollout.group_size (8 is common)",
+        )
+    if importlib.util.find_spec("transformers") is None:
+        raise ConfigError(
+            "algo: grpo needs the transformers and tokenizers packages, which are not installed",
+            "install the extra (pip install 'surge-rl[llm]', or .venv/bin/pip install "
+            "transformers tokenizers in a clone)",
         )
 
 

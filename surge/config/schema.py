@@ -13,8 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from surge.config.llm_schema import (
+    GRPOConfig,
+    RolloutConfig,
+    SFTConfig,
+    TaskConfig,
+    TinyModelConfig,
+)
+
 RuntimeName = Literal["serial", "local", "ray"]
-AlgoName = Literal["ppo", "appo"]
+AlgoName = Literal["ppo", "appo", "grpo"]
 Activation = Literal["tanh", "relu"]
 EnvBackend = Literal["auto", "gymnasium", "ale", "envpool"]
 EncoderName = Literal["auto", "flat", "nature_cnn", "small_cnn"]
@@ -188,7 +196,11 @@ class RayConfig:
 
 @dataclass
 class ModelConfig:
-    """The actor-critic network."""
+    """The actor-critic network (LLM runs: the language model)."""
+
+    path: str | None = None
+    """LLM runs (`algo: grpo`): a local Hugging Face causal LM directory (safetensors weights,
+    config and tokenizer), loaded offline. None: the built-in tiny Llama (`tiny_model`)."""
 
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """Widths of the hidden layers of the MLP torso on the `flat` or `small_cnn` encoder's
@@ -418,8 +430,9 @@ class ExperimentConfig:
     0: synchronous on-policy training (actors wait for every update)."""
 
     algo: AlgoName = "ppo"
-    """The learning algorithm: `ppo` (GAE advantages from the behaviour policy's values) or
-    `appo` (V-trace targets and advantages, corrected for policy lag)."""
+    """The learning algorithm: `ppo` (GAE advantages from the behaviour policy's values),
+    `appo` (V-trace targets and advantages, corrected for policy lag), or `grpo` (LLM RL:
+    group-relative advantages; the sections `task`, `rollout`, `grpo`, `sft`, docs/llm.md)."""
 
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO settings (also used by `appo`)."""
@@ -443,6 +456,21 @@ class ExperimentConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     """The Ray cluster and the resources each worker declares (`runtime=ray` only)."""
 
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """LLM RL: the prompts and their verifier (the environment of `algo: grpo`)."""
+
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """LLM RL: the generation workers."""
+
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    """LLM RL: advantages, loss and optimiser."""
+
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """LLM RL: the supervised warm start before RL."""
+
+    tiny_model: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """LLM RL: the built-in model's sizes (used without `model.path`)."""
+
     # Derived values: computed, never configured.
     @property
     def total_envs(self) -> int:
@@ -450,7 +478,10 @@ class ExperimentConfig:
 
     @property
     def batch_steps(self) -> int:
-        """Env steps in one training batch: one segment of every env."""
+        """Env steps in one training batch: one segment of every env (LLM runs: the batch's
+        completions, each a one-step episode)."""
+        if self.algo == "grpo":
+            return self.rollout.prompts_per_batch * self.rollout.group_size
         return self.ppo.rollout_len * self.total_envs
 
     @property

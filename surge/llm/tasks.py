@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+
+from surge.llm.tiny import ARITHMETIC_ALPHABET, COUNTDOWN_ALPHABET
 
 Split = Literal["train", "heldout"]
 HELDOUT_EVERY = 10
@@ -142,3 +146,81 @@ def _numbers_of(node: ast.AST) -> list[int] | None:
         left, right = _numbers_of(node.left), _numbers_of(node.right)
         return None if left is None or right is None else left + right
     return None
+
+
+# --------------------------------------------------------------------------- the run's task
+
+
+class Task(Protocol):
+    """What LLM RL needs of a task: problems drawn from a split, and a score for a completion."""
+
+    def sample(self, split: Split, n: int, rng: random.Random) -> list[Problem]: ...
+
+    def reward(self, problem: Problem, completion: str) -> float: ...
+
+
+BUILT_IN: dict[str, type] = {"arithmetic": Arithmetic, "countdown": Countdown}
+ALPHABETS = {"arithmetic": ARITHMETIC_ALPHABET, "countdown": COUNTDOWN_ALPHABET}
+"""The characters of each built-in task's prompts and solutions (the built-in tokenizer's)."""
+
+
+class _UserReward:
+    """A task whose verifier is the user's `reward_fn(prompt, completion, **meta) -> float`."""
+
+    def __init__(self, task: Task, reward_fn: Callable[..., float]) -> None:
+        self.task, self.reward_fn = task, reward_fn
+
+    def sample(self, split: Split, n: int, rng: random.Random) -> list[Problem]:
+        return self.task.sample(split, n, rng)
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        meta = {"answer": problem.answer, **problem.meta}
+        return float(self.reward_fn(problem.prompt, completion, **meta))
+
+
+def import_path(path: str, what: str) -> Any:
+    """The object `module:name` names; a clear error naming `what` (a config field)."""
+    module, sep, name = path.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"{what}={path!r}: expected 'module:name'")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{what}={path!r}: cannot import it ({e})") from e
+
+
+def make_task(name: str, kwargs: dict[str, Any], reward_fn: str | None = None) -> Task:
+    """A built-in task by name, a dataset file, or `module:function` returning a task."""
+    task: Task
+    if name in BUILT_IN:
+        task = BUILT_IN[name](**kwargs)
+    elif name.endswith((".jsonl", ".json", ".parquet")):
+        from surge.llm.datasets import FileTask
+
+        task = FileTask(name, **kwargs)
+        if reward_fn is None:
+            raise ValueError(f"task.name={name!r}: a dataset file needs task.reward_fn")
+    elif ":" in name:
+        task = import_path(name, "task.name")(**kwargs)
+    else:
+        raise ValueError(
+            f"task.name={name!r}: expected one of {sorted(BUILT_IN)}, a .jsonl/.parquet file, "
+            "or 'module:function'"
+        )
+    if reward_fn is not None:
+        task = _UserReward(task, import_path(reward_fn, "task.reward_fn"))
+    return task
+
+
+def problem_at(task: Task, split: Split, seed: int, index: int) -> Problem:
+    """Problem `index` of a run's stream of `split` problems: a pure function of (seed, index),
+    so every worker (and a resumed run) sees the same problem under the same index."""
+    key = int.from_bytes(
+        hashlib.blake2b(f"{seed}/{split}/{index}".encode(), digest_size=8).digest()
+    )
+    return task.sample(split, 1, random.Random(key))[0]
+
+
+def heldout_set(task: Task, n: int) -> list[Problem]:
+    """The evaluation problems: the same `n` held-out problems in every run of the task."""
+    return task.sample("heldout", n, random.Random(12345))

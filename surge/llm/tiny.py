@@ -37,6 +37,29 @@ def char_tokenizer(alphabet: str) -> Any:
     )
 
 
+def tiny_config(
+    vocab_size: int, hidden: int = 128, layers: int = 4, heads: int = 4, max_length: int = 64
+) -> Any:
+    """The `LlamaConfig` of the built-in model."""
+    from transformers import LlamaConfig
+
+    if hidden % heads or hidden // heads < 32:
+        raise ValueError(f"hidden={hidden}, heads={heads}: want a head size of at least 32")
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,  # 1.05M parameters at the defaults, as TRL was measured
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_length,
+        pad_token_id=SPECIALS.index(PAD),
+        bos_token_id=SPECIALS.index(BOS),
+        eos_token_id=SPECIALS.index(EOS),
+        tie_word_embeddings=True,
+    )
+
+
 def tiny_llama(
     vocab_size: int,
     hidden: int = 128,
@@ -47,22 +70,8 @@ def tiny_llama(
 ) -> Any:
     """A freshly initialised `LlamaForCausalLM` (seeded) of `hidden` x `layers`."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    if hidden % heads or hidden // heads < 32:
-        raise ValueError(f"hidden={hidden}, heads={heads}: want a head size of at least 32")
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=max_length,
-        pad_token_id=SPECIALS.index(PAD),
-        bos_token_id=SPECIALS.index(BOS),
-        eos_token_id=SPECIALS.index(EOS),
-        tie_word_embeddings=True,
-    )
+    config = tiny_config(vocab_size, hidden, layers, heads, max_length)
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)

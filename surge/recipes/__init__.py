@@ -19,6 +19,7 @@ Recipe = Callable[[ExperimentConfig, EnvInfo, int], Graph]
 RECIPES: dict[str, str] = {
     "ppo": "surge.recipes.ppo:ppo_graph",
     "appo": "surge.recipes.ppo:ppo_graph",  # the same graph; the trainer's loss differs
+    "grpo": "surge.recipes.grpo:grpo_graph",
 }
 """`algo` -> `module:function` of its recipe."""
 

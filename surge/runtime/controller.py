@@ -63,8 +63,14 @@ def train(
     `warm`: a trainer process already started (surge/runtime/warm.py), used by the `local`
     runtime; the caller closes it whatever happens. `recipe`: builds the graph instead of the
     algorithm's own recipe (surge/recipes), e.g. to add a worker of a new kind."""
-    env = probe_env(cfg.env, cfg.seed)  # fail on a bad env before creating anything
-    choose_encoder(env.observation_space, cfg.model)  # and on images no encoder fits
+    env = None
+    if cfg.algo == "grpo":
+        from surge.llm.setup import task_of
+
+        task_of(cfg)  # fail on a bad task before creating anything
+    else:
+        env = probe_env(cfg.env, cfg.seed)  # fail on a bad env before creating anything
+        choose_encoder(env.observation_space, cfg.model)  # and on images no encoder fits
     run_dir = create_run_dir(cfg, name)
     return _run(cfg, run_dir, checkpoint=None, env=env, warm=warm, recipe=recipe)
 
@@ -108,10 +114,18 @@ def _run(
     recipe: Recipe | None = None,
 ) -> TrainResult:
     """Build the graph, launch it on the configured runtime, report."""
-    if env is None:
-        env = probe_env(cfg.env, cfg.seed)
-    n_params = _count_params(cfg, env)
-    start_version, resumes = _resume_point(cfg, env, checkpoint)
+    model_dir = None
+    if cfg.algo == "grpo":
+        from surge.llm import setup
+
+        model_dir = setup.model_directory(cfg, run_dir, resuming=checkpoint is not None)
+        env, n_params = setup.shapes_and_size(cfg, model_dir)
+        start_version, resumes = _llm_resume_point(checkpoint)
+    else:
+        if env is None:
+            env = probe_env(cfg.env, cfg.seed)
+        n_params = _count_params(cfg, env)
+        start_version, resumes = _resume_point(cfg, env, checkpoint)
     if save_config_to is not None:
         dump_yaml(cfg, save_config_to)  # only once the config is known to work
     graph = (recipe or build_graph)(cfg, env, n_params)
@@ -123,8 +137,11 @@ def _run(
         start_version=start_version,
         checkpoint=str(checkpoint) if checkpoint else None,
         resumes=resumes,
+        model_dir=str(model_dir) if model_dir else None,
     )
-    learner = backend_name(ctx)  # here, so that a backend the model cannot use fails early
+    learner = (
+        "torch" if cfg.algo == "grpo" else backend_name(ctx)
+    )  # here, so that a backend the model cannot use fails early
     if learner == "torch":
         learner += f" {importlib.metadata.version('torch')}"
     _print_header(cfg, run_dir, graph.workers, checkpoint, learner)
@@ -151,6 +168,20 @@ def _resume_point(cfg: ExperimentConfig, env: EnvInfo, checkpoint: Path | None) 
         raise UserError(
             f"{checkpoint} does not fit the network this config builds: {problem}",
             "resume with the env and model settings the run was trained with",
+        )
+    return int(state["version"]), int(state["resumes"]) + 1
+
+
+def _llm_resume_point(checkpoint: Path | None) -> tuple[int, int]:
+    if checkpoint is None:
+        return 0, 0
+    from surge.tracking.checkpoint import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    if state.get("kind") != "llm":
+        raise UserError(
+            f"{checkpoint} was not written by an LLM run (algo: grpo)",
+            "resume it with the config it was trained with",
         )
     return int(state["version"]), int(state["resumes"]) + 1
 
@@ -269,20 +300,31 @@ def _print_header(
     checkpoint: Path | None,
     learner: str,
 ) -> None:
-    w = cfg.workers
     names = ", ".join(s.name for s in workers)
-    print(
-        f"surge: {cfg.algo} on {cfg.env.id}, runtime={cfg.runtime}, run_dir={run_dir}",
-        file=sys.stderr,
-    )
+    on = cfg.task.name if cfg.algo == "grpo" else cfg.env.id
+    print(f"surge: {cfg.algo} on {on}, runtime={cfg.runtime}, run_dir={run_dir}", file=sys.stderr)
+    if cfg.algo == "grpo":
+        r = cfg.rollout
+        print(
+            f"  workers: {names}; {r.prompts_per_batch} prompts x {r.group_size} completions "
+            f"per batch; max_policy_lag={cfg.max_policy_lag}; interrupt={r.interrupt}; "
+            f"loss {cfg.grpo.loss}",
+            file=sys.stderr,
+        )
+    else:
+        _print_env_workers(cfg, names, learner)
+    if checkpoint is not None:
+        print(f"  resuming from {checkpoint}", file=sys.stderr)
+
+
+def _print_env_workers(cfg: ExperimentConfig, names: str, learner: str) -> None:
+    w = cfg.workers
     print(
         f"  workers: {names}; {cfg.total_envs} envs ({w.actors} actors x {w.ring_size} groups x "
         f"{w.envs_per_group}); max_policy_lag={cfg.max_policy_lag}; inference {w.inference}; "
         f"learner {learner}",
         file=sys.stderr,
     )
-    if checkpoint is not None:
-        print(f"  resuming from {checkpoint}", file=sys.stderr)
 
 
 def _print_footer(result: TrainResult) -> None:

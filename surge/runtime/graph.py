@@ -37,6 +37,10 @@ WORKER_KINDS: dict[str, str] = {
     "policy": "surge.workers.policy:build",
     "actor": "surge.workers.actor:build",
     "evaluator": "surge.workers.evaluation:build",
+    "generator": "surge.workers.generator:build",
+    "rewarder": "surge.workers.rewarder:build",
+    "llm-trainer": "surge.workers.llm_trainer:build",
+    "llm-evaluator": "surge.workers.llm_evaluator:build",
 }
 """Worker kind -> `module:function` that builds one inside its process (`Factory`). An import
 path, so every process (spawned, or a Ray actor on another node) finds the kind the same way.

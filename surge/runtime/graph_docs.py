@@ -22,6 +22,14 @@ DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "graphs.md"
 def graph_text(source: str | None, overrides: list[str]) -> list[str]:
     """What `surge graph SOURCE OVERRIDES` prints, as lines."""
     cfg, name = load_config(source, overrides)
+    if cfg.algo == "grpo":
+        from surge.llm.setup import shapes_and_size
+
+        model = Path(cfg.model.path) if cfg.model.path else None
+        env, n_params = shapes_and_size(cfg, model)
+        graph = build_graph(cfg, env, n_params)
+        header = f"{name}: {cfg.algo} on {cfg.task.name} (runtime {cfg.runtime})"
+        return [header, *describe(graph)]
     env = probe_env(cfg.env, cfg.seed)
     graph = build_graph(cfg, env, _count_params(cfg, env))
     header = f"{name}: {cfg.algo} on {cfg.env.id} ({cfg.total_envs} envs, runtime {cfg.runtime})"

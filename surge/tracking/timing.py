@@ -64,3 +64,16 @@ def summarize(rows: np.ndarray) -> dict[str, float]:
     out["overhead_s"] = max(0.0, cpu - work)
     out["overhead_frac"] = out["overhead_s"] / cpu if cpu > 0 else float("nan")
     return out
+
+
+def shares_since(rows: np.ndarray, last_totals: np.ndarray) -> dict[str, float]:
+    """Where the CPU time of every process (`rows`: the control block's timing rows) went
+    since the totals `last_totals`: `time_<activity>` and `time_overhead` shares."""
+    window = rows.sum(axis=0) - last_totals
+    cpu = float(window[CPU_TOTAL])
+    if cpu <= 0:
+        return {}
+    shares = {f"time_{name}": float(window[i]) / cpu for i, name in SHARES}
+    work = sum(float(window[i]) for i in WORK)
+    shares["time_overhead"] = max(0.0, cpu - work) / cpu
+    return shares

@@ -37,6 +37,8 @@ class RunContext:
     """Checkpoint the trainer restores, when resuming."""
     resumes: int = 0
     """How many times this run was resumed; mixed into seeds so resumed envs differ."""
+    model_dir: str | None = None
+    """LLM runs: the Hugging Face directory every worker loads its model from."""
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,13 @@ import time
 
 import numpy as np
 
+from surge.config.schema import ExperimentConfig
 from surge.envs.make import make_env
 from surge.evaluation.episodes import eval_env_config, play_episodes, render_fps
 from surge.models.flat_policy import FlatPolicy
 from surge.streams.params import NONE, ParameterService
 from surge.streams.results import ResultWriter
+from surge.streams.transport import Channel
 from surge.tracking.video import TensorBoardVideo, write_mp4
 from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_threads
 
@@ -42,29 +44,24 @@ def build(ctx: RunContext, b: Binding) -> EvalWorker:
     return EvalWorker(ctx, b)
 
 
-class EvalWorker:
-    def __init__(self, ctx: RunContext, b: Binding) -> None:
-        cfg = self.cfg = ctx.cfg
-        self.name = b.name
-        self.finished = False
-        self.ctx = ctx
-        self.control = b.control
-        self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
-        # Nobody writes here but the controller at shutdown: waiting on it is the poll clock
-        # (drive's timeout, 0.5 s), so new versions cost the busy cores no wake-up each.
-        self.inbox = b.transport.channel(b.inbox)
-        self.results = ResultWriter(b.transport, b.port("evaluations"))
-        self.video = cfg.eval.video_every > 0 and b.index == 0
-        self.videos_recorded = 0  # number // video_every at the last video
-        self.env = make_env(eval_env_config(cfg.env, video=self.video))
-        seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
-        spaces = (self.env.observation_space, self.env.action_space)
-        self.policy = FlatPolicy(*spaces, cfg.model, seed)
-        limit_torch_threads(1)
-        self.index, self.workers = b.index, cfg.eval.workers
+class ScheduledEvaluations:
+    """The schedule every evaluation worker keeps (this module's docstring); a subclass sets
+    `cfg`, `params`, `inbox`, `index`, `workers`, `started` and calls `_start_schedule`, and
+    says what one evaluation is (`_evaluate`)."""
+
+    cfg: ExperimentConfig
+    params: ParameterService
+    inbox: Channel
+    index: int
+    workers: int
+    started: float
+    next: int
+
+    def _start_schedule(self, from_version_zero: bool = False) -> None:
+        """`from_version_zero`: evaluation 0 (the starting weights) is due at once, however
+        far training got while this worker started."""
         self.started = time.monotonic()
-        self.next = self._next_turn(self._due())  # the next evaluation this worker plays
-        self.board: TensorBoardVideo | None = None
+        self.next = self._next_turn(-1 if from_version_zero else self._due())
 
     def _due(self) -> int:
         """The newest evaluation number that is due (0: none yet)."""
@@ -86,6 +83,33 @@ class EvalWorker:
         self._evaluate(self.next)
         self.next = self._next_turn(max(due, self.next))
         return True
+
+    def _evaluate(self, number: int) -> None:
+        raise NotImplementedError
+
+
+class EvalWorker(ScheduledEvaluations):
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        cfg = self.cfg = ctx.cfg
+        self.name = b.name
+        self.finished = False
+        self.ctx = ctx
+        self.control = b.control
+        self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
+        # Nobody writes here but the controller at shutdown: waiting on it is the poll clock
+        # (drive's timeout, 0.5 s), so new versions cost the busy cores no wake-up each.
+        self.inbox = b.transport.channel(b.inbox)
+        self.results = ResultWriter(b.transport, b.port("evaluations"))
+        self.video = cfg.eval.video_every > 0 and b.index == 0
+        self.videos_recorded = 0  # number // video_every at the last video
+        self.env = make_env(eval_env_config(cfg.env, video=self.video))
+        seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
+        spaces = (self.env.observation_space, self.env.action_space)
+        self.policy = FlatPolicy(*spaces, cfg.model, seed)
+        limit_torch_threads(1)
+        self.index, self.workers = b.index, cfg.eval.workers
+        self._start_schedule()
+        self.board: TensorBoardVideo | None = None
 
     def _evaluate(self, number: int) -> None:
         e = self.cfg.eval

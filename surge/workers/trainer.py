@@ -261,24 +261,12 @@ class TrainerWorker:
             "actor_life_max": self._life_max,
             **self._latest_stats,
         }
-        record.update(self._time_shares())
+        record.update(timing.shares_since(self.control.timing, self._timing_at_last_log))
+        self._timing_at_last_log = self.control.timing.sum(axis=0)
         self.metrics.write(record)
         self.control.set_progress(steps_per_s=sps, policy_lag_mean=lag)
         self._last_log = (now, self.env_steps)
         self._lag_sum, self._lag_count, self._lag_max = 0.0, 0, 0
-
-    def _time_shares(self) -> dict[str, float]:
-        """Where the CPU time of every process went since the last log (tracking/timing.py)."""
-        totals = self.control.timing.sum(axis=0)
-        window = totals - self._timing_at_last_log
-        self._timing_at_last_log = totals
-        cpu = float(window[timing.CPU_TOTAL])
-        if cpu <= 0:
-            return {}
-        shares = {f"time_{name}": float(window[i]) / cpu for i, name in timing.SHARES}
-        work = sum(float(window[i]) for i in timing.WORK)
-        shares["time_overhead"] = max(0.0, cpu - work) / cpu
-        return shares
 
     # ------------------------------------------------------------------ checkpoints
 

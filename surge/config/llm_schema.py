@@ -1,0 +1,148 @@
+"""Config sections of LLM RL (`algo: grpo`): the task, generation, the loss, the warm start.
+
+Part of the experiment config (surge/config/schema.py imports these); documented the same way,
+by the string under each field (docs/configuration.md). The staleness bound is the top-level
+`max_policy_lag`, shared with every other algorithm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+AdvantageName = Literal["grpo", "dr_grpo", "rloo"]
+LossName = Literal["decoupled", "aipo"]
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arithmetic"
+    """`arithmetic` or `countdown` (built in, procedural, with a held-out split), or
+    `module:function` returning a task object (surge/llm/tasks.py `Task`), or a local `.jsonl` /
+    `.parquet` file with `prompt` and `answer` columns (then set `reward_fn`)."""
+
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the task (`arithmetic`: digits; `countdown`: numbers, max_value)."""
+
+    reward_fn: str | None = None
+    """`module:function` scoring a completion, `f(prompt, completion, **meta) -> float`; None:
+    the task's own verifier."""
+
+    heldout: int = 500
+    """Held-out problems in each evaluation (greedy accuracy, `eval/accuracy`)."""
+
+    pass_k: int = 0
+    """Also sample this many completions per held-out problem (at `rollout.temperature`) and
+    log the share solved by at least one as `eval/pass@k`; 0: greedy accuracy only."""
+
+
+@dataclass
+class RolloutConfig:
+    group_size: int = 8
+    """Completions sampled per prompt (GRPO's G): the advantage compares them."""
+
+    prompts_per_batch: int = 16
+    """Prompts (groups) in one training batch."""
+
+    max_new_tokens: int = 8
+    """Longest completion; a completion that reaches it ends with finish reason `length`."""
+
+    temperature: float = 1.0
+    """Sampling temperature (0: greedy)."""
+
+    top_p: float = 1.0
+    """Nucleus sampling: sample from the smallest set of tokens holding this probability."""
+
+    stop: list[str] = field(default_factory=list)
+    """Strings that end a completion (besides the end-of-sequence token)."""
+
+    slots: int = 0
+    """Sequences a generation worker decodes at once (continuous batching: a finished one
+    frees its slot for the next prompt at once). 0: two batches' worth."""
+
+    interrupt: bool = True
+    """When a new version is published: true, in-flight sequences continue under the new
+    weights (their cache is recomputed; each token keeps the version that produced it, as in
+    AReaL); false, they finish under the old weights first, and new prompts wait."""
+
+    workers: int = 1
+    """Generation workers (each its own process and engine)."""
+
+    threads: int = 1
+    """torch threads of each generation worker."""
+
+
+@dataclass
+class GRPOConfig:
+    advantage: AdvantageName = "grpo"
+    """`grpo`: (r - group mean) / group std; `dr_grpo`: r - group mean; `rloo`: r - mean of
+    the others in the group."""
+
+    loss: LossName = "decoupled"
+    """`decoupled`: AReaL's decoupled PPO (clipped ratio to the proximal policy, the weights
+    before this update, times the behaviour weight, capped at `behav_cap`); `aipo`: LlamaRL's
+    REINFORCE with the truncated importance weight min(pi/mu, `aipo_rho`), no clipping."""
+
+    aggregation: Aggregation = "token-mean"
+    """How token losses become the batch loss (DAPO's token-mean, or per sequence first)."""
+
+    lr: float = 1e-4
+    """AdamW learning rate (constant)."""
+
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+
+    clip_low: float = 0.2
+    """Lower clip of the ratio (1 - clip_low)."""
+
+    clip_high: float = 0.28
+    """Upper clip of the ratio (1 + clip_high); DAPO's asymmetric clip."""
+
+    behav_cap: float = 5.0
+    """Decoupled loss: tokens whose behaviour weight pi_prox/mu exceeds this are masked out."""
+
+    aipo_rho: float = 4.0
+    """AIPO's truncation of the importance weight (2-10 in the paper)."""
+
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to the frozen starting model (0: no reference model is kept)."""
+
+    dynamic_sampling: bool = False
+    """DAPO's filter: groups whose rewards are all equal (no gradient) are left out of the
+    loss."""
+
+    max_grad_norm: float = 1.0
+    """Gradient clipping."""
+
+    threads: int = 1
+    """torch threads of the trainer."""
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 0
+    """Supervised warm-start steps on the task's solutions before RL (cached under
+    `$SURGE_CACHE`, reused by later runs with the same settings). 0: none (use `model.path`'s
+    weights as they are)."""
+
+    batch_size: int = 128
+    """Examples per warm-start step."""
+
+    lr: float = 1e-3
+    """Warm-start learning rate."""
+
+
+@dataclass
+class TinyModelConfig:
+    """The built-in model of LLM runs without `model.path`: a Llama with a character
+    tokenizer of the task, trained from scratch (warm start, then RL)."""
+
+    hidden: int = 128
+    """Hidden size."""
+
+    layers: int = 4
+    """Decoder layers."""
+
+    heads: int = 4
+    """Attention heads (head size = hidden / heads, at least 32)."""

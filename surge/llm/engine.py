@@ -1,0 +1,237 @@
+"""The generation engine: batched sampling with a KV cache and continuous batching.
+
+A fixed number of slots decode together, one token each per `step`. A sequence that ends
+(end-of-sequence token, a stop string, or `max_new_tokens`) frees its slot, and the next queued
+prompt is prefilled into it before the following step, so the batch never waits for its
+longest sequence. Every sampled token comes with its behaviour log-prob (under the
+distribution it was drawn from, after temperature and top-p) and the parameter version that
+drew it.
+
+New weights mid-sequence (AReaL's interruptible generation): `set_version(v, recompute=True)`
+recomputes the cache of every in-flight prefix with the new weights, and decoding continues;
+the tokens drawn before keep their old version. The generation worker chooses between that
+and finishing in-flight sequences under the old weights first (`rollout.interrupt`).
+
+This is the seam an engine such as vLLM would fill (`Engine`): submit, step, set_version.
+The built-in one runs the Hugging Face model's own weights through surge/llm/lean.py.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from surge.llm.lean import KVCache, LeanLlama
+
+
+@dataclass(frozen=True)
+class Request:
+    key: int
+    """The caller's id for it (a generation worker: group x group_size + member)."""
+    prompt: tuple[int, ...]
+
+
+@dataclass
+class Completion:
+    key: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    finish: str = ""
+    """`eos`, `stop` or `length`."""
+
+
+@dataclass
+class _Slot:
+    request: Request
+    out: Completion
+    position: int  # where the last sampled token goes in the cache
+
+
+class Engine:
+    def __init__(
+        self,
+        model: object,
+        slots: int,
+        max_prompt: int,
+        max_new_tokens: int,
+        eos_id: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: tuple[tuple[int, ...], ...] = (),
+        seed: int = 0,
+    ) -> None:
+        self.lean = LeanLlama(model)
+        self.slots: list[_Slot | None] = [None] * slots
+        self.cache = self.lean.new_cache(slots, max_prompt + max_new_tokens)
+        self.max_prompt, self.max_new_tokens = max_prompt, max_new_tokens
+        self.eos_id = eos_id
+        self.temperature, self.top_p = temperature, top_p
+        self.stop = stop
+        self.queue: deque[Request] = deque()
+        self.version = 0
+        self.rng = torch.Generator().manual_seed(seed)
+        self.tokens_generated = 0
+
+    # ------------------------------------------------------------------ the caller's side
+
+    def submit(self, requests: list[Request]) -> None:
+        for r in requests:
+            if not 0 < len(r.prompt) <= self.max_prompt:
+                raise ValueError(
+                    f"a prompt of {len(r.prompt)} tokens: this engine takes 1 to "
+                    f"{self.max_prompt} (raise the task's prompt length limit)"
+                )
+        self.queue.extend(requests)
+
+    @property
+    def active(self) -> int:
+        return sum(s is not None for s in self.slots)
+
+    @property
+    def free(self) -> int:
+        return len(self.slots) - self.active - len(self.queue)
+
+    def idle(self) -> bool:
+        return not self.queue and self.active == 0
+
+    def set_version(self, version: int, recompute: bool) -> None:
+        """The model's weights were replaced by version `version`. `recompute`: rebuild the
+        cache of in-flight sequences with them (else the caller made sure none are in flight)."""
+        self.version = version
+        self.lean.refresh()
+        busy = [i for i, s in enumerate(self.slots) if s is not None]
+        if not busy:
+            return
+        if not recompute:
+            raise RuntimeError("new weights with sequences in flight and no recompute")
+        # The cache holds every token but the last sampled one of each sequence.
+        prefixes = []
+        for i in busy:
+            slot = self.slots[i]
+            assert slot is not None
+            prefixes.append(list(slot.request.prompt) + slot.out.tokens[:-1])
+        with torch.inference_mode():
+            self._prefill(busy, prefixes)
+
+    def drop_all(self) -> None:
+        self.queue.clear()
+        self.slots = [None] * len(self.slots)
+
+    def step(self) -> list[Completion]:
+        """Fill free slots from the queue, then decode one token in every busy slot; the
+        sequences that ended."""
+        with torch.inference_mode():
+            done = self._admit()
+            busy = [i for i, s in enumerate(self.slots) if s is not None]
+            if not busy:
+                return done
+            width = busy[-1] + 1  # decode rows 0..width-1: a prefix view, no gather
+            tokens = torch.zeros(width, dtype=torch.long)
+            positions = torch.zeros(width, dtype=torch.long)
+            for i in busy:
+                slot = self.slots[i]
+                assert slot is not None
+                tokens[i] = slot.out.tokens[-1]
+                positions[i] = slot.position
+            logits = self.lean.decode(self._rows(width), tokens, positions)
+            sampled, logprobs = self._sample(logits[busy])
+            for n, i in enumerate(busy):
+                slot = self.slots[i]
+                assert slot is not None
+                slot.position += 1
+                finished = self._append(slot, int(sampled[n]), float(logprobs[n]))
+                if finished:
+                    done.append(slot.out)
+                    self.slots[i] = None
+            return done
+
+    # ------------------------------------------------------------------ internals
+
+    def _rows(self, width: int) -> KVCache:
+        c = self.cache
+        return KVCache([k[:width] for k in c.keys], [v[:width] for v in c.values])
+
+    def _admit(self) -> list[Completion]:
+        free = [i for i, s in enumerate(self.slots) if s is None]
+        take = min(len(free), len(self.queue))
+        if take == 0:
+            return []
+        requests = [self.queue.popleft() for _ in range(take)]
+        rows = free[:take]
+        logits = self._prefill(rows, [list(r.prompt) for r in requests])
+        sampled, logprobs = self._sample(logits)
+        done = []
+        for n, (i, r) in enumerate(zip(rows, requests, strict=True)):
+            slot = _Slot(r, Completion(r.key), position=len(r.prompt))
+            if self._append(slot, int(sampled[n]), float(logprobs[n])):
+                done.append(slot.out)
+            else:
+                self.slots[i] = slot
+        return done
+
+    def _prefill(self, rows: list[int], prefixes: list[list[int]]) -> torch.Tensor:
+        lengths = torch.tensor([len(p) for p in prefixes])
+        tokens = torch.zeros(len(prefixes), int(lengths.max()), dtype=torch.long)
+        for n, p in enumerate(prefixes):
+            tokens[n, : len(p)] = torch.tensor(p)
+        return self.lean.prefill(self.cache, torch.tensor(rows), tokens, lengths)
+
+    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens and their log-probs under the distribution they were drawn from."""
+        if self.temperature == 0:
+            logp = torch.log_softmax(logits, dim=-1)
+            tokens = logp.argmax(dim=-1)
+            return tokens, logp.gather(1, tokens[:, None])[:, 0]
+        logp = torch.log_softmax(logits / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            logp = nucleus(logp, self.top_p)
+        tokens = torch.multinomial(logp.exp(), 1, generator=self.rng)[:, 0]
+        return tokens, logp.gather(1, tokens[:, None])[:, 0]
+
+    def _append(self, slot: _Slot, token: int, logprob: float) -> bool:
+        """Record a sampled token; True if the sequence ended with it."""
+        out = slot.out
+        out.tokens.append(token)
+        out.logprobs.append(logprob)
+        out.versions.append(self.version)
+        self.tokens_generated += 1
+        if token == self.eos_id:
+            out.finish = "eos"
+        elif any(_ends_with(out.tokens, s) for s in self.stop):
+            out.finish = "stop"
+        elif len(out.tokens) >= self.max_new_tokens:
+            out.finish = "length"
+        return bool(out.finish)
+
+
+def nucleus(logp: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Log-probs renormalised over the smallest set of most likely tokens whose probability
+    reaches `top_p` (the most likely token always stays)."""
+    sorted_logp, order = logp.sort(dim=-1, descending=True)
+    before = sorted_logp.exp().cumsum(dim=-1) - sorted_logp.exp()  # mass above each token
+    drop_sorted = before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    kept = logp.masked_fill(drop, float("-inf"))
+    return torch.log_softmax(kept, dim=-1)
+
+
+def _ends_with(tokens: list[int], suffix: tuple[int, ...]) -> bool:
+    return len(tokens) >= len(suffix) and tuple(tokens[-len(suffix) :]) == suffix
+
+
+def completion_arrays(c: Completion, width: int) -> dict[str, np.ndarray]:
+    """A completion as fixed-width rows (zero-padded), for a stream block."""
+    n = len(c.tokens)
+    out = {
+        "tokens": np.zeros(width, np.int32),
+        "logprobs": np.zeros(width, np.float32),
+        "versions": np.zeros(width, np.int32),
+    }
+    out["tokens"][:n] = c.tokens
+    out["logprobs"][:n] = c.logprobs
+    out["versions"][:n] = c.versions
+    return out

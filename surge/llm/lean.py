@@ -1,0 +1,176 @@
+"""A lean forward pass of Llama-family models, on the Hugging Face model's own parameters.
+
+At the sizes that train on a CPU (about 1M parameters), the transformers forward spends most of
+its time in Python and dispatch, not arithmetic (../shared/reference/llmrl.md 8.6). This
+module computes the same function with fewer, larger operations: one fused q/k/v matmul per
+layer, rotary tables computed once, `scaled_dot_product_attention`, and a KV cache whose rows
+are generation slots (surge/llm/engine.py). It holds no weights of its own: it reads the
+`LlamaForCausalLM` (or Qwen2 / Mistral) module's tensors, so training it trains that model,
+and `save_pretrained` writes what was trained. tests/unit/test_llm_lean.py pins its logits to
+the transformers forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED = ("llama", "mistral", "qwen2")
+
+
+@dataclass
+class KVCache:
+    """Keys and values per layer, `[slots, kv_heads, max_length, head_dim]`."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+
+class LeanLlama:
+    def __init__(self, model: Any) -> None:
+        config = model.config
+        if config.model_type not in SUPPORTED:
+            raise ValueError(
+                f"model_type {config.model_type!r}: the built-in engine runs {SUPPORTED}"
+            )
+        rope = getattr(config, "rope_parameters", None) or {}
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"rope_type {rope['rope_type']!r}: the built-in engine runs 'default'")
+        self.model = model
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = config.rms_norm_eps
+        self.max_length = config.max_position_embeddings
+        theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+        freqs = torch.outer(torch.arange(self.max_length).float(), inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.cos, self.sin = emb.cos(), emb.sin()  # [max_length, head_dim]
+        inner = model.model
+        self.embed = inner.embed_tokens.weight
+        self.norm = inner.norm.weight
+        self.lm_head = model.lm_head.weight
+        self.layers = inner.layers
+        self.fused: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Rebuild the fused q/k/v weights from the model's (after its weights changed, and
+        on every training forward, where the fused weight must stay in the autograd graph)."""
+        fused = []
+        for layer in self.layers:
+            a = layer.self_attn
+            weight = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+            bias = None
+            if a.q_proj.bias is not None:
+                bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+            fused.append((weight, bias))
+        self.fused = fused
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def _qkv(
+        self, i: int, h: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q `[B, heads, T, D]`, k and v `[B, kv_heads, T, D]` of layer i, rotated."""
+        B, T, _ = h.shape
+        weight, bias = self.fused[i]
+        qkv = F.linear(h, weight, bias)
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin), v
+
+    def _finish_layer(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        B, _, T, _ = attn.shape
+        layer = self.layers[i]
+        attn = attn.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)
+        x = x + layer.self_attn.o_proj(attn)
+        h = self._rms(x, layer.post_attention_layernorm.weight)
+        mlp = layer.mlp
+        return x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self._rms(x, self.norm), self.lm_head)
+
+    def _gqa(self) -> bool:
+        return self.kv_heads != self.heads
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits `[B, T, vocab]` of right-padded sequences `[B, T]` (causal attention only:
+        a real token never attends to padding that follows it)."""
+        self.refresh()
+        T = tokens.shape[1]
+        positions = torch.arange(T).expand(tokens.shape[0], T)
+        x = F.embedding(tokens, self.embed)
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(i, self._rms(x, layer.input_layernorm.weight), positions)
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self._gqa())
+            x = self._finish_layer(i, x, attn)
+        return self._logits(x)
+
+    # ------------------------------------------------------------------ generation with a cache
+
+    def new_cache(self, slots: int, length: int) -> KVCache:
+        """Room for `slots` sequences of up to `length` tokens (prompt and completion)."""
+        if length > self.max_length:
+            raise ValueError(
+                f"sequences of {length} tokens: the model has {self.max_length} positions "
+                "(max_position_embeddings)"
+            )
+        shape = (slots, self.kv_heads, length, self.head_dim)
+        n = len(self.layers)
+        return KVCache(
+            [torch.zeros(shape) for _ in range(n)], [torch.zeros(shape) for _ in range(n)]
+        )
+
+    def prefill(
+        self, cache: KVCache, slots: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor
+    ) -> torch.Tensor:
+        """Run right-padded prefixes `tokens [J, P]` (real lengths `lengths`) from position 0
+        into cache rows `slots`; the logits after each prefix's last token, `[J, vocab]`."""
+        J, P = tokens.shape
+        positions = torch.arange(P).expand(J, P)
+        x = F.embedding(tokens, self.embed)
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(i, self._rms(x, layer.input_layernorm.weight), positions)
+            cache.keys[i][slots, :, :P] = k
+            cache.values[i][slots, :, :P] = v
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self._gqa())
+            x = self._finish_layer(i, x, attn)
+        last = x[torch.arange(J), lengths - 1]
+        return self._logits(last)
+
+    def decode(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One token for every cache row (`tokens [S]` at `positions [S]`, each row at its own
+        place; idle rows compute and are ignored, cheaper than gathering the busy ones);
+        appends to the cache and returns the next-token logits `[S, vocab]`."""
+        S = tokens.shape[0]
+        length = cache.keys[0].shape[2]
+        x = F.embedding(tokens, self.embed).unsqueeze(1)  # [S, 1, hidden]
+        visible = (torch.arange(length) <= positions[:, None]).view(S, 1, 1, length)
+        pos = positions.unsqueeze(1)
+        rows = torch.arange(S)
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(i, self._rms(x, layer.input_layernorm.weight), pos)
+            keys, values = cache.keys[i], cache.values[i]
+            keys[rows, :, positions] = k[:, :, 0]
+            values[rows, :, positions] = v[:, :, 0]
+            attn = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=visible, enable_gqa=self._gqa()
+            )
+            x = self._finish_layer(i, x, attn)
+        return self._logits(x[:, 0])

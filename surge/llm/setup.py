@@ -1,0 +1,148 @@
+"""What the controller prepares before an LLM run's graph starts.
+
+- The starting model directory every worker loads: the user's `model.path`, or the built-in
+  tiny model after its supervised warm start (cached, surge/llm/sft.py), or, with
+  `sft.steps: 0`, its random initial weights saved in the run directory. A resumed run uses
+  run_dir/model, written with each checkpoint (its weights come from the checkpoint anyway).
+- The task's shapes, as the `EnvInfo` of a one-step environment: the observation is the
+  prompt's tokens, the action the completion's. The rollout stream is laid out from them.
+- The size of the flat parameter vector the trainer publishes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from surge.config.schema import ExperimentConfig
+from surge.envs.make import EnvInfo
+from surge.errors import ConfigError
+from surge.llm.tasks import ALPHABETS, BUILT_IN, Task, heldout_set, make_task
+
+MAX_LENGTH = 64
+"""Positions of the built-in model: prompt and completion together."""
+PROMPT_SAMPLE = 2000
+"""Problems sampled to size the prompt rows; longer prompts found later are an error."""
+
+
+def task_of(cfg: ExperimentConfig) -> Task:
+    try:
+        return make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e), "see docs/llm.md for the task settings") from None
+
+
+def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Path:
+    """The directory of the weights the run starts from (see the module docstring)."""
+    if resuming and (run_dir / "model" / "config.json").is_file():
+        return run_dir / "model"
+    if cfg.model.path is not None:
+        path = Path(cfg.model.path).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"model.path={cfg.model.path!r}: no Hugging Face model there (no config.json)",
+                "point model.path at a directory written by save_pretrained (weights, "
+                "config.json and the tokenizer files)",
+            )
+        return path
+    if cfg.task.name not in BUILT_IN:
+        raise ConfigError(
+            f"task.name={cfg.task.name!r} has no built-in tokenizer: the built-in model "
+            "knows only the built-in tasks' characters",
+            "set model.path to your Hugging Face model directory",
+        )
+    if cfg.sft.steps > 0:
+        from surge.llm.sft import WarmStartSettings, warm_start
+
+        t = cfg.tiny_model
+        settings = WarmStartSettings(
+            task=cfg.task.name,
+            task_kwargs=dict(cfg.task.kwargs),
+            hidden=t.hidden,
+            layers=t.layers,
+            heads=t.heads,
+            max_length=MAX_LENGTH,
+            steps=cfg.sft.steps,
+            batch_size=cfg.sft.batch_size,
+            lr=cfg.sft.lr,
+            seed=cfg.seed,
+        )
+        return warm_start(settings, log=lambda text: print(f"  {text}", file=sys.stderr))
+    return _initial_model(cfg, run_dir / "model-init")
+
+
+def _initial_model(cfg: ExperimentConfig, directory: Path) -> Path:
+    from transformers.utils import logging
+
+    from surge.llm.tiny import char_tokenizer, tiny_llama
+
+    logging.disable_progress_bar()
+    tokenizer = char_tokenizer(ALPHABETS[cfg.task.name])
+    t = cfg.tiny_model
+    model = tiny_llama(len(tokenizer), t.hidden, t.layers, t.heads, MAX_LENGTH, seed=cfg.seed)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def task_shapes(cfg: ExperimentConfig, task: Task, tokenizer: Any, positions: int) -> EnvInfo:
+    """The prompt rows' width (the longest of `PROMPT_SAMPLE` train problems and the held-out
+    set, plus a quarter for luck) and the completion's, as a one-step env's spaces."""
+    from surge.llm.model import encode_prompt
+
+    problems = task.sample("train", PROMPT_SAMPLE, random.Random(cfg.seed))
+    problems += heldout_set(task, cfg.task.heldout)
+    longest = max(len(encode_prompt(tokenizer, p.prompt)) for p in problems)
+    new = cfg.rollout.max_new_tokens
+    if longest + new > positions:
+        raise ConfigError(
+            f"prompts of up to {longest} tokens plus rollout.max_new_tokens={new} exceed the "
+            f"model's {positions} positions",
+            "lower rollout.max_new_tokens",
+        )
+    width = min(math.ceil(longest * 1.25), positions - new)
+    vocab = len(tokenizer)
+    observation = spaces.Box(0, vocab - 1, (width,), np.int32)
+    action = spaces.MultiDiscrete([vocab] * new)
+    return EnvInfo(observation, action)
+
+
+def tokenizer_and_config(cfg: ExperimentConfig, model_dir: Path | None) -> tuple[Any, Any]:
+    """The tokenizer and model config of `model_dir`, or of the built-in model (None): what
+    the graph's layout needs, without loading (or training) any weights."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    if model_dir is not None:
+        return (
+            AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True),
+            AutoConfig.from_pretrained(str(model_dir), local_files_only=True),
+        )
+    from surge.llm.tiny import char_tokenizer, tiny_config
+
+    tokenizer = char_tokenizer(ALPHABETS[cfg.task.name])
+    t = cfg.tiny_model
+    return tokenizer, tiny_config(len(tokenizer), t.hidden, t.layers, t.heads, MAX_LENGTH)
+
+
+def shapes_and_size(cfg: ExperimentConfig, model_dir: Path | None) -> tuple[EnvInfo, int]:
+    """The task's `EnvInfo` and the flat parameter count (`tokenizer_and_config`)."""
+    tokenizer, config = tokenizer_and_config(cfg, model_dir)
+    env = task_shapes(cfg, task_of(cfg), tokenizer, int(config.max_position_embeddings))
+    return env, count_parameters(config)
+
+
+def count_parameters(config: Any) -> int:
+    """Parameters in the flat vector (`model.parameters()`, tied weights once), counted on
+    the meta device: nothing is allocated."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())

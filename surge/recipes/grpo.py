@@ -1,0 +1,108 @@
+"""The LLM RL graph (asynchronous GRPO family; LlamaRL / AReaL / verl's dataflow):
+
+    generator-i --(rollouts: finished groups)--> rewarder-0 --(scored)--> trainer-0
+    trainer-0 --(params.default: versions)--> generator-* (and the evaluators)
+    evaluator-j --(evaluations: held-out accuracy)--> trainer-0
+
+Generation is SRL's policy worker and actor in one (the prompt is the observation, the verifier
+the environment), the reward worker is its own stage so a slow verifier never stalls
+generation, and the rollout stream's version bound is AReaL's staleness rule
+(streams/rollouts.py).
+"""
+
+from __future__ import annotations
+
+from surge.config.schema import ExperimentConfig
+from surge.envs.make import EnvInfo
+from surge.recipes.evaluation import EVALUATIONS
+from surge.recipes.ppo import POLICY
+from surge.runtime.graph import Edge, Graph, StreamSpec, worker
+from surge.streams.flow import VersionBound
+from surge.streams.params import params_block, params_layout
+from surge.streams.results import results_layout
+from surge.streams.rollouts import rollout_layout
+
+LLM_EVAL_FIELDS = ("version", "problems", "accuracy", "pass_at_k", "length_mean")
+
+
+def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
+    r, g, ray = cfg.rollout, cfg.grpo, cfg.ray
+    # One node holds the whole graph for now: the rollout stream has no cross-node bridge yet.
+    pod = "trainer"
+    trainer = worker(
+        "llm-trainer",
+        0,
+        threads=g.threads,
+        restartable=False,
+        ends_run=True,
+        cpus=ray.trainer_cpus,
+        gpus=ray.trainer_gpus,
+        pod=pod,
+    )
+    generators = [
+        worker(
+            "generator", i, threads=r.threads, cpus=ray.policy_cpus, gpus=ray.policy_gpus, pod=pod
+        )
+        for i in range(r.workers)
+    ]
+    rewarder = worker("rewarder", 0, cpus=ray.actor_cpus, pod=pod)
+    evaluators = [
+        worker("llm-evaluator", i, cpus=ray.eval_cpus, pod=pod, nice=cfg.eval.nice)
+        for i in range(cfg.eval.workers)
+    ]
+    flow = VersionBound(cfg.max_policy_lag)
+    B = r.prompts_per_batch
+    rows = flow.depth * B
+    params = params_block(POLICY)
+    streams = [
+        StreamSpec(
+            "rollouts",
+            "groups",
+            "rollouts",
+            tuple(Edge(gen.name, rewarder.name) for gen in generators),
+            flow,
+            f"{rows} rows of {r.group_size} completions (a prompt each); group k is trained by "
+            f"version k // {B}, and starts {flow.describe()}",
+        ),
+        StreamSpec(
+            "scored",
+            "groups",
+            "rollouts",
+            (Edge(rewarder.name, trainer.name),),
+            flow,
+            "the same rows, scored: the trainer takes batch v's groups in order",
+        ),
+        StreamSpec(
+            params,
+            "versions",
+            params,
+            tuple(Edge(trainer.name, gen.name) for gen in generators)
+            + tuple(Edge(trainer.name, ev.name, wake=False) for ev in evaluators),
+            note=f"the latest version, {n_params:,} float32 values, announced on each publish",
+        ),
+    ]
+    layouts = {
+        "rollouts": rollout_layout(rows, r.group_size, _width(env), r.max_new_tokens),
+        params: params_layout(n_params),
+    }
+    if evaluators:
+        streams.append(
+            StreamSpec(
+                EVALUATIONS,
+                "results",
+                EVALUATIONS,
+                tuple(Edge(ev.name, trainer.name, (ev.index,)) for ev in evaluators),
+                note=f"greedy accuracy on {cfg.task.heldout} held-out problems every "
+                f"{cfg.eval.every_versions or cfg.eval.every_s} "
+                f"{'versions' if cfg.eval.every_versions else 's'}, and at the start",
+            )
+        )
+        layouts[EVALUATIONS] = results_layout(len(evaluators), LLM_EVAL_FIELDS)
+    return Graph([trainer, *generators, rewarder, *evaluators], layouts, streams)
+
+
+def _width(env: EnvInfo) -> int:
+    """The prompt rows' width: the task's observation is the prompt's tokens (llm/setup.py)."""
+    shape = env.observation_space.shape
+    assert shape is not None
+    return int(shape[0])

@@ -1,0 +1,123 @@
+"""The rollout stream of LLM RL: groups of completions, from generation to reward to trainer.
+
+Group k (k = 0, 1, ...) is problem k of the run's training stream, sampled `group_size` times.
+Batch b is groups `b*B .. b*B+B-1` (B = `rollout.prompts_per_batch`), trained by version b,
+in that order: the data order is a function of the seed alone, so a resumed run sees what an
+uninterrupted one would have.
+
+Rows. Group k lives in row `k % R`, R = (max_policy_lag + 1) * B. The stream's version bound
+(streams/flow.py, as for env segments) lets a generation worker start group k only with
+parameters of version >= b - max_policy_lag (b = k // B): AReaL's staleness capacity rule
+(at most (eta + v + 1) * B groups started at trainer version v) in the form that also names
+each group's row. So the previous tenant of a row, group k - R, belongs to batch b - eta - 1,
+already trained when group k may start: a row is never overwritten while it is read, and no
+token is trained more than max_policy_lag versions after the version that produced it.
+
+Hand-over is a state per row, written only by the row's current owner:
+
+    EMPTY -> GENERATING (generation worker) -> GENERATED (it) -> SCORED (reward worker)
+
+A row's `group` says which group it holds. A generation worker sets GENERATED only after the
+last write of the group's last completion, and the reward worker reads only GENERATED rows;
+so a generation worker killed mid-group leaves a GENERATING row that nobody reads, and its
+next life generates that group again from the start. Channel records (row numbers) only wake
+the reader; the states are the truth, so a lost or repeated record loses nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surge.streams.flow import VersionBound
+from surge.streams.transport import BlockLayout, Field, Transport
+
+EMPTY, GENERATING, GENERATED, SCORED = 0, 1, 2, 3
+FINISH = {"eos": 0, "stop": 1, "length": 2}
+
+
+def rollout_layout(rows: int, group_size: int, prompt_len: int, new_tokens: int) -> BlockLayout:
+    g, n = group_size, new_tokens
+    return BlockLayout(
+        {
+            "state": Field((rows,), "<i8"),
+            "group": Field((rows,), "<i8"),
+            "life": Field((rows,), "<i4"),  # the generation worker's life that wrote it
+            "prompt": Field((rows, prompt_len), "<i4"),
+            "prompt_len": Field((rows,), "<i4"),
+            "tokens": Field((rows, g, n), "<i4"),
+            "logprobs": Field((rows, g, n), "<f4"),  # behaviour log-probs
+            "versions": Field((rows, g, n), "<i4"),  # the version that drew each token
+            "length": Field((rows, g), "<i4"),
+            "finish": Field((rows, g), "<i1"),
+            "reward": Field((rows, g), "<f4"),
+        }
+    )
+
+
+def may_start(group: int, version: int, batch_groups: int, flow: VersionBound) -> bool:
+    """Whether a generation worker holding parameters of `version` may start `group` (trained
+    by version group // batch_groups): AReaL's capacity rule, (eta + version + 1) batches."""
+    return flow.min_version(group // batch_groups) <= version
+
+
+class RolloutRows:
+    """A worker's view of the rollout block."""
+
+    def __init__(self, transport: Transport, block: str, batch_groups: int) -> None:
+        self.a = transport.block(block)
+        self.rows = self.a["state"].shape[0]
+        self.batch_groups = batch_groups
+
+    def row(self, group: int) -> int:
+        return group % self.rows
+
+    def holds(self, group: int, at_least: int) -> bool:
+        """Row of `group` holds it, in state `at_least` or later."""
+        r = self.row(group)
+        return int(self.a["group"][r]) == group and int(self.a["state"][r]) >= at_least
+
+    def begin(self, group: int, prompt: list[int], life: int) -> int:
+        """Claim the row for `group` (a generation worker starting it)."""
+        r = self.row(group)
+        a = self.a
+        a["state"][r] = GENERATING  # first: the row's old contents are no longer readable
+        a["group"][r] = group
+        a["life"][r] = life
+        a["prompt"][r] = 0
+        a["prompt"][r, : len(prompt)] = prompt
+        a["prompt_len"][r] = len(prompt)
+        return r
+
+    def put(
+        self,
+        r: int,
+        member: int,
+        tokens: list[int],
+        logprobs: list[float],
+        versions: list[int],
+        finish: str,
+    ) -> None:
+        a, n = self.a, len(tokens)
+        a["tokens"][r, member] = 0
+        a["tokens"][r, member, :n] = tokens
+        a["logprobs"][r, member, :n] = logprobs
+        a["versions"][r, member, :n] = versions
+        a["length"][r, member] = n
+        a["finish"][r, member] = FINISH[finish]
+
+    def set_state(self, r: int, state: int) -> None:
+        self.a["state"][r] = state
+
+    def in_state(self, state: int) -> list[int]:
+        return [int(r) for r in np.flatnonzero(self.a["state"] == state)]
+
+    def batch_ready(self, batch: int) -> bool:
+        start = batch * self.batch_groups
+        return all(self.holds(k, SCORED) for k in range(start, start + self.batch_groups))
+
+    def batch(self, batch: int) -> dict[str, np.ndarray]:
+        """Copies of batch `batch`'s rows, in group order (the rows are refilled once the
+        trainer publishes the next version, so it copies before)."""
+        start = batch * self.batch_groups
+        rows = [self.row(k) for k in range(start, start + self.batch_groups)]
+        return {k: v[rows].copy() for k, v in self.a.items()}

@@ -1,0 +1,404 @@
+"""The trainer of LLM RL: consumes scored groups in batch order, updates, publishes versions.
+
+Batch v (groups v*B .. v*B+B-1, streams/rollouts.py) is trained by version v. One update per
+batch: the proximal policy of AReaL's decoupled loss is then the current weights, so its
+log-probs come from the same forward pass (detached) and cost nothing extra; the behaviour
+weight pi_prox / mu corrects for the versions (and the sampling engine) that drew the tokens.
+AIPO instead weights log pi by min(pi / mu, rho). Both are surge/algos/llm_losses.py.
+
+Everything a run reports about LLM training is logged here: reward, accuracy, response
+length, entropy, KL, clip fraction, the staleness of every trained token (histogram over
+0..max_policy_lag), trained tokens/s, and the evaluation workers' held-out accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from surge.algos import llm_losses as L
+from surge.errors import UserError
+from surge.runtime.control import CHECKPOINT_AND_STOP, STOP
+from surge.streams.params import ParameterService
+from surge.streams.results import ResultReader
+from surge.streams.rollouts import RolloutRows
+from surge.tracking import timing
+from surge.tracking.checkpoint import rng_state
+from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
+from surge.tracking.metrics import MetricsWriter
+from surge.tracking.timing import COPY, LEARN
+from surge.workers.base import Binding, RunContext, limit_torch_threads
+from surge.workers.trainer import _wandb
+from surge.workers.weights import model_to_flat
+
+CHECKPOINT_FORMAT = 1
+HF_DIR = "model"
+"""run_dir/model: the newest checkpoint's weights as a Hugging Face directory."""
+
+
+def build(ctx: RunContext, b: Binding) -> LLMTrainer:
+    return LLMTrainer(ctx, b)
+
+
+def sequences(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """Token rows of a batch, flattened to sequences (group-major): `input` [S, T] (prompt then
+    completion, right-padded), and over next-token positions [S, T-1]: `mask` (1 on completion
+    tokens), `behav` (behaviour log-probs), `versions`; `reward` [S]."""
+    prompt, plen = batch["prompt"], batch["prompt_len"]
+    tokens, length = batch["tokens"], batch["length"]
+    groups, g, _ = tokens.shape
+    width = int((plen[:, None] + length).max())
+    S = groups * g
+    inputs = np.zeros((S, width), np.int64)
+    mask = np.zeros((S, width - 1), np.float32)
+    behav = np.zeros((S, width - 1), np.float32)
+    versions = np.zeros((S, width - 1), np.int64)
+    for row in range(groups):
+        p = int(plen[row])
+        for m in range(g):
+            s, n = row * g + m, int(length[row, m])
+            inputs[s, :p] = prompt[row, :p]
+            inputs[s, p : p + n] = tokens[row, m, :n]
+            # completion token j sits at p + j and is predicted at position p + j - 1
+            mask[s, p - 1 : p - 1 + n] = 1.0
+            behav[s, p - 1 : p - 1 + n] = batch["logprobs"][row, m, :n]
+            versions[s, p - 1 : p - 1 + n] = batch["versions"][row, m, :n]
+    return {
+        "input": torch.from_numpy(inputs),
+        "mask": torch.from_numpy(mask),
+        "behav": torch.from_numpy(behav),
+        "versions": torch.from_numpy(versions),
+        "reward": torch.from_numpy(batch["reward"].reshape(-1).astype(np.float32)),
+    }
+
+
+def advantages(rewards: torch.Tensor, group_size: int, kind: str) -> torch.Tensor:
+    if kind == "rloo":
+        return L.rloo_advantages(rewards, group_size)
+    return L.grpo_advantages(rewards, group_size, scale_by_std=kind == "grpo")
+
+
+class LLMTrainer:
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        cfg = self.cfg = ctx.cfg
+        self.name = b.name
+        self.finished = False
+        self.finish_reason = ""
+        self.ctx = ctx
+        self.control = b.control
+        self.timers = b.control.timers
+        from surge.llm.model import load_model
+
+        assert ctx.model_dir is not None
+        self.model, self.tokenizer = load_model(ctx.model_dir)
+        self.model.train()
+        limit_torch_threads(cfg.grpo.threads)
+        g = cfg.grpo
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=g.lr, weight_decay=g.weight_decay
+        )
+        self.reference = None
+        if g.kl_coef > 0:
+            self.reference, _ = load_model(ctx.model_dir)
+            self.reference.eval().requires_grad_(False)
+        port = b.port("scored")
+        self.flow = port.flow
+        assert self.flow is not None
+        self.rows = RolloutRows(b.transport, port.block, cfg.rollout.prompts_per_batch)
+        self.inbox = b.transport.channel(b.inbox)
+        published = b.port_of_kind("versions")
+        subscribers = [b.transport.channel(name) for name in published.wakes]
+        self.params = ParameterService(b.transport, published.block, subscribers)
+        results = b.ports.get("evaluations")
+        self.evaluations = ResultReader(b.transport, results) if results else None
+
+        self.version = 0
+        self.env_steps = 0  # completions trained (each prompt-completion is one episode)
+        self.tokens = 0  # completion tokens trained
+        self.wall_time_offset = 0.0
+        self.recent_rewards: deque[float] = deque(maxlen=max(cfg.return_window, 1))
+        if ctx.checkpoint is not None:
+            from surge.tracking.checkpoint import load_checkpoint
+
+            self._restore(load_checkpoint(Path(ctx.checkpoint)))
+        resumed_at = self.env_steps if ctx.checkpoint is not None else None
+        self.checkpoints = CheckpointWriter(ctx.run_dir, cfg.log.keep_checkpoints)
+        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at, _wandb(cfg))
+        self._started = time.monotonic()
+        self._last_log = (self._started, self.env_steps, self.tokens)
+        log = cfg.log
+        self._next_checkpoint = self._started + min(
+            log.first_checkpoint_s, log.checkpoint_interval_s
+        )
+        self._window: list[dict[str, float]] = []  # per-update stats since the last log
+        self._staleness = np.zeros(cfg.max_policy_lag + 1, np.int64)
+        self._timing_at_last_log = self.control.timing.sum(axis=0)
+        self.params.reset()
+        self._publish()
+
+    # ------------------------------------------------------------------ main loop
+
+    def poll(self, timeout: float) -> bool:
+        request = self.control.stop_request
+        if request == CHECKPOINT_AND_STOP:
+            if self.env_steps > self._last_log[1]:
+                self._log(time.monotonic())
+            self.save_checkpoint(wait=True)
+            return self._finish("interrupted")
+        if request == STOP:
+            return self._finish("stopped")
+        if not self.rows.batch_ready(self.version):
+            waited = time.perf_counter()
+            self.inbox.recv(timeout)
+            self.timers.add_wait(waited)
+            if not self.rows.batch_ready(self.version):
+                return False
+        self._train(self.rows.batch(self.version))
+        return True
+
+    def _train(self, batch: dict[str, np.ndarray]) -> None:
+        clock = self.timers.now()
+        data = sequences(batch)
+        self._check_staleness(data)
+        stats = self._update(data)
+        clock = self.timers.add(LEARN, clock)
+        self.version += 1
+        self._publish()
+        stats["publish_s"] = self.timers.now() - clock
+        self.timers.add(COPY, clock)
+        rewards = data["reward"]
+        self.env_steps += int(rewards.numel())
+        self.tokens += int(data["mask"].sum())
+        self.recent_rewards.extend(rewards.tolist())
+        self._window.append(stats)
+        self.control.set_progress(
+            env_steps=self.env_steps,
+            episode_return_mean=self.reward_mean,
+            policy_version=self.version,
+            episodes=self.env_steps,
+        )
+        self._log_evaluations()
+        self._after_update(time.monotonic())
+
+    def _check_staleness(self, data: dict[str, torch.Tensor]) -> None:
+        """Count each trained token's staleness; the stream's bound makes anything older
+        than max_policy_lag impossible, so finding some is a bug."""
+        assert self.flow is not None
+        mask = data["mask"].bool()
+        versions = data["versions"][mask].numpy()
+        rejected = int((~self.flow.admits(self.version, versions)).sum())
+        if rejected:
+            raise RuntimeError(
+                f"batch {self.version} holds {rejected} token(s) older than the rollout "
+                f"stream's bound ({self.flow.describe()})"
+            )
+        lag = self.version - versions
+        self._staleness += np.bincount(lag, minlength=len(self._staleness))[: len(self._staleness)]
+
+    def _update(self, data: dict[str, torch.Tensor]) -> dict[str, float]:
+        g, r = self.cfg.grpo, self.cfg.rollout
+        inputs, mask, behav = data["input"], data["mask"], data["behav"]
+        rewards = data["reward"]
+        adv = advantages(rewards, r.group_size, g.advantage)
+        if g.dynamic_sampling:
+            keep = L.informative_groups(rewards, r.group_size).repeat_interleave(r.group_size)
+            mask = mask * keep[:, None].to(mask.dtype)
+        logits = self.model(inputs).logits[:, :-1].float()
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(2, inputs[:, 1:, None])[..., 0]
+        if g.loss == "aipo":
+            terms = L.aipo(logp, behav, adv, g.aipo_rho)
+            keep_mask, clipped = mask, torch.zeros_like(mask)
+        else:
+            prox = logp.detach()  # one update per batch: the proximal policy is this one
+            terms, keep_mask = L.decoupled_ppo(
+                logp, prox, behav, adv, mask, g.clip_low, g.clip_high, g.behav_cap
+            )
+            _, clipped = L.clipped_surrogate(logp, prox, adv, g.clip_low, g.clip_high)
+        kl = torch.zeros(())
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logits = self.reference(inputs).logits[:, :-1].float()
+            ref_logp = torch.log_softmax(ref_logits, -1).gather(2, inputs[:, 1:, None])[..., 0]
+            kl_terms = L.k3_kl(logp, ref_logp)
+            terms = terms + g.kl_coef * kl_terms
+            kl = (kl_terms * mask).sum() / mask.sum().clamp(min=1)
+        loss = L.aggregate(terms, keep_mask, g.aggregation)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), g.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():
+            n = mask.sum().clamp(min=1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            weight = torch.exp(logp.detach() - behav)
+            return {
+                "loss": float(loss),
+                "reward_mean": float(rewards.mean()),
+                "accuracy": float((rewards >= 1.0).float().mean()),
+                "response_length_mean": float(mask.sum(1).mean()),
+                "entropy": float((entropy * mask).sum() / n),
+                "kl": float(kl),
+                "clip_fraction": float((clipped * mask).sum() / n),
+                "behav_weight_mean": float((weight * mask).sum() / n),
+                "masked_fraction": float(((mask - keep_mask) * mask).sum() / n),
+                "grad_norm": float(grad_norm),
+                "informative_groups": float(
+                    L.informative_groups(rewards, r.group_size).float().mean()
+                ),
+            }
+
+    def _after_update(self, now: float) -> None:
+        cfg = self.cfg
+        solved = (
+            cfg.stop_return is not None
+            and len(self.recent_rewards) >= cfg.return_window
+            and self.reward_mean >= cfg.stop_return
+        )
+        out_of_budget = self.env_steps >= cfg.total_env_steps
+        if now - self._last_log[0] >= cfg.log.interval_s or solved or out_of_budget:
+            self._log(now)
+        if now >= self._next_checkpoint and not self.checkpoints.busy:
+            self.save_checkpoint()
+        if solved or out_of_budget:
+            self.save_checkpoint(wait=True)
+            self._finish("solved" if solved else "budget")
+
+    def _log_evaluations(self) -> None:
+        if self.evaluations is None:
+            return
+        for result in self.evaluations.new():
+            row = {
+                "env_steps": self.env_steps,
+                "wall_time_s": round(self.wall_time_s(), 3),
+                "time": round(time.time(), 3),
+                "eval/policy_version": int(result["version"]),
+                "eval/problems": int(result["problems"]),
+                "eval/accuracy": result["accuracy"],
+                "eval/length_mean": result["length_mean"],
+            }
+            if self.cfg.task.pass_k:
+                row[f"eval/pass@{self.cfg.task.pass_k}"] = result["pass_at_k"]
+            self.metrics.write(row)
+            self.control.set_progress(eval_return_mean=result["accuracy"])
+
+    def _publish(self) -> None:
+        self.params.publish(self.version, model_to_flat(self.model))
+
+    @property
+    def reward_mean(self) -> float:
+        return float(np.mean(self.recent_rewards)) if self.recent_rewards else math.nan
+
+    def wall_time_s(self) -> float:
+        return self.wall_time_offset + time.monotonic() - self._started
+
+    def _log(self, now: float) -> None:
+        then, steps_then, tokens_then = self._last_log
+        dt = max(now - then, 1e-9)
+        window = self._window or [{}]
+        means = {k: float(np.mean([w[k] for w in window if k in w])) for k in window[-1]}
+        seen = max(int(self._staleness.sum()), 1)
+        lag_mean = float((np.arange(len(self._staleness)) * self._staleness).sum() / seen)
+        record: dict[str, Any] = {
+            "env_steps": self.env_steps,
+            "wall_time_s": round(self.wall_time_s(), 3),
+            "time": round(time.time(), 3),
+            "episode_return_mean": self.reward_mean,
+            "episodes": self.env_steps,
+            "steps_per_s": round((self.env_steps - steps_then) / dt, 1),
+            "tokens_per_s": round((self.tokens - tokens_then) / dt, 1),
+            "policy_version": self.version,
+            "policy_lag_mean": lag_mean,
+            "restarts": int(self.control.progress()["restarts"]),
+            **means,
+        }
+        for lag, count in enumerate(self._staleness):
+            record[f"staleness/{lag}"] = float(count) / seen  # share of tokens `lag` behind
+        record.update(timing.shares_since(self.control.timing, self._timing_at_last_log))
+        self._timing_at_last_log = self.control.timing.sum(axis=0)
+        self.metrics.write(record)
+        self.control.set_progress(steps_per_s=record["steps_per_s"], policy_lag_mean=lag_mean)
+        self._last_log = (now, self.env_steps, self.tokens)
+        self._window = []
+        self._staleness[:] = 0
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, wait: bool = False) -> None:
+        """The trainer state (surge's checkpoint) and the weights as a Hugging Face directory
+        (run_dir/model, loadable by plain transformers)."""
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "kind": "llm",
+            "version": self.version,
+            "env_steps": self.env_steps,
+            "tokens": self.tokens,
+            "wall_time_s": self.wall_time_s(),
+            "recent_rewards": list(self.recent_rewards),
+            "resumes": self.ctx.resumes,
+            "model": snapshot(self.model.state_dict()),
+            "optimizer": snapshot(_string_keys(self.optimizer.state_dict())),
+            "rng": rng_state(),
+        }
+        self.checkpoints.submit(state, self.version)
+        self.model.save_pretrained(self.ctx.run_dir / HF_DIR)
+        self.tokenizer.save_pretrained(self.ctx.run_dir / HF_DIR)
+        self._next_checkpoint = time.monotonic() + self.cfg.log.checkpoint_interval_s
+        if wait:
+            self.checkpoints.wait()
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        from surge.tracking.checkpoint import restore_rng_state
+
+        if state.get("format") != CHECKPOINT_FORMAT or state.get("kind") != "llm":
+            raise UserError(
+                "this checkpoint was not written by the LLM trainer of this surge version",
+                "resume it with the surge version that wrote it, or start a new run",
+            )
+        self.model.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
+        self.optimizer.load_state_dict(_tensors(state["optimizer"]))
+        restore_rng_state(state["rng"])
+        self.version = int(state["version"])
+        self.env_steps = int(state["env_steps"])
+        self.tokens = int(state["tokens"])
+        self.wall_time_offset = float(state["wall_time_s"])
+        self.recent_rewards.extend(float(x) for x in state["recent_rewards"])
+
+    def _finish(self, reason: str) -> bool:
+        self._log_evaluations()  # results that arrived since the last update
+        self.finished = True
+        self.finish_reason = reason
+        return True
+
+    def close(self) -> None:
+        self.checkpoints.close()
+        self.metrics.close()
+
+
+def _string_keys(obj: Any) -> Any:
+    """torch's optimizer state keys parameters by number; a checkpoint's keys are strings."""
+    if isinstance(obj, dict):
+        return {str(k): _string_keys(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_string_keys(v) for v in obj]
+    return obj
+
+
+def _tensors(obj: Any) -> Any:
+    """An optimizer state read back from a checkpoint: arrays as tensors."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    if isinstance(obj, dict):
+        return {
+            (int(k) if isinstance(k, str) and k.isdigit() else k): _tensors(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_tensors(v) for v in obj]
+    return obj

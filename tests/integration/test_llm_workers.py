@@ -1,0 +1,146 @@
+"""LLM RL's workers on the rollout stream: a generation worker that dies mid-group leaves
+nothing partial for the trainer, in process (every row inspected) and as a real process
+SIGKILLed during a local run; and the same preset runs on serial, local and Ray."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import psutil  # noqa: E402
+
+from surge.config.load import load_config  # noqa: E402
+from surge.runtime.control import Control  # noqa: E402
+from surge.runtime.graph import start_worker  # noqa: E402
+from surge.streams.rollouts import GENERATED, SCORED  # noqa: E402
+from surge.streams.transport import InlineTransport  # noqa: E402
+from surge.workers.base import RunContext  # noqa: E402
+from tests.conftest import SURGE, metrics_so_far, run_surge, wait_for  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+SMALL = [
+    "sft.steps=0", "rollout.prompts_per_batch=4", "rollout.group_size=4",
+    "log.interval_s=0", "log.progress=false", "eval.every_versions=5", "task.heldout=50",
+]  # fmt: skip
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def _graph_in_process(run_dir: Path) -> tuple[RunContext, object, InlineTransport]:
+    from surge.llm import setup
+    from surge.recipes.grpo import grpo_graph
+
+    # 6 slots for groups of 4: a group's members run at different times, so a group can be
+    # half written when the worker dies.
+    overrides = [*SMALL, "eval.workers=0", "max_policy_lag=1", "rollout.slots=6"]
+    cfg, _ = load_config("arith-grpo", overrides)
+    model_dir = setup.model_directory(cfg, run_dir, resuming=False)
+    env, n_params = setup.shapes_and_size(cfg, model_dir)
+    graph = grpo_graph(cfg, env, n_params)
+    ctx = RunContext(cfg, env, run_dir, n_params, model_dir=str(model_dir))
+    transport = InlineTransport(graph.all_layouts(), graph.channels)
+    Control(transport).reset()
+    return ctx, graph, transport
+
+
+def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(tmp_path: Path) -> None:
+    ctx, graph, transport = _graph_in_process(tmp_path)
+    names = [w.name for w in graph.workers]  # type: ignore[attr-defined]
+    slot = {n: i for i, n in enumerate(names)}
+    _, _, trainer = start_worker(ctx, graph, slot["llm-trainer-0"], transport)  # type: ignore[arg-type]
+    _, _, generator = start_worker(ctx, graph, slot["generator-0"], transport)  # type: ignore[arg-type]
+    _, _, rewarder = start_worker(ctx, graph, slot["rewarder-0"], transport)  # type: ignore[arg-type]
+    rows = transport.block("rollouts")
+    # Life 0 decodes until some groups are complete and one is half done, then "dies".
+    for _ in range(200):
+        generator.poll(0)
+        half = [k for k, (_, n) in generator.open.items() if n > 0]  # type: ignore[attr-defined]
+        if half and (rows["state"] == GENERATED).sum() >= 2:
+            break
+    else:
+        pytest.fail("no half-written group to kill the worker on")
+    victim_group = half[0]
+    done_by_first_life = {
+        int(g) for g, s in zip(rows["group"], rows["state"], strict=True) if s == GENERATED
+    }
+    rewarder.poll(0)
+    assert not any(int(rows["group"][r]) == victim_group for r in range(len(rows["state"]))
+                   if rows["state"][r] >= GENERATED)  # fmt: skip
+    # Life 1 takes over: it regenerates the half-written group and skips the finished ones.
+    _, _, second = start_worker(ctx, graph, slot["generator-0"], transport, life=1)  # type: ignore[arg-type]
+    while trainer.version < 3:  # type: ignore[attr-defined]
+        second.poll(0)
+        rewarder.poll(0)
+        trainer.poll(0)
+    # Every row that was trained or is ready holds complete groups; lives say who wrote them.
+    for r in range(len(rows["state"])):
+        if rows["state"][r] < SCORED:
+            continue
+        group = int(rows["group"][r])
+        assert (rows["length"][r] > 0).all(), f"group {group} has an empty completion"
+        for m in range(rows["length"].shape[1]):
+            n = int(rows["length"][r, m])
+            assert (rows["versions"][r, m, :n] >= 0).all()
+        if group in done_by_first_life:
+            assert rows["life"][r] == 0, "a finished group was generated again"
+        if group == victim_group:
+            assert rows["life"][r] == 1, "the half-written group was not regenerated"
+
+
+def test_sigkilled_generation_worker_is_restarted_and_the_run_finishes(run_dir: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [*SURGE, "train", "arith-grpo", f"run_dir={run_dir}", *SMALL, "total_env_steps=12000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: len(metrics_so_far(run_dir)) > 3, 120), "training never started"
+        workers = json.loads((run_dir / "workers.json").read_text())["workers"]
+        generator = next(w for w in workers if w["name"] == "generator-0")
+        psutil.Process(generator["pid"]).send_signal(signal.SIGKILL)
+        proc.wait(240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "generator-0 failed (" in stderr and "restarting it" in stderr
+    training = [r for r in metrics_so_far(run_dir) if "steps_per_s" in r]
+    assert training[-1]["env_steps"] >= 12000 and training[-1]["restarts"] == 1
+
+
+@pytest.mark.parametrize("runtime", ["serial", "local", "ray"])
+def test_the_llm_preset_runs_on_every_runtime(runtime: str, run_dir: Path) -> None:
+    if runtime == "ray":
+        os.environ.update(RAY_ENV)
+    result = run_surge(
+        "train", "arith-grpo", f"run_dir={run_dir}", f"runtime={runtime}", *SMALL,
+        "total_env_steps=4000", "max_policy_lag=2", timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = metrics_so_far(run_dir)
+    evals = [r for r in rows if "eval/accuracy" in r]
+    assert evals and evals[0]["eval/policy_version"] == 0  # the first row: the start weights
+    training = [r for r in rows if "steps_per_s" in r]
+    assert training[-1]["policy_version"] == 250 and training[-1]["env_steps"] == 4000
+    shares = [sum(v for k, v in r.items() if k.startswith("staleness/")) for r in training]
+    assert all(abs(s - 1.0) < 1e-6 for s in shares)  # every token counted, none beyond eta
+    assert all(k in ("staleness/0", "staleness/1", "staleness/2")
+               for r in training for k in r if k.startswith("staleness/"))  # fmt: skip
+    # The checkpoint's weights load with plain transformers.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    AutoModelForCausalLM.from_pretrained(run_dir / "model")
+    AutoTokenizer.from_pretrained(run_dir / "model")

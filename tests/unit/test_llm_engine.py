@@ -1,0 +1,142 @@
+"""The generation engine (surge/llm/engine.py) and the lean forward it runs
+(surge/llm/lean.py), against the transformers model they stand in for."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+
+from surge.llm.engine import Engine, Request, nucleus  # noqa: E402
+from surge.llm.lean import LeanLlama  # noqa: E402
+from surge.llm.tiny import tiny_llama  # noqa: E402
+
+EOS = 2
+
+
+def _model(seed: int = 3, **kw: int) -> torch.nn.Module:
+    model = tiny_llama(16, seed=seed, **kw)
+    return model.eval()
+
+
+def _prompts(n: int, seed: int = 0) -> list[tuple[int, ...]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 9, (n,), generator=g)
+    return [tuple(torch.randint(3, 16, (int(k),), generator=g).tolist()) for k in lengths]
+
+
+def _run(engine: Engine, prompts: list[tuple[int, ...]]) -> dict[int, list[int]]:
+    engine.submit([Request(i, p) for i, p in enumerate(prompts)])
+    out = {}
+    while not engine.idle():
+        for c in engine.step():
+            out[c.key] = c
+    return out
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_lean_forward_and_cached_decoding_match_transformers(kv_heads: int) -> None:
+    model = tiny_llama(16, seed=1)
+    if kv_heads != 4:  # grouped-query attention: a fresh model with 2 key/value heads
+        from transformers import LlamaForCausalLM
+
+        config = model.config
+        config.num_key_value_heads = kv_heads
+        torch.manual_seed(1)
+        model = LlamaForCausalLM(config)
+    model.eval()
+    lean = LeanLlama(model)
+    tokens = torch.randint(3, 16, (5, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model(tokens).logits
+        assert torch.allclose(lean.forward(tokens), want, atol=1e-5)
+        cache = lean.new_cache(5, 12)
+        first = lean.prefill(cache, torch.arange(5), tokens[:, :7], torch.full((5,), 7))
+        assert torch.allclose(first, want[:, 6], atol=1e-5)
+        for t in range(7, 12):
+            logits = lean.decode(cache, tokens[:, t], torch.full((5,), t))
+            assert torch.allclose(logits, want[:, t], atol=1e-5)
+
+
+def test_greedy_continuous_batching_matches_generate_and_scores_every_token() -> None:
+    model = _model()
+    prompts = _prompts(13)
+    # 4 slots for 13 prompts of different lengths: sequences join as others leave.
+    engine = Engine(model, slots=4, max_prompt=8, max_new_tokens=6, eos_id=EOS, temperature=0)
+    out = _run(engine, prompts)
+    for i, p in enumerate(prompts):
+        ids = torch.tensor([p])
+        ref = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=6,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=EOS,
+        )[0, len(p) :].tolist()
+        if EOS in ref:
+            ref = ref[: ref.index(EOS) + 1]
+        c = out[i]
+        assert c.tokens == ref
+        assert c.finish == ("eos" if ref[-1] == EOS else "length")
+        with torch.no_grad():
+            logits = model(torch.tensor([list(p) + c.tokens])).logits[0, len(p) - 1 : -1]
+        logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(c.tokens)[:, None])[:, 0]
+        assert torch.allclose(logp, torch.tensor(c.logprobs), atol=1e-5)
+        assert c.versions == [0] * len(c.tokens)
+
+
+def test_new_weights_mid_sequence_recompute_the_cache_and_stamp_later_tokens() -> None:
+    model, other = _model(seed=3), _model(seed=4)
+    prompt = _prompts(1, seed=5)[0]
+    engine = Engine(model, slots=2, max_prompt=8, max_new_tokens=6, eos_id=-1, temperature=0)
+    engine.submit([Request(0, prompt)])
+    assert engine.step() == []  # admitted (first token) and one more decoded: 2 tokens
+    model.load_state_dict(other.state_dict())
+    engine.set_version(7, recompute=True)
+    (c,) = [c for _ in range(6) for c in engine.step()]
+    assert c.versions == [0, 0, 7, 7, 7, 7]
+    # The tokens after the switch are what the new weights choose given the whole prefix.
+    with torch.no_grad():
+        logits = other(torch.tensor([list(prompt) + c.tokens])).logits[0]
+    greedy = logits[len(prompt) + 1 : -1].argmax(-1).tolist()
+    assert c.tokens[2:] == greedy
+
+
+def test_sampled_log_probs_are_of_the_distribution_sampled() -> None:
+    model = _model()
+    engine = Engine(model, slots=8, max_prompt=8, max_new_tokens=3, eos_id=-1, temperature=0.7)
+    prompts = _prompts(8)
+    out = _run(engine, prompts)
+    for i, p in enumerate(prompts):
+        c = out[i]
+        with torch.no_grad():
+            logits = model(torch.tensor([list(p) + c.tokens])).logits[0, len(p) - 1 : -1]
+        logp = torch.log_softmax(logits / 0.7, -1).gather(1, torch.tensor(c.tokens)[:, None])[:, 0]
+        assert torch.allclose(logp, torch.tensor(c.logprobs), atol=1e-5)
+
+
+def test_nucleus_keeps_the_smallest_set_reaching_top_p() -> None:
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    kept = nucleus(probs.log(), top_p=0.8).exp()
+    # 0.5 + 0.3 reaches 0.8: the rest go, the two kept are renormalised.
+    assert torch.allclose(kept, torch.tensor([[0.625, 0.375, 0.0, 0.0]]), atol=1e-6)
+    only_top = nucleus(probs.log(), top_p=0.1).exp()
+    assert torch.allclose(only_top, torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    assert math.isclose(float(nucleus(probs.log(), 1.0).exp().sum()), 1.0, rel_tol=1e-6)
+
+
+def test_stop_sequences_and_prompt_limits() -> None:
+    model = _model()
+    prompt = _prompts(1)[0]
+    free = _run(Engine(model, 1, 8, 6, eos_id=-1, temperature=0), [prompt])[0]
+    stop = tuple(free.tokens[1:3])
+    first = next(n for n in range(2, 7) if tuple(free.tokens[n - 2 : n]) == stop)
+    stopped = _run(Engine(model, 1, 8, 6, eos_id=-1, temperature=0, stop=(stop,)), [prompt])[0]
+    assert stopped.tokens == free.tokens[:first] and stopped.finish == "stop"
+    with pytest.raises(ValueError, match="prompt of 9 tokens"):
+        Engine(model, 1, 8, 6, eos_id=EOS).submit([Request(0, tuple(range(3, 12)))])

@@ -1,0 +1,76 @@
+"""The rollout stream of LLM RL (surge/streams/rollouts.py): the staleness admission rule,
+row hand-over, and the trainer's view of a batch (surge/workers/llm_trainer.py `sequences`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from surge.algos.llm_losses import rollout_capacity
+from surge.streams.flow import VersionBound
+from surge.streams.rollouts import (
+    GENERATED,
+    GENERATING,
+    SCORED,
+    RolloutRows,
+    may_start,
+    rollout_layout,
+)
+from surge.streams.transport import InlineTransport
+
+
+@pytest.mark.parametrize("eta", [0, 1, 2, 4])
+def test_admission_is_areals_capacity_rule(eta: int) -> None:
+    B, flow = 4, VersionBound(eta)
+    for version in range(6):
+        admitted = [k for k in range(200) if may_start(k, version, B, flow)]
+        # A prefix of the groups, as many as AReaL's rule allows from an empty start.
+        assert admitted == list(range(len(admitted)))
+        assert len(admitted) == rollout_capacity(version, eta, B, 0, 0, 10**9)
+        # No group starts more than eta versions before the version that trains it.
+        assert all(k // B - version <= eta for k in admitted)
+    # eta = 0 is synchronous: exactly batch v may be generated at version v.
+    assert [k for k in range(20) if may_start(k, 2, B, VersionBound(0))] == list(range(12))
+
+
+def _rows(eta: int = 1, B: int = 2, G: int = 3) -> RolloutRows:
+    layout = rollout_layout((eta + 1) * B, G, prompt_len=5, new_tokens=4)
+    return RolloutRows(InlineTransport({"rollouts": layout}, []), "rollouts", B)
+
+
+def test_a_batch_is_ready_only_when_each_of_its_groups_is_scored_in_its_row() -> None:
+    rows = _rows()  # 4 rows, batches of 2 groups
+    for k in (0, 1):
+        r = rows.begin(k, [1, 5, 6], life=0)
+        assert not rows.holds(k, GENERATED)
+        for m in range(3):
+            rows.put(r, m, [7, 8, 2], [-0.1, -0.2, -0.3], [0, 0, 0], "eos")
+        rows.set_state(r, GENERATED)
+        assert not rows.batch_ready(0)
+        rows.set_state(r, SCORED)
+    assert rows.batch_ready(0) and not rows.batch_ready(1)
+    # Group 4 takes group 0's row: batch 0 is no longer there, and a half-written group 4
+    # (its generation worker killed) is never ready.
+    r = rows.begin(4, [1, 9], life=1)
+    assert r == 0 and int(rows.a["state"][r]) == GENERATING
+    assert not rows.batch_ready(0) and not rows.holds(4, GENERATED)
+    assert rows.a["prompt"][r].tolist() == [1, 9, 0, 0, 0]
+
+
+def test_sequences_put_completion_tokens_where_the_model_predicts_them() -> None:
+    from surge.workers.llm_trainer import sequences
+
+    rows = _rows(eta=0, B=1, G=2)
+    r = rows.begin(0, [1, 5, 6], life=0)
+    rows.put(r, 0, [7, 2], [-0.5, -0.25], [3, 3], "eos")
+    rows.put(r, 1, [8, 9, 10, 11], [-1.0, -2.0, -3.0, -4.0], [3, 4, 4, 4], "length")
+    rows.a["reward"][r] = [1.0, 0.0]
+    rows.set_state(r, SCORED)
+    data = sequences(rows.batch(0))
+    assert data["input"].tolist() == [[1, 5, 6, 7, 2, 0, 0], [1, 5, 6, 8, 9, 10, 11]]
+    # Position t predicts token t + 1: the completion's first token is predicted at 2.
+    assert data["mask"].tolist() == [[0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
+    assert data["behav"][0].tolist() == [0, 0, -0.5, -0.25, 0, 0]
+    assert data["versions"][1].tolist() == [0, 0, 3, 4, 4, 4]
+    assert data["reward"].tolist() == [1.0, 0.0]
+    np.testing.assert_array_equal(rows.batch(0)["length"], [[2, 4]])
