@@ -7,7 +7,7 @@
 # `mujoco` extra MuJoCo so they train the hopper-ppo preset for a few seconds, the
 # `minigrid` extra MiniGrid for the small-image (small_cnn) learning test, `video` PyAV for
 # episode videos, `wandb` lets them check `log.wandb=true` (offline), and `llm` brings
-# transformers and tokenizers for LLM RL (surge/llm).
+# transformers, tokenizers and datasets for LLM RL (surge/llm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

@@ -112,10 +112,16 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. total_env_steps=1000000")
     r.set_defaults(handler=_resume)
 
-    e = sub.add_parser("eval", help="play episodes with a run's newest checkpoint")
+    e = sub.add_parser(
+        "eval",
+        help="play episodes with a run's newest checkpoint (LLM runs: held-out accuracy)",
+    )
     e.add_argument("run_dir", type=Path)
     e.add_argument(
-        "options", nargs="*", metavar="key=value", help="episodes=N, deterministic=BOOL, seed=N"
+        "options",
+        nargs="*",
+        metavar="key=value",
+        help="episodes=N, deterministic=BOOL, seed=N (LLM runs: pass_k=N, problems=N)",
     )
     e.add_argument(
         "--video", action="store_true", help="record the first episode to RUN_DIR/videos/*.mp4"
@@ -212,9 +218,52 @@ def _resume(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from surge.evaluation.checkpoint import evaluate
 
-    allowed = {"episodes": int, "deterministic": bool, "seed": int}
+    if _is_llm_run(args.run_dir):
+        return _eval_llm(args)
+    options = _eval_options(args.options, {"episodes": int, "deterministic": bool, "seed": int})
+    result = evaluate(args.run_dir, **options, video=args.video)  # type: ignore[arg-type]
+    print(
+        f"{result['episodes']} episodes with policy version {result['policy_version']} "
+        f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
+        f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
+    )
+    if "video" in result:
+        print(f"video of the first episode: {result['video']}")
+    return 0
+
+
+def _is_llm_run(run_dir: Path) -> bool:
+    config = Path(run_dir) / "config.yaml"
+    return config.is_file() and (yaml.safe_load(config.read_text()) or {}).get("algo") == "grpo"
+
+
+def _eval_llm(args: argparse.Namespace) -> int:
+    """`surge eval RUN` on an LLM run: held-out greedy accuracy (and pass@k) of its newest
+    checkpoint."""
+    from surge.config.load import load_config
+    from surge.llm.evaluate import evaluate_run
+    from surge.tracking.checkpoint import latest_checkpoint
+
+    options = _eval_options(args.options, {"pass_k": int, "problems": int})
+    run_dir = Path(args.run_dir)
+    overrides = [f"task.heldout={options['problems']}"] if "problems" in options else []
+    cfg, _ = load_config(str(run_dir / "config.yaml"), overrides)
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise UserError(f"{run_dir} has no checkpoint to evaluate")
+    result = evaluate_run(run_dir, cfg, checkpoint, int(options.get("pass_k", 0)))  # type: ignore[call-overload]
+    extra = "".join(f", {k} {v:.3f}" for k, v in result.items() if k.startswith("pass@"))
+    print(
+        f"{result['problems']} held-out problems with policy version {result['policy_version']} "
+        f"({result['env_steps']:,} completions trained): greedy accuracy "
+        f"{result['accuracy']:.3f}{extra}"
+    )
+    return 0
+
+
+def _eval_options(items: list[str], allowed: dict[str, type]) -> dict[str, object]:
     options: dict[str, object] = {}
-    for item in args.options:
+    for item in items:
         key, sep, raw = item.partition("=")
         if not sep or key not in allowed:
             raise UserError(
@@ -225,15 +274,7 @@ def _eval(args: argparse.Namespace) -> int:
         if not isinstance(value, allowed[key]) or (allowed[key] is int and isinstance(value, bool)):
             raise UserError(f"eval option {key}: expected {allowed[key].__name__}, got {raw!r}")
         options[key] = value
-    result = evaluate(args.run_dir, **options, video=args.video)  # type: ignore[arg-type]
-    print(
-        f"{result['episodes']} episodes with policy version {result['policy_version']} "
-        f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
-        f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
-    )
-    if "video" in result:
-        print(f"video of the first episode: {result['video']}")
-    return 0
+    return options
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -122,9 +122,13 @@ class GRPOConfig:
 @dataclass
 class SFTConfig:
     steps: int = 0
-    """Supervised warm-start steps on the task's solutions before RL (cached under
-    `$SURGE_CACHE`, reused by later runs with the same settings). 0: none (use `model.path`'s
-    weights as they are)."""
+    """Most supervised warm-start steps on the task's solutions before RL (built-in model only;
+    cached under `$SURGE_CACHE`, reused by later runs with the same settings). 0: none (the
+    built-in model starts from random weights; `model.path`'s weights are used as they are)."""
+
+    target_accuracy: float = 0.0
+    """Stop the warm start early once greedy accuracy on training problems reaches this (RL
+    learns best from a start that solves some, not all: 20-60%). 0: run all `steps`."""
 
     batch_size: int = 128
     """Examples per warm-start step."""

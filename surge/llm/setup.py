@@ -34,7 +34,12 @@ PROMPT_SAMPLE = 2000
 def task_of(cfg: ExperimentConfig) -> Task:
     try:
         return make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
-    except (ValueError, TypeError) as e:
+    except TypeError as e:  # arguments the task does not take
+        raise ConfigError(
+            f"task.kwargs={cfg.task.kwargs}: {e}",
+            "give task.kwargs the arguments of this task (task.kwargs={} for none)",
+        ) from None
+    except ValueError as e:
         raise ConfigError(str(e), "see docs/llm.md for the task settings") from None
 
 
@@ -71,6 +76,7 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
             steps=cfg.sft.steps,
             batch_size=cfg.sft.batch_size,
             lr=cfg.sft.lr,
+            target_accuracy=cfg.sft.target_accuracy,
             seed=cfg.seed,
         )
         return warm_start(settings, log=lambda text: print(f"  {text}", file=sys.stderr))

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from surge.llm.engine import Engine, Request
-from surge.llm.model import decode_completion, encode_prompt, load_model, stop_sequences
-from surge.llm.tasks import Problem, heldout_set, make_task
+from surge.llm.evaluate import score
+from surge.llm.model import load_model
+from surge.llm.tasks import heldout_set, make_task
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultWriter
 from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_threads
@@ -41,40 +41,10 @@ class LLMEvaluator(ScheduledEvaluations):
         self.flat = np.zeros(ctx.n_params, np.float32)
         self.task = make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
         self.problems = heldout_set(self.task, cfg.task.heldout)
-        self.prompts = [tuple(encode_prompt(self.tokenizer, p.prompt)) for p in self.problems]
         self.seed = derive_seed(cfg.seed, "eval-llm", b.index)
         self.index, self.workers = b.index, cfg.eval.workers
         self.fresh = ctx.start_version == 0
         self._start_schedule(from_version_zero=True)
-
-    def _engine(self, temperature: float, slots: int) -> Engine:
-        r = self.cfg.rollout
-        return Engine(
-            self.model,
-            slots=slots,
-            max_prompt=max(len(p) for p in self.prompts),
-            max_new_tokens=r.max_new_tokens,
-            eos_id=self.tokenizer.eos_token_id,
-            temperature=temperature,
-            top_p=r.top_p,
-            stop=stop_sequences(self.tokenizer, r.stop),
-            seed=self.seed,
-        )
-
-    def _scores(self, temperature: float, samples: int) -> tuple[np.ndarray, np.ndarray]:
-        """[problems, samples] rewards and completion lengths."""
-        n = len(self.prompts)
-        engine = self._engine(temperature, slots=min(n * samples, 512))
-        engine.submit([Request(i, self.prompts[i // samples]) for i in range(n * samples)])
-        rewards, lengths = np.zeros(n * samples), np.zeros(n * samples)
-        while not engine.idle():
-            self.control.beat()  # a long evaluation is not a hang
-            for c in engine.step():
-                problem: Problem = self.problems[c.key // samples]
-                text = decode_completion(self.tokenizer, c.tokens)
-                rewards[c.key] = self.task.reward(problem, text)
-                lengths[c.key] = len(c.tokens)
-        return rewards.reshape(n, samples), lengths.reshape(n, samples)
 
     def _evaluate(self, number: int) -> None:
         if number == 0 and self.fresh:
@@ -82,19 +52,21 @@ class LLMEvaluator(ScheduledEvaluations):
         else:
             version = self.params.read(self.flat)
             flat_to_model(self.flat, self.model)
-        greedy, lengths = self._scores(temperature=0.0, samples=1)
+        beat = self.control.beat  # a long evaluation is not a hang
+        args = (self.model, self.tokenizer, self.task, self.problems, self.cfg)
+        greedy = score(*args, temperature=0.0, on_step=beat)
         k = self.cfg.task.pass_k
         pass_at_k = float("nan")
         if k:
-            sampled, _ = self._scores(self.cfg.rollout.temperature, samples=k)
-            pass_at_k = float((sampled >= 1.0).any(axis=1).mean())
+            t = self.cfg.rollout.temperature
+            pass_at_k = score(*args, t, samples=k, seed=self.seed, on_step=beat).pass_at_k
         self.results.write(
             {
                 "version": version,
                 "problems": len(self.problems),
-                "accuracy": float((greedy >= 1.0).mean()),
+                "accuracy": greedy.accuracy,
                 "pass_at_k": pass_at_k,
-                "length_mean": float(lengths.mean()),
+                "length_mean": float(greedy.lengths.mean()),
             }
         )
 

@@ -24,6 +24,7 @@ import torch
 
 from surge.algos import llm_losses as L
 from surge.errors import UserError
+from surge.llm.lean import LeanLlama
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultReader
@@ -46,34 +47,24 @@ def build(ctx: RunContext, b: Binding) -> LLMTrainer:
     return LLMTrainer(ctx, b)
 
 
-def sequences(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    """Token rows of a batch, flattened to sequences (group-major): `input` [S, T] (prompt then
-    completion, right-padded), and over next-token positions [S, T-1]: `mask` (1 on completion
-    tokens), `behav` (behaviour log-probs), `versions`; `reward` [S]."""
-    prompt, plen = batch["prompt"], batch["prompt_len"]
-    tokens, length = batch["tokens"], batch["length"]
-    groups, g, _ = tokens.shape
-    width = int((plen[:, None] + length).max())
+def grouped_batch(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """A batch's rows as tensors for `LeanLlama.forward_groups`: `prompts` [groups, P] and
+    `prompt_lens`; per completion (group-major, S = groups x G), over its N token positions:
+    `completions` [S, N], `mask` (1 on real tokens), `behav` (behaviour log-probs),
+    `versions`; and `reward` [S]. P and N are trimmed to this batch's longest."""
+    plen = batch["prompt_len"].astype(np.int64)
+    length = batch["length"].reshape(-1)
+    P, N = int(plen.max()), max(int(length.max()), 1)
+    groups, g, _ = batch["tokens"].shape
     S = groups * g
-    inputs = np.zeros((S, width), np.int64)
-    mask = np.zeros((S, width - 1), np.float32)
-    behav = np.zeros((S, width - 1), np.float32)
-    versions = np.zeros((S, width - 1), np.int64)
-    for row in range(groups):
-        p = int(plen[row])
-        for m in range(g):
-            s, n = row * g + m, int(length[row, m])
-            inputs[s, :p] = prompt[row, :p]
-            inputs[s, p : p + n] = tokens[row, m, :n]
-            # completion token j sits at p + j and is predicted at position p + j - 1
-            mask[s, p - 1 : p - 1 + n] = 1.0
-            behav[s, p - 1 : p - 1 + n] = batch["logprobs"][row, m, :n]
-            versions[s, p - 1 : p - 1 + n] = batch["versions"][row, m, :n]
+    mask = np.arange(N)[None, :] < length[:, None]
     return {
-        "input": torch.from_numpy(inputs),
-        "mask": torch.from_numpy(mask),
-        "behav": torch.from_numpy(behav),
-        "versions": torch.from_numpy(versions),
+        "prompts": torch.from_numpy(batch["prompt"][:, :P].astype(np.int64)),
+        "prompt_lens": torch.from_numpy(plen),
+        "completions": torch.from_numpy(batch["tokens"].reshape(S, -1)[:, :N].astype(np.int64)),
+        "mask": torch.from_numpy(mask.astype(np.float32)),
+        "behav": torch.from_numpy(batch["logprobs"].reshape(S, -1)[:, :N].copy()),
+        "versions": torch.from_numpy(batch["versions"].reshape(S, -1)[:, :N].astype(np.int64)),
         "reward": torch.from_numpy(batch["reward"].reshape(-1).astype(np.float32)),
     }
 
@@ -103,10 +94,12 @@ class LLMTrainer:
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=g.lr, weight_decay=g.weight_decay
         )
-        self.reference = None
+        # The forward shares each prompt's computation among its G completions (llm/lean.py).
+        self.lean = LeanLlama(self.model)
+        self.reference: LeanLlama | None = None
         if g.kl_coef > 0:
-            self.reference, _ = load_model(ctx.model_dir)
-            self.reference.eval().requires_grad_(False)
+            reference, _ = load_model(ctx.model_dir)
+            self.reference = LeanLlama(reference.eval().requires_grad_(False))
         port = b.port("scored")
         self.flow = port.flow
         assert self.flow is not None
@@ -164,7 +157,7 @@ class LLMTrainer:
 
     def _train(self, batch: dict[str, np.ndarray]) -> None:
         clock = self.timers.now()
-        data = sequences(batch)
+        data = grouped_batch(batch)
         self._check_staleness(data)
         stats = self._update(data)
         clock = self.timers.add(LEARN, clock)
@@ -203,15 +196,15 @@ class LLMTrainer:
 
     def _update(self, data: dict[str, torch.Tensor]) -> dict[str, float]:
         g, r = self.cfg.grpo, self.cfg.rollout
-        inputs, mask, behav = data["input"], data["mask"], data["behav"]
+        mask, behav, completions = data["mask"], data["behav"], data["completions"]
+        inputs = (data["prompts"], data["prompt_lens"], completions)
         rewards = data["reward"]
         adv = advantages(rewards, r.group_size, g.advantage)
         if g.dynamic_sampling:
             keep = L.informative_groups(rewards, r.group_size).repeat_interleave(r.group_size)
             mask = mask * keep[:, None].to(mask.dtype)
-        logits = self.model(inputs).logits[:, :-1].float()
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(2, inputs[:, 1:, None])[..., 0]
+        logp_all = torch.log_softmax(self.lean.forward_groups(*inputs).float(), dim=-1)
+        logp = logp_all.gather(2, completions[..., None])[..., 0]
         if g.loss == "aipo":
             terms = L.aipo(logp, behav, adv, g.aipo_rho)
             keep_mask, clipped = mask, torch.zeros_like(mask)
@@ -224,8 +217,8 @@ class LLMTrainer:
         kl = torch.zeros(())
         if self.reference is not None:
             with torch.no_grad():
-                ref_logits = self.reference(inputs).logits[:, :-1].float()
-            ref_logp = torch.log_softmax(ref_logits, -1).gather(2, inputs[:, 1:, None])[..., 0]
+                ref_logits = self.reference.forward_groups(*inputs).float()
+            ref_logp = torch.log_softmax(ref_logits, -1).gather(2, completions[..., None])[..., 0]
             kl_terms = L.k3_kl(logp, ref_logp)
             terms = terms + g.kl_coef * kl_terms
             kl = (kl_terms * mask).sum() / mask.sum().clamp(min=1)

@@ -140,3 +140,29 @@ def test_stop_sequences_and_prompt_limits() -> None:
     assert stopped.tokens == free.tokens[:first] and stopped.finish == "stop"
     with pytest.raises(ValueError, match="prompt of 9 tokens"):
         Engine(model, 1, 8, 6, eos_id=EOS).submit([Request(0, tuple(range(3, 12)))])
+
+
+def test_grouped_forward_is_the_forward_of_each_prompt_and_completion() -> None:
+    model = tiny_llama(16, seed=2)
+    lean = LeanLlama(model)
+    g = torch.Generator().manual_seed(0)
+    groups, G, P, N = 3, 4, 6, 5
+    lens = torch.tensor([6, 4, 5])
+    prompts = torch.randint(3, 16, (groups, P), generator=g)
+    for i in range(groups):
+        prompts[i, lens[i] :] = 0  # padding after a shorter prompt
+    completions = torch.randint(3, 16, (groups * G, N), generator=g)
+    grouped = lean.forward_groups(prompts, lens, completions)
+    grouped.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    total = torch.zeros(())
+    for s in range(groups * G):
+        n = int(lens[s // G])
+        sequence = torch.cat([prompts[s // G, :n], completions[s]])[None]
+        logits = model(sequence).logits[0, n - 1 : n - 1 + N]  # each predicts the next token
+        assert torch.allclose(grouped[s], logits, atol=1e-5)
+        total = total + logits.sum()
+    total.backward()
+    for mine, theirs in zip(grads, model.parameters(), strict=True):
+        assert torch.allclose(mine, theirs.grad, rtol=1e-4, atol=1e-3)

@@ -57,8 +57,8 @@ def test_a_batch_is_ready_only_when_each_of_its_groups_is_scored_in_its_row() ->
     assert rows.a["prompt"][r].tolist() == [1, 9, 0, 0, 0]
 
 
-def test_sequences_put_completion_tokens_where_the_model_predicts_them() -> None:
-    from surge.workers.llm_trainer import sequences
+def test_a_batch_becomes_prompts_and_completions_for_the_grouped_forward() -> None:
+    from surge.workers.llm_trainer import grouped_batch
 
     rows = _rows(eta=0, B=1, G=2)
     r = rows.begin(0, [1, 5, 6], life=0)
@@ -66,11 +66,11 @@ def test_sequences_put_completion_tokens_where_the_model_predicts_them() -> None
     rows.put(r, 1, [8, 9, 10, 11], [-1.0, -2.0, -3.0, -4.0], [3, 4, 4, 4], "length")
     rows.a["reward"][r] = [1.0, 0.0]
     rows.set_state(r, SCORED)
-    data = sequences(rows.batch(0))
-    assert data["input"].tolist() == [[1, 5, 6, 7, 2, 0, 0], [1, 5, 6, 8, 9, 10, 11]]
-    # Position t predicts token t + 1: the completion's first token is predicted at 2.
-    assert data["mask"].tolist() == [[0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
-    assert data["behav"][0].tolist() == [0, 0, -0.5, -0.25, 0, 0]
-    assert data["versions"][1].tolist() == [0, 0, 3, 4, 4, 4]
+    data = grouped_batch(rows.batch(0))
+    assert data["prompts"].tolist() == [[1, 5, 6]] and data["prompt_lens"].tolist() == [3]
+    assert data["completions"].tolist() == [[7, 2, 0, 0], [8, 9, 10, 11]]
+    assert data["mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    assert data["behav"][0].tolist() == [-0.5, -0.25, 0, 0]
+    assert data["versions"][1].tolist() == [3, 4, 4, 4]
     assert data["reward"].tolist() == [1.0, 0.0]
     np.testing.assert_array_equal(rows.batch(0)["length"], [[2, 4]])

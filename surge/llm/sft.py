@@ -1,0 +1,182 @@
+"""The supervised warm start of the built-in model, cached and reused by later runs.
+
+RL from random weights gets no reward, hence no GRPO gradient, so a built-in LLM preset first
+trains its tiny model on the task's solutions for `sft.steps` steps: each example is
+`<bos> prompt answer <eos>`, with the loss on the answer and the end token only. The result is
+a Hugging Face directory under `$SURGE_CACHE/warm-start/<key>` (default `~/.cache/surge`), the
+key a hash of every setting that changes it, so a second run with the same settings starts
+from it at once. It is written to a temporary directory and renamed into place, so a run never
+sees half of one, and two runs warming up at once both end with a complete directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from surge.llm.model import encode_prompt
+from surge.llm.tasks import ALPHABETS, Task, heldout_set, make_task
+
+FORMAT = 1
+"""Bumped when the warm start's recipe changes, so old cache entries are not reused."""
+HELDOUT = 500
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    task: str
+    task_kwargs: dict[str, Any] = field(default_factory=dict)
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    max_length: int = 64
+    steps: int = 600
+    batch_size: int = 128
+    lr: float = 1e-3
+    target_accuracy: float = 0.0
+    seed: int = 1
+    threads: int = 2
+
+    def key(self) -> str:
+        fields = dataclasses.asdict(self)
+        fields.pop("threads")  # changes the speed, not the result
+        fields["format"] = FORMAT
+        fields["alphabet"] = ALPHABETS[self.task]
+        text = json.dumps(fields, sort_keys=True)
+        return hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SURGE_CACHE", Path.home() / ".cache" / "surge"))
+
+
+def example_batch(
+    tokenizer: Any, pairs: list[tuple[str, str]]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`<bos> prompt answer <eos>` rows, right-padded, and the mask [B, T-1] of the positions
+    whose next token is trained (the answer's and the end token)."""
+    rows, starts = [], []
+    for prompt, answer in pairs:
+        ids = encode_prompt(tokenizer, prompt)
+        starts.append(len(ids))
+        rows.append(
+            ids + tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
+        )
+    width = max(map(len, rows))
+    tokens = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width - 1)
+    for i, (ids, start) in enumerate(zip(rows, starts, strict=True)):
+        tokens[i, : len(ids)] = torch.tensor(ids)
+        mask[i, start - 1 : len(ids) - 1] = 1.0  # position t predicts token t + 1
+    return tokens, mask
+
+
+CHECK_EVERY = 5
+"""Steps between the target-accuracy checks."""
+CHECK_PROBLEMS = 256
+
+
+def train_sft(
+    model: Any,
+    tokenizer: Any,
+    task: Task,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    target_accuracy: float = 0.0,
+) -> list[float]:
+    """Up to `steps` AdamW steps on fresh training problems, stopping once the greedy
+    accuracy on a fixed sample of training problems reaches `target_accuracy` (> 0); the
+    losses. The check never looks at held-out problems."""
+    from surge.llm.evaluate import greedy_accuracy
+
+    rng = random.Random(seed)
+    check = task.sample("train", CHECK_PROBLEMS, random.Random(seed + 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    losses: list[float] = []
+    for step in range(steps):
+        if target_accuracy > 0 and step and step % CHECK_EVERY == 0:
+            model.eval()
+            reached = greedy_accuracy(model, tokenizer, task, check) >= target_accuracy
+            model.train()
+            if reached:
+                break
+        problems = task.sample("train", batch_size, rng)
+        tokens, mask = example_batch(tokenizer, [(p.prompt, p.answer) for p in problems])
+        logp = torch.log_softmax(model(tokens).logits[:, :-1].float(), dim=-1)
+        token_logp = logp.gather(2, tokens[:, 1:, None])[..., 0]
+        loss = -(token_logp * mask).sum() / mask.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+def warm_start(
+    settings: WarmStartSettings,
+    root: Path | None = None,
+    log: Callable[[str], None] = lambda text: None,
+) -> Path:
+    """The cached warm-start directory of `settings`, trained first if it is not there."""
+    target = (root or cache_root()) / "warm-start" / settings.key()
+    if (target / "warm_start.json").is_file():
+        log(f"warm start: cached at {target}")
+        return target
+    from transformers.utils import logging
+
+    from surge.llm.evaluate import greedy_accuracy
+    from surge.llm.tiny import char_tokenizer, tiny_llama
+
+    logging.disable_progress_bar()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(settings.threads)
+    try:
+        s = settings
+        log(f"warm start: {s.steps} supervised steps on {s.task} (cached for later runs)")
+        started = time.monotonic()
+        tokenizer = char_tokenizer(ALPHABETS[s.task])
+        model = tiny_llama(len(tokenizer), s.hidden, s.layers, s.heads, s.max_length, s.seed)
+        task = make_task(s.task, s.task_kwargs)
+        losses = train_sft(
+            model, tokenizer, task, s.steps, s.batch_size, s.lr, s.seed, s.target_accuracy
+        )
+        accuracy = greedy_accuracy(model, tokenizer, task, heldout_set(task, HELDOUT))
+        seconds = time.monotonic() - started
+    finally:
+        torch.set_num_threads(threads)
+    log(f"warm start: held-out accuracy {accuracy:.1%} after {len(losses)} steps, {seconds:.0f} s")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    record = {
+        "settings": dataclasses.asdict(settings),
+        "format": FORMAT,
+        "heldout_accuracy": accuracy,
+        "heldout_problems": HELDOUT,
+        "steps": len(losses),
+        "final_loss": losses[-1] if losses else None,
+        "seconds": round(seconds, 1),
+    }
+    (staging / "warm_start.json").write_text(json.dumps(record, indent=1))
+    try:
+        staging.rename(target)
+    except OSError:  # another run finished the same warm start first: keep theirs
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

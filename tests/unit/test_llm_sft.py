@@ -1,0 +1,81 @@
+"""The supervised warm start (surge/llm/sft.py): the training examples, a short run that
+learns, and the cache that a second run reuses."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+
+from surge.llm.sft import WarmStartSettings, example_batch, train_sft, warm_start  # noqa: E402
+from surge.llm.tasks import Arithmetic  # noqa: E402
+from surge.llm.tiny import ARITHMETIC_ALPHABET, char_tokenizer, tiny_llama  # noqa: E402
+
+
+def test_examples_train_the_answer_and_the_end_token_only() -> None:
+    tok = char_tokenizer(ARITHMETIC_ALPHABET)
+    tokens, mask = example_batch(tok, [("1+2=", "3"), ("12+34=", "46")])
+    ids = {c: tok.convert_tokens_to_ids(c) for c in "0123456789+="}
+    bos, eos, pad = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+    first = [bos, ids["1"], ids["+"], ids["2"], ids["="], ids["3"], eos, pad, pad, pad]
+    assert tokens[0].tolist() == first
+    # Position t predicts token t + 1: "=" (position 4) predicts "3", "3" predicts <eos>.
+    assert mask[0].tolist() == [0, 0, 0, 0, 1, 1, 0, 0, 0]
+    assert mask[1].tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_a_short_warm_start_lowers_the_loss() -> None:
+    tok = char_tokenizer(ARITHMETIC_ALPHABET)
+    model = tiny_llama(len(tok), hidden=64, layers=2, heads=2, seed=0)
+    losses = train_sft(model, tok, Arithmetic(2), steps=30, batch_size=32, lr=3e-3, seed=0)
+    assert len(losses) == 30
+    assert sum(losses[-5:]) < 0.75 * sum(losses[:5])  # from ln(16) = 2.8 towards 0
+
+
+def test_the_cache_is_reused_and_loads_with_plain_transformers(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    settings = WarmStartSettings(
+        "arithmetic", {"digits": 1}, hidden=64, layers=1, heads=2, steps=5, batch_size=8
+    )
+    first = warm_start(settings, tmp_path)
+    record = json.loads((first / "warm_start.json").read_text())
+    assert record["steps"] == 5 and 0.0 <= record["heldout_accuracy"] <= 1.0
+    started = time.monotonic()
+    assert warm_start(settings, tmp_path) == first  # from the cache: no training
+    assert time.monotonic() - started < 1.0
+    model = AutoModelForCausalLM.from_pretrained(first)
+    tok = AutoTokenizer.from_pretrained(first)
+    assert tok.decode(tok.encode("12+3=", add_special_tokens=False)) == "12+3="
+    assert model(torch.tensor([[tok.bos_token_id]])).logits.shape[-1] == len(tok)
+    # Any setting that changes the result is a different entry.
+    other = WarmStartSettings(
+        "arithmetic", {"digits": 1}, hidden=64, layers=1, heads=2, steps=6, batch_size=8
+    )
+    assert other.key() != settings.key()
+    threads_only = WarmStartSettings(
+        "arithmetic", {"digits": 1}, hidden=64, layers=1, heads=2, steps=5, batch_size=8,
+        threads=1,
+    )  # fmt: skip
+    assert threads_only.key() == settings.key()
+
+
+def test_the_target_accuracy_stops_the_warm_start_early() -> None:
+    from surge.llm.evaluate import greedy_accuracy
+    from surge.llm.sft import CHECK_EVERY
+
+    tok = char_tokenizer(ARITHMETIC_ALPHABET)
+    model = tiny_llama(len(tok), hidden=64, layers=2, heads=2, seed=0)
+    task = Arithmetic(1)
+    losses = train_sft(model, tok, task, 300, 64, 3e-3, 0, target_accuracy=0.2)
+    assert len(losses) < 300 and len(losses) % CHECK_EVERY == 0
+    import random
+
+    check = task.sample("train", 256, random.Random(1))  # the sample train_sft checks (seed + 1)
+    assert greedy_accuracy(model, tok, task, check) >= 0.2
