@@ -47,6 +47,8 @@ VENVS: dict[str, list[str]] = {
         "opencv-python-headless",
         "psutil",
     ],
+    # TRL's GRPOTrainer, the CPU peer of LLM RL (benchmarks/llm.py); transformers as surge's.
+    "trl": [TORCH, "trl==1.16.0", "transformers==5.23.0", "tokenizers", "datasets", "psutil"],
 }
 
 # imports that must work for a venv to count as complete
@@ -54,6 +56,7 @@ CHECKS: dict[str, str] = {
     "base": "import torch, gymnasium, ale_py, stable_baselines3, cv2, psutil, mujoco",
     "sf": "import torch, gymnasium, ale_py, sample_factory, cv2, psutil",
     "rllib": "import torch, gymnasium, ale_py, ray.rllib, cv2, psutil",
+    "trl": "import torch, trl, transformers, datasets, psutil",
 }
 
 

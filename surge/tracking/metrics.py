@@ -237,3 +237,12 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
                 "the file is corrupt; remove or repair that line",
             ) from None
     return records
+
+
+def wandb_options(cfg: Any) -> WandbOptions | None:
+    """The W&B settings of an experiment config (`log.wandb`), or None when it is off."""
+    if not cfg.log.wandb:
+        return None
+    from surge.config.load import config_to_dict
+
+    return WandbOptions(cfg.log.wandb_project, cfg.log.wandb_entity, config_to_dict(cfg))

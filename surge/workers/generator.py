@@ -76,7 +76,6 @@ class GenerationWorker:
         self.open: dict[int, tuple[int, int]] = {}
         first = ctx.start_version * r.prompts_per_batch
         self.next = self._mine(first)
-        self.started = time.monotonic()
 
     def _mine(self, k: int) -> int:
         """The first group >= k that is this worker's."""

@@ -32,10 +32,9 @@ from surge.streams.rollouts import RolloutRows
 from surge.tracking import timing
 from surge.tracking.checkpoint import rng_state
 from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
-from surge.tracking.metrics import MetricsWriter
+from surge.tracking.metrics import MetricsWriter, wandb_options
 from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import Binding, RunContext, limit_torch_threads
-from surge.workers.trainer import _wandb
 from surge.workers.weights import model_to_flat
 
 CHECKPOINT_FORMAT = 1
@@ -122,7 +121,9 @@ class LLMTrainer:
             self._restore(load_checkpoint(Path(ctx.checkpoint)))
         resumed_at = self.env_steps if ctx.checkpoint is not None else None
         self.checkpoints = CheckpointWriter(ctx.run_dir, cfg.log.keep_checkpoints)
-        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at, _wandb(cfg))
+        self.metrics = MetricsWriter(
+            ctx.run_dir, cfg.log.tensorboard, resumed_at, wandb_options(cfg)
+        )
         self._started = time.monotonic()
         self._last_log = (self._started, self.env_steps, self.tokens)
         log = cfg.log

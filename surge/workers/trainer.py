@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from surge.algos.normalize import TrainerStats
-from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
 from surge.runtime.control import CHECKPOINT_AND_STOP, STOP
 from surge.streams.params import ParameterService
@@ -26,7 +25,7 @@ from surge.streams.sample import SampleConsumer, lives_are_unmixed
 from surge.tracking import timing
 from surge.tracking.checkpoint import rng_state
 from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
-from surge.tracking.metrics import MetricsWriter, WandbOptions
+from surge.tracking.metrics import MetricsWriter, wandb_options
 from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import Binding, RunContext
 from surge.workers.learners import make_backend
@@ -84,7 +83,9 @@ class TrainerWorker:
             self._restore(load_checkpoint(Path(ctx.checkpoint)))
         resumed_at = self.env_steps if ctx.checkpoint is not None else None
         self.checkpoints = CheckpointWriter(ctx.run_dir, cfg.log.keep_checkpoints)
-        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at, _wandb(cfg))
+        self.metrics = MetricsWriter(
+            ctx.run_dir, cfg.log.tensorboard, resumed_at, wandb_options(cfg)
+        )
         self._started = time.monotonic()
         self._last_log = (self._started, self.env_steps)
         # The first checkpoint comes early, so that every trainer loss is resumable.
@@ -341,14 +342,6 @@ class TrainerWorker:
     def close(self) -> None:
         self.checkpoints.close()
         self.metrics.close()
-
-
-def _wandb(cfg: ExperimentConfig) -> WandbOptions | None:
-    if not cfg.log.wandb:
-        return None
-    from surge.config.load import config_to_dict
-
-    return WandbOptions(cfg.log.wandb_project, cfg.log.wandb_entity, config_to_dict(cfg))
 
 
 def _numpy(value: Any) -> Any:
