@@ -13,7 +13,6 @@ length, entropy, KL, clip fraction, the staleness of every trained token (histog
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from pathlib import Path
@@ -25,7 +24,6 @@ import torch
 from surge.algos import llm_losses as L
 from surge.errors import UserError
 from surge.llm.lean import LeanLlama
-from surge.runtime.control import CHECKPOINT_AND_STOP, STOP
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultReader
 from surge.streams.rollouts import RolloutRows
@@ -35,6 +33,7 @@ from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
 from surge.tracking.metrics import MetricsWriter, wandb_options
 from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import Binding, RunContext, limit_torch_threads
+from surge.workers.trainer_loop import TrainerLoop
 from surge.workers.weights import model_to_flat
 
 CHECKPOINT_FORMAT = 1
@@ -74,7 +73,7 @@ def advantages(rewards: torch.Tensor, group_size: int, kind: str) -> torch.Tenso
     return L.grpo_advantages(rewards, group_size, scale_by_std=kind == "grpo")
 
 
-class LLMTrainer:
+class LLMTrainer(TrainerLoop):
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = self.cfg = ctx.cfg
         self.name = b.name
@@ -114,7 +113,7 @@ class LLMTrainer:
         self.env_steps = 0  # completions trained (each prompt-completion is one episode)
         self.tokens = 0  # completion tokens trained
         self.wall_time_offset = 0.0
-        self.recent_rewards: deque[float] = deque(maxlen=max(cfg.return_window, 1))
+        self.recent_returns: deque[float] = deque(maxlen=max(cfg.return_window, 1))
         if ctx.checkpoint is not None:
             from surge.tracking.checkpoint import load_checkpoint
 
@@ -124,12 +123,8 @@ class LLMTrainer:
         self.metrics = MetricsWriter(
             ctx.run_dir, cfg.log.tensorboard, resumed_at, wandb_options(cfg)
         )
-        self._started = time.monotonic()
+        self._start_clock()
         self._last_log = (self._started, self.env_steps, self.tokens)
-        log = cfg.log
-        self._next_checkpoint = self._started + min(
-            log.first_checkpoint_s, log.checkpoint_interval_s
-        )
         self._window: list[dict[str, float]] = []  # per-update stats since the last log
         self._staleness = np.zeros(cfg.max_policy_lag + 1, np.int64)
         self._timing_at_last_log = self.control.timing.sum(axis=0)
@@ -138,23 +133,14 @@ class LLMTrainer:
 
     # ------------------------------------------------------------------ main loop
 
-    def poll(self, timeout: float) -> bool:
-        request = self.control.stop_request
-        if request == CHECKPOINT_AND_STOP:
-            if self.env_steps > self._last_log[1]:
-                self._log(time.monotonic())
-            self.save_checkpoint(wait=True)
-            return self._finish("interrupted")
-        if request == STOP:
-            return self._finish("stopped")
-        if not self.rows.batch_ready(self.version):
-            waited = time.perf_counter()
-            self.inbox.recv(timeout)
-            self.timers.add_wait(waited)
-            if not self.rows.batch_ready(self.version):
-                return False
+    def _ready(self) -> bool:
+        return self.rows.batch_ready(self.version)
+
+    def _wait(self, timeout: float) -> None:
+        self.inbox.recv(timeout)
+
+    def _train_next(self) -> None:
         self._train(self.rows.batch(self.version))
-        return True
 
     def _train(self, batch: dict[str, np.ndarray]) -> None:
         clock = self.timers.now()
@@ -169,11 +155,11 @@ class LLMTrainer:
         rewards = data["reward"]
         self.env_steps += int(rewards.numel())
         self.tokens += int(data["mask"].sum())
-        self.recent_rewards.extend(rewards.tolist())
+        self.recent_returns.extend(rewards.tolist())
         self._window.append(stats)
         self.control.set_progress(
             env_steps=self.env_steps,
-            episode_return_mean=self.reward_mean,
+            episode_return_mean=self.return_mean,
             policy_version=self.version,
             episodes=self.env_steps,
         )
@@ -248,22 +234,6 @@ class LLMTrainer:
                 ),
             }
 
-    def _after_update(self, now: float) -> None:
-        cfg = self.cfg
-        solved = (
-            cfg.stop_return is not None
-            and len(self.recent_rewards) >= cfg.return_window
-            and self.reward_mean >= cfg.stop_return
-        )
-        out_of_budget = self.env_steps >= cfg.total_env_steps
-        if now - self._last_log[0] >= cfg.log.interval_s or solved or out_of_budget:
-            self._log(now)
-        if now >= self._next_checkpoint and not self.checkpoints.busy:
-            self.save_checkpoint()
-        if solved or out_of_budget:
-            self.save_checkpoint(wait=True)
-            self._finish("solved" if solved else "budget")
-
     def _log_evaluations(self) -> None:
         if self.evaluations is None:
             return
@@ -285,13 +255,6 @@ class LLMTrainer:
     def _publish(self) -> None:
         self.params.publish(self.version, model_to_flat(self.model))
 
-    @property
-    def reward_mean(self) -> float:
-        return float(np.mean(self.recent_rewards)) if self.recent_rewards else math.nan
-
-    def wall_time_s(self) -> float:
-        return self.wall_time_offset + time.monotonic() - self._started
-
     def _log(self, now: float) -> None:
         then, steps_then, tokens_then = self._last_log
         dt = max(now - then, 1e-9)
@@ -303,7 +266,7 @@ class LLMTrainer:
             "env_steps": self.env_steps,
             "wall_time_s": round(self.wall_time_s(), 3),
             "time": round(time.time(), 3),
-            "episode_return_mean": self.reward_mean,
+            "episode_return_mean": self.return_mean,
             "episodes": self.env_steps,
             "steps_per_s": round((self.env_steps - steps_then) / dt, 1),
             "tokens_per_s": round((self.tokens - tokens_then) / dt, 1),
@@ -334,7 +297,7 @@ class LLMTrainer:
             "env_steps": self.env_steps,
             "tokens": self.tokens,
             "wall_time_s": self.wall_time_s(),
-            "recent_rewards": list(self.recent_rewards),
+            "recent_rewards": list(self.recent_returns),
             "resumes": self.ctx.resumes,
             "model": snapshot(self.model.state_dict()),
             "optimizer": snapshot(_string_keys(self.optimizer.state_dict())),
@@ -362,13 +325,11 @@ class LLMTrainer:
         self.env_steps = int(state["env_steps"])
         self.tokens = int(state["tokens"])
         self.wall_time_offset = float(state["wall_time_s"])
-        self.recent_rewards.extend(float(x) for x in state["recent_rewards"])
+        self.recent_returns.extend(float(x) for x in state["recent_rewards"])
 
     def _finish(self, reason: str) -> bool:
         self._log_evaluations()  # results that arrived since the last update
-        self.finished = True
-        self.finish_reason = reason
-        return True
+        return super()._finish(reason)
 
     def close(self) -> None:
         self.checkpoints.close()

@@ -18,7 +18,6 @@ import numpy as np
 
 from surge.algos.normalize import TrainerStats
 from surge.errors import UserError
-from surge.runtime.control import CHECKPOINT_AND_STOP, STOP
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultReader
 from surge.streams.sample import SampleConsumer, lives_are_unmixed
@@ -29,6 +28,7 @@ from surge.tracking.metrics import MetricsWriter, wandb_options
 from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import Binding, RunContext
 from surge.workers.learners import make_backend
+from surge.workers.trainer_loop import TrainerLoop
 
 CHECKPOINT_FORMAT = 2  # the state's layout (2: FusedAdam's optimizer state, algos/adam.py)
 
@@ -37,7 +37,7 @@ def build(ctx: RunContext, b: Binding) -> TrainerWorker:
     return TrainerWorker(ctx, b)
 
 
-class TrainerWorker:
+class TrainerWorker(TrainerLoop):
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = self.cfg = ctx.cfg
         self.name = b.name
@@ -86,13 +86,8 @@ class TrainerWorker:
         self.metrics = MetricsWriter(
             ctx.run_dir, cfg.log.tensorboard, resumed_at, wandb_options(cfg)
         )
-        self._started = time.monotonic()
+        self._start_clock()
         self._last_log = (self._started, self.env_steps)
-        # The first checkpoint comes early, so that every trainer loss is resumable.
-        log = cfg.log
-        self._next_checkpoint = self._started + min(
-            log.first_checkpoint_s, log.checkpoint_interval_s
-        )
         self._lag_sum = 0.0
         self._lag_count = 0
         self._lag_max = 0
@@ -104,23 +99,14 @@ class TrainerWorker:
 
     # ------------------------------------------------------------------ main loop
 
-    def poll(self, timeout: float) -> bool:
-        request = self.control.stop_request
-        if request == CHECKPOINT_AND_STOP:
-            if self.env_steps > self._last_log[1]:
-                self._log(time.monotonic())  # metrics end where the checkpoint does
-            self.save_checkpoint(wait=True)
-            return self._finish("interrupted")
-        if request == STOP:
-            return self._finish("stopped")
-        if not self.consumer.ready(self.version):
-            waited = time.perf_counter()
-            self.consumer.poll(timeout)
-            self.timers.add_wait(waited)
-            if not self.consumer.ready(self.version):
-                return False
+    def _ready(self) -> bool:
+        return self.consumer.ready(self.version)
+
+    def _wait(self, timeout: float) -> None:
+        self.consumer.poll(timeout)
+
+    def _train_next(self) -> None:
         self._train(self.consumer.batch(self.version))
-        return True
 
     def _threads(self) -> int:
         """`workers.trainer_threads_alone` once every actor waits for this update (it has
@@ -190,23 +176,6 @@ class TrainerWorker:
             return p.lr
         return p.lr * max(0.0, 1.0 - self.env_steps / self.cfg.total_env_steps)
 
-    def _after_update(self, now: float) -> None:
-        """Log, checkpoint, and stop once solved or out of budget."""
-        cfg = self.cfg
-        solved = (
-            cfg.stop_return is not None
-            and len(self.recent_returns) >= cfg.return_window
-            and self.return_mean >= cfg.stop_return
-        )
-        out_of_budget = self.env_steps >= cfg.total_env_steps
-        if now - self._last_log[0] >= cfg.log.interval_s or solved or out_of_budget:
-            self._log(now)
-        if now >= self._next_checkpoint and not self.checkpoints.busy:
-            self.save_checkpoint()  # a checkpoint never queues behind one still being written
-        if solved or out_of_budget:
-            self.save_checkpoint(wait=True)
-            self._finish("solved" if solved else "budget")
-
     def _log_evaluations(self) -> None:
         """Rows of the evaluation workers' new results: metrics.jsonl, TensorBoard, W&B (at
         the trainer's current step) and the progress line."""
@@ -233,13 +202,6 @@ class TrainerWorker:
         if self.stats.obs is not None:
             flat = np.concatenate([flat, self.stats.published()])
         self.params.publish(self.version, flat)
-
-    @property
-    def return_mean(self) -> float:
-        return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
-
-    def wall_time_s(self) -> float:
-        return self.wall_time_offset + time.monotonic() - self._started
 
     def _log(self, now: float) -> None:
         then, steps_then = self._last_log
@@ -333,11 +295,6 @@ class TrainerWorker:
                 )
             return  # reward statistics, if switched on now, start fresh
         self.stats.load_state_dict({k: _numpy(v) for k, v in saved.items()})
-
-    def _finish(self, reason: str) -> bool:
-        self.finished = True
-        self.finish_reason = reason
-        return True
 
     def close(self) -> None:
         self.checkpoints.close()
