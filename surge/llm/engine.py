@@ -130,20 +130,21 @@ class Engine:
             if not busy:
                 return done
             width = busy[-1] + 1  # decode rows 0..width-1: a prefix view, no gather
-            tokens = torch.zeros(width, dtype=torch.long)
-            positions = torch.zeros(width, dtype=torch.long)
+            tokens, positions = [0] * width, [0] * width  # built in Python, one tensor each
             for i in busy:
                 slot = self.slots[i]
                 assert slot is not None
                 tokens[i] = slot.out.tokens[-1]
                 positions[i] = slot.position
-            logits = self.lean.decode(self._rows(width), tokens, positions)
+            logits = self.lean.decode(
+                self._rows(width), torch.tensor(tokens), torch.tensor(positions)
+            )
             sampled, logprobs = self._sample(logits[busy])
-            for n, i in enumerate(busy):
+            for i, token, logprob in zip(busy, sampled.tolist(), logprobs.tolist(), strict=True):
                 slot = self.slots[i]
                 assert slot is not None
                 slot.position += 1
-                finished = self._append(slot, int(sampled[n]), float(logprobs[n]))
+                finished = self._append(slot, token, logprob)
                 if finished:
                     done.append(slot.out)
                     self.slots[i] = None
@@ -165,20 +166,36 @@ class Engine:
         logits = self._prefill(rows, [list(r.prompt) for r in requests])
         sampled, logprobs = self._sample(logits)
         done = []
-        for n, (i, r) in enumerate(zip(rows, requests, strict=True)):
+        drawn = zip(rows, requests, sampled.tolist(), logprobs.tolist(), strict=True)
+        for i, r, token, logprob in drawn:
             slot = _Slot(r, Completion(r.key), position=len(r.prompt))
-            if self._append(slot, int(sampled[n]), float(logprobs[n])):
+            if self._append(slot, token, logprob):
                 done.append(slot.out)
             else:
                 self.slots[i] = slot
         return done
 
     def _prefill(self, rows: list[int], prefixes: list[list[int]]) -> torch.Tensor:
-        lengths = torch.tensor([len(p) for p in prefixes])
-        tokens = torch.zeros(len(prefixes), int(lengths.max()), dtype=torch.long)
-        for n, p in enumerate(prefixes):
+        """Run `prefixes` into cache `rows`; the next-token logits of each. A prefix shared by
+        several rows (a GRPO group's G samples of one prompt) runs once, and its keys and
+        values are copied to the other rows: G times less prefill work for a group."""
+        first: dict[tuple[int, ...], int] = {}
+        which = [first.setdefault(tuple(p), len(first)) for p in prefixes]
+        unique = list(first)
+        width = max(len(p) for p in unique)
+        tokens = torch.zeros(len(unique), width, dtype=torch.long)
+        for n, p in enumerate(unique):
             tokens[n, : len(p)] = torch.tensor(p)
-        return self.lean.prefill(self.cache, torch.tensor(rows), tokens, lengths)
+        lengths = torch.tensor([len(p) for p in unique])
+        if len(unique) == len(prefixes):
+            return self.lean.prefill(self.cache, torch.tensor(rows), tokens, lengths)
+        owner = [rows[which.index(u)] for u in range(len(unique))]  # a row that runs prefix u
+        logits = self.lean.prefill(self.cache, torch.tensor(owner), tokens, lengths)
+        source = torch.tensor([owner[u] for u in which])
+        target = torch.tensor(rows)
+        for layer in self.cache.keys + self.cache.values:
+            layer[target, :, :width] = layer[source, :, :width]
+        return logits[torch.tensor(which)]
 
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens and their log-probs under the distribution they were drawn from."""

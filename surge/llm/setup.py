@@ -12,8 +12,10 @@
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import random
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,22 @@ def task_of(cfg: ExperimentConfig) -> Task:
         ) from None
     except ValueError as e:
         raise ConfigError(str(e), "see docs/llm.md for the task settings") from None
+
+
+def prepare(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> tuple[Path, EnvInfo, int]:
+    """The run's starting model directory, task shapes and flat parameter count, worked out
+    in a short-lived process: they need torch and transformers (and the warm start trains a
+    model), and the controller, which only watches the workers for the rest of the run,
+    should not hold their 250-300 MB all along. Errors (ConfigError) come back as raised."""
+    spawn = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+        return pool.submit(_prepare, cfg, run_dir, resuming).result()
+
+
+def _prepare(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> tuple[Path, EnvInfo, int]:
+    model_dir = model_directory(cfg, run_dir, resuming)
+    env, n_params = shapes_and_size(cfg, model_dir)
+    return model_dir, env, n_params
 
 
 def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Path:

@@ -16,7 +16,7 @@ from surge.config.schema import ExperimentConfig
 from surge.envs.make import EnvInfo
 from surge.recipes.evaluation import EVALUATIONS
 from surge.recipes.ppo import POLICY
-from surge.runtime.graph import Edge, Graph, StreamSpec, worker
+from surge.runtime.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 from surge.streams.flow import VersionBound
 from surge.streams.params import params_block, params_layout
 from surge.streams.results import results_layout
@@ -98,7 +98,22 @@ def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             )
         )
         layouts[EVALUATIONS] = results_layout(len(evaluators), LLM_EVAL_FIELDS)
-    return Graph([trainer, *generators, rewarder, *evaluators], layouts, streams)
+    workers = [trainer, *generators, rewarder, *evaluators]
+    return Graph(workers, layouts, streams, shared_imports=shared_imports(workers))
+
+
+def shared_imports(workers: list[WorkerSpec]) -> tuple[str, ...]:
+    """Every LLM worker imports torch and transformers' model and tokenizer code (about
+    250 MB per process): the local runtime imports them once and forks the workers."""
+    modules = dict.fromkeys(spec.factory.partition(":")[0] for spec in workers)
+    return (*TRANSFORMERS_MODULES, *modules)
+
+
+TRANSFORMERS_MODULES = (
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.models.llama.modeling_llama",
+)
 
 
 def _width(env: EnvInfo) -> int:

@@ -118,8 +118,7 @@ def _run(
     if cfg.algo == "grpo":
         from surge.llm import setup
 
-        model_dir = setup.model_directory(cfg, run_dir, resuming=checkpoint is not None)
-        env, n_params = setup.shapes_and_size(cfg, model_dir)
+        model_dir, env, n_params = setup.prepare(cfg, run_dir, resuming=checkpoint is not None)
         start_version, resumes = _llm_resume_point(checkpoint)
     else:
         if env is None:
@@ -190,8 +189,11 @@ def _launch(
     ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None], warm: WarmProcess | None
 ) -> str:
     """Run the graph on the configured runtime until it ends; the trainer's finish reason."""
-    if warm is not None and ctx.cfg.runtime != "local":
-        warm.close()  # only the local runtime starts its trainer as a process of this machine
+    if warm is not None and (ctx.cfg.runtime != "local" or warm.name not in graph.channels):
+        # only the local runtime starts its trainer as a process of this machine, and only
+        # a graph with a worker of that name (not LLM RL's) can use it
+        warm.close()
+        warm = None
     if ctx.cfg.runtime == "serial":
         from surge.runtime.serial import run_serial
 

@@ -127,6 +127,11 @@ class Graph:
     """In start order: the trainer publishes version 0 before anyone asks for it."""
     layouts: dict[str, BlockLayout]
     streams: list[StreamSpec] = field(default_factory=list)
+    shared_imports: tuple[str, ...] = ()
+    """Modules the local runtime imports once, in a fork server its worker processes are
+    forked from, so that their memory is shared instead of loaded by each worker (torch and
+    transformers: about 250 MB per process). Empty: every worker is a fresh (spawned)
+    interpreter that reads its thread settings from its own environment."""
 
     @property
     def leader(self) -> WorkerSpec:

@@ -90,7 +90,7 @@ class LLMTrainer(TrainerLoop):
         limit_torch_threads(cfg.grpo.threads)
         g = cfg.grpo
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=g.lr, weight_decay=g.weight_decay
+            self.model.parameters(), lr=g.lr, weight_decay=g.weight_decay, foreach=True
         )
         # The forward shares each prompt's computation among its G completions (llm/lean.py).
         self.lean = LeanLlama(self.model)

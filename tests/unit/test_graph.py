@@ -91,3 +91,24 @@ def test_version_bound_backpressure_and_admission() -> None:
     assert [bound.min_version(n) for n in range(5)] == [0, 0, 0, 1, 2]
     admitted = bound.admits(5, np.array([2, 3, 4, 5]))
     assert admitted.tolist() == [False, True, True, True]
+
+
+def test_llm_workers_fork_from_shared_imports_and_others_spawn() -> None:
+    """A failed fork-server preload is ignored silently by multiprocessing (each worker
+    would then load torch itself): every shared import must resolve."""
+    import importlib.util
+
+    from surge.config.load import load_config
+    from surge.llm.setup import shapes_and_size
+    from surge.recipes import build_graph
+    from surge.runtime.local import start_context
+
+    cfg, _ = load_config("arith-grpo", [])
+    env, n_params = shapes_and_size(cfg, None)
+    llm = build_graph(cfg, env, n_params)
+    for module in llm.shared_imports:
+        assert importlib.util.find_spec(module) is not None, module
+    worker_modules = {spec.factory.partition(":")[0] for spec in llm.workers}
+    assert worker_modules <= set(llm.shared_imports)
+    assert start_context(llm).get_start_method() == "forkserver"
+    assert start_context(_graph()).get_start_method() == "spawn"
