@@ -1,6 +1,7 @@
 """LLM RL's workers on the rollout stream: a generation worker that dies mid-group leaves
-nothing partial for the trainer, in process (every row inspected) and as a real process
-SIGKILLed during a local run; and the same preset runs on serial, local and Ray."""
+nothing partial for the trainer, in process (every row inspected); a generation or reward
+worker SIGKILLed during a local run is restarted and the run completes; and the same preset
+runs on serial, local and Ray."""
 
 from __future__ import annotations
 
@@ -98,7 +99,10 @@ def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(tmp_path: P
             assert rows["life"][r] == 1, "the half-written group was not regenerated"
 
 
-def test_sigkilled_generation_worker_is_restarted_and_the_run_finishes(run_dir: Path) -> None:
+@pytest.mark.parametrize("victim", ["generator-0", "rewarder-0"])
+def test_a_sigkilled_generation_or_reward_worker_is_restarted_and_the_run_finishes(
+    victim: str, run_dir: Path
+) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [*SURGE, "train", "arith-grpo", f"run_dir={run_dir}", *SMALL, "total_env_steps=6400"],
@@ -107,8 +111,8 @@ def test_sigkilled_generation_worker_is_restarted_and_the_run_finishes(run_dir: 
     try:
         assert wait_for(lambda: len(metrics_so_far(run_dir)) > 3, 120), "training never started"
         workers = json.loads((run_dir / "workers.json").read_text())["workers"]
-        generator = next(w for w in workers if w["name"] == "generator-0")
-        psutil.Process(generator["pid"]).send_signal(signal.SIGKILL)
+        pid = next(w["pid"] for w in workers if w["name"] == victim)
+        psutil.Process(pid).send_signal(signal.SIGKILL)
         proc.wait(240)
     finally:
         if proc.poll() is None:
@@ -116,7 +120,7 @@ def test_sigkilled_generation_worker_is_restarted_and_the_run_finishes(run_dir: 
             proc.wait()
     stderr = proc.stderr.read() if proc.stderr else ""
     assert proc.returncode == 0, stderr[-3000:]
-    assert "generator-0 failed (" in stderr and "restarting it" in stderr
+    assert f"{victim} failed (" in stderr and "restarting it" in stderr
     training = [r for r in metrics_so_far(run_dir) if "steps_per_s" in r]
     assert training[-1]["env_steps"] >= 6400 and training[-1]["restarts"] == 1
 
