@@ -98,7 +98,10 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
             seed=cfg.seed,
         )
         return warm_start(settings, log=lambda text: print(f"  {text}", file=sys.stderr))
-    return _initial_model(cfg, run_dir / "model-init")
+    initial = run_dir / "model-init"
+    if (initial / "config.json").is_file():
+        return initial  # written by an earlier call (the reference worker asks again)
+    return _initial_model(cfg, initial)
 
 
 def _initial_model(cfg: ExperimentConfig, directory: Path) -> Path:

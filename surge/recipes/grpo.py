@@ -1,6 +1,7 @@
 """The LLM RL graph (asynchronous GRPO family; LlamaRL / AReaL / verl's dataflow):
 
     generator-i --(rollouts: finished groups)--> rewarder-0 --(scored)--> trainer-0
+        (with grpo.kl_coef > 0: rewarder-0 --(scored)--> reference-0 --(referenced)--> trainer-0)
     trainer-0 --(params.default: versions)--> generator-* (and the evaluators)
     evaluator-j --(evaluations: held-out accuracy)--> trainer-0
 
@@ -46,6 +47,12 @@ def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
         for i in range(r.workers)
     ]
     rewarder = worker("rewarder", 0, cpus=ray.actor_cpus, pod=pod)
+    # The KL term's reference log-probs come from a stage of their own, after the rewards.
+    references = (
+        [worker("reference", 0, threads=g.threads, cpus=ray.actor_cpus, pod=pod)]
+        if g.kl_coef > 0
+        else []
+    )
     evaluators = [
         worker("llm-evaluator", i, cpus=ray.eval_cpus, pod=pod, nice=cfg.eval.nice)
         for i in range(cfg.eval.workers)
@@ -68,9 +75,10 @@ def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             "scored",
             "groups",
             "rollouts",
-            (Edge(rewarder.name, trainer.name),),
+            (Edge(rewarder.name, (references or [trainer])[0].name),),
             flow,
-            "the same rows, scored: the trainer takes batch v's groups in order",
+            "the same rows, scored"
+            + ("" if references else ": the trainer takes batch v's groups in order"),
         ),
         StreamSpec(
             params,
@@ -81,6 +89,19 @@ def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             note=f"the latest version, {n_params:,} float32 values, announced on each publish",
         ),
     ]
+    if references:
+        streams.insert(
+            2,
+            StreamSpec(
+                "referenced",
+                "groups",
+                "rollouts",
+                (Edge(references[0].name, trainer.name),),
+                flow,
+                "the same rows with the reference model's log-probs (grpo.kl_coef "
+                f"{g.kl_coef}): the trainer takes batch v's groups in order",
+            ),
+        )
     layouts = {
         "rollouts": rollout_layout(rows, r.group_size, _width(env), r.max_new_tokens),
         params: params_layout(n_params),
@@ -98,7 +119,7 @@ def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             )
         )
         layouts[EVALUATIONS] = results_layout(len(evaluators), LLM_EVAL_FIELDS)
-    workers = [trainer, *generators, rewarder, *evaluators]
+    workers = [trainer, *generators, rewarder, *references, *evaluators]
     return Graph(workers, layouts, streams, shared_imports=shared_imports(workers))
 
 

@@ -39,6 +39,7 @@ WORKER_KINDS: dict[str, str] = {
     "evaluator": "surge.workers.evaluation:build",
     "generator": "surge.workers.generator:build",
     "rewarder": "surge.workers.rewarder:build",
+    "reference": "surge.workers.reference:build",
     "llm-trainer": "surge.workers.llm_trainer:build",
     "llm-evaluator": "surge.workers.llm_evaluator:build",
 }

@@ -16,6 +16,7 @@ token is trained more than max_policy_lag versions after the version that produc
 Hand-over is a state per row, written only by the row's current owner:
 
     EMPTY -> GENERATING (generation worker) -> GENERATED (it) -> SCORED (reward worker)
+          [-> REFERENCED (reference worker, when the loss has a KL term)]
 
 A row's `group` says which group it holds. A generation worker sets GENERATED only after the
 last write of the group's last completion, and the reward worker reads only GENERATED rows;
@@ -31,7 +32,7 @@ import numpy as np
 from surge.streams.flow import VersionBound
 from surge.streams.transport import BlockLayout, Field, Transport
 
-EMPTY, GENERATING, GENERATED, SCORED = 0, 1, 2, 3
+EMPTY, GENERATING, GENERATED, SCORED, REFERENCED = 0, 1, 2, 3, 4
 FINISH = {"eos": 0, "stop": 1, "length": 2}
 
 
@@ -50,6 +51,7 @@ def rollout_layout(rows: int, group_size: int, prompt_len: int, new_tokens: int)
             "length": Field((rows, g), "<i4"),
             "finish": Field((rows, g), "<i1"),
             "reward": Field((rows, g), "<f4"),
+            "ref_logprobs": Field((rows, g, n), "<f4"),  # under the frozen reference model
         }
     )
 
@@ -63,10 +65,14 @@ def may_start(group: int, version: int, batch_groups: int, flow: VersionBound) -
 class RolloutRows:
     """A worker's view of the rollout block."""
 
-    def __init__(self, transport: Transport, block: str, batch_groups: int) -> None:
+    def __init__(
+        self, transport: Transport, block: str, batch_groups: int, complete: int = SCORED
+    ) -> None:
         self.a = transport.block(block)
         self.rows = self.a["state"].shape[0]
         self.batch_groups = batch_groups
+        self.complete = complete
+        """The state in which a row is ready for the trainer (the last stage's)."""
 
     def row(self, group: int) -> int:
         return group % self.rows
@@ -113,7 +119,7 @@ class RolloutRows:
 
     def batch_ready(self, batch: int) -> bool:
         start = batch * self.batch_groups
-        return all(self.holds(k, SCORED) for k in range(start, start + self.batch_groups))
+        return all(self.holds(k, self.complete) for k in range(start, start + self.batch_groups))
 
     def batch(self, batch: int) -> dict[str, np.ndarray]:
         """Copies of batch `batch`'s rows, in group order (the rows are refilled once the

@@ -26,7 +26,7 @@ from surge.errors import UserError
 from surge.llm.lean import LeanLlama
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultReader
-from surge.streams.rollouts import RolloutRows
+from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
 from surge.tracking import timing
 from surge.tracking.checkpoint import rng_state
 from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
@@ -64,6 +64,7 @@ def grouped_batch(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         "behav": torch.from_numpy(batch["logprobs"].reshape(S, -1)[:, :N].copy()),
         "versions": torch.from_numpy(batch["versions"].reshape(S, -1)[:, :N].astype(np.int64)),
         "reward": torch.from_numpy(batch["reward"].reshape(-1).astype(np.float32)),
+        "ref": torch.from_numpy(batch["ref_logprobs"].reshape(S, -1)[:, :N].copy()),
     }
 
 
@@ -94,14 +95,12 @@ class LLMTrainer(TrainerLoop):
         )
         # The forward shares each prompt's computation among its G completions (llm/lean.py).
         self.lean = LeanLlama(self.model)
-        self.reference: LeanLlama | None = None
-        if g.kl_coef > 0:
-            reference, _ = load_model(ctx.model_dir)
-            self.reference = LeanLlama(reference.eval().requires_grad_(False))
-        port = b.port("scored")
+        # Its input: the last stage's rows (the reference worker's when the loss has a KL).
+        port = b.port("referenced" if g.kl_coef > 0 else "scored")
         self.flow = port.flow
         assert self.flow is not None
-        self.rows = RolloutRows(b.transport, port.block, cfg.rollout.prompts_per_batch)
+        complete = REFERENCED if g.kl_coef > 0 else SCORED
+        self.rows = RolloutRows(b.transport, port.block, cfg.rollout.prompts_per_batch, complete)
         self.inbox = b.transport.channel(b.inbox)
         published = b.port_of_kind("versions")
         subscribers = [b.transport.channel(name) for name in published.wakes]
@@ -202,11 +201,8 @@ class LLMTrainer(TrainerLoop):
             )
             _, clipped = L.clipped_surrogate(logp, prox, adv, g.clip_low, g.clip_high)
         kl = torch.zeros(())
-        if self.reference is not None:
-            with torch.no_grad():
-                ref_logits = self.reference.forward_groups(*inputs).float()
-            ref_logp = torch.log_softmax(ref_logits, -1).gather(2, completions[..., None])[..., 0]
-            kl_terms = L.k3_kl(logp, ref_logp)
+        if g.kl_coef > 0:
+            kl_terms = L.k3_kl(logp, data["ref"])
             terms = terms + g.kl_coef * kl_terms
             kl = (kl_terms * mask).sum() / mask.sum().clamp(min=1)
         loss = L.aggregate(terms, keep_mask, g.aggregation)

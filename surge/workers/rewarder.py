@@ -1,7 +1,8 @@
 """The reward worker of LLM RL: the environment's verifier, as its own stage.
 
 It scores every completion of each group a generation worker finished (state GENERATED,
-streams/rollouts.py), writes the rewards, marks the row SCORED and wakes the trainer. Scoring
+streams/rollouts.py), writes the rewards, marks the row SCORED and wakes the next stage (the
+trainer, or the reference worker when the loss has a KL term). Scoring
 may be slow (a verifier, a sandbox, a reward model); generation never waits for it, since
 the generation workers only write rows and move on. Stateless: a new life scans the block for
 GENERATED rows and carries on, so a crash loses no group.
@@ -35,8 +36,8 @@ class RewardWorker:
         self.task = make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
         port = b.port("scored")
         self.rows = RolloutRows(b.transport, port.block, cfg.rollout.prompts_per_batch)
-        (trainer,) = port.sends_to
-        self.trainer = b.transport.channel(trainer)
+        (downstream,) = port.sends_to
+        self.downstream = b.transport.channel(downstream)
         self.inbox = b.transport.channel(b.inbox)
 
     def poll(self, timeout: float) -> bool:
@@ -61,7 +62,7 @@ class RewardWorker:
             text = decode_completion(self.tokenizer, a["tokens"][r, m, : a["length"][r, m]])
             a["reward"][r, m] = self.task.reward(problem, text)
         self.rows.set_state(r, SCORED)  # after every reward of the group
-        self.trainer.send(r)
+        self.downstream.send(r)
 
     def close(self) -> None:
         pass

@@ -11,6 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
@@ -20,7 +21,7 @@ import psutil  # noqa: E402
 from surge.config.load import load_config  # noqa: E402
 from surge.runtime.control import Control  # noqa: E402
 from surge.runtime.graph import start_worker  # noqa: E402
-from surge.streams.rollouts import GENERATED, SCORED  # noqa: E402
+from surge.streams.rollouts import GENERATED, REFERENCED, SCORED  # noqa: E402
 from surge.streams.transport import InlineTransport  # noqa: E402
 from surge.workers.base import RunContext  # noqa: E402
 from tests.conftest import SURGE, metrics_so_far, run_surge, wait_for  # noqa: E402
@@ -38,13 +39,13 @@ RAY_ENV = {
 }
 
 
-def _graph_in_process(run_dir: Path) -> tuple[RunContext, object, InlineTransport]:
+def _graph_in_process(run_dir: Path, *extra: str) -> tuple[RunContext, object, InlineTransport]:
     from surge.llm import setup
     from surge.recipes.grpo import grpo_graph
 
     # 6 slots for groups of 4: a group's members run at different times, so a group can be
     # half written when the worker dies.
-    overrides = [*SMALL, "eval.workers=0", "max_policy_lag=1", "rollout.slots=6"]
+    overrides = [*SMALL, "eval.workers=0", "max_policy_lag=1", "rollout.slots=6", *extra]
     cfg, _ = load_config("arith-grpo", overrides)
     model_dir = setup.model_directory(cfg, run_dir, resuming=False)
     env, n_params = setup.shapes_and_size(cfg, model_dir)
@@ -97,6 +98,49 @@ def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(tmp_path: P
             assert rows["life"][r] == 0, "a finished group was generated again"
         if group == victim_group:
             assert rows["life"][r] == 1, "the half-written group was not regenerated"
+
+
+def completion_length(prompt: str, completion: str, **meta: object) -> float:
+    return float(len(completion))
+
+
+def test_the_reference_worker_gives_the_starting_models_log_probs(tmp_path: Path) -> None:
+    """With a KL term the graph has a reference stage between rewards and the trainer; its
+    log-probs are the starting model's (plain transformers forward), also after the trainer
+    moved on, and the trainer's KL grows from 0."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    # A reward random weights earn (the length of the completion), so the policy moves.
+    reward = "task.reward_fn=tests.integration.test_llm_workers:completion_length"
+    ctx, graph, transport = _graph_in_process(tmp_path, "grpo.kl_coef=0.1", "grpo.lr=0.01", reward)
+    names = [w.name for w in graph.workers]  # type: ignore[attr-defined]
+    assert "reference-0" in names
+    workers = [start_worker(ctx, graph, names.index(n), transport)[2] for n in names]  # type: ignore[arg-type]
+    trainer = workers[0]
+    while trainer.version < 6:  # type: ignore[attr-defined]
+        for w in workers:
+            w.poll(0)
+    kls = [r["kl"] for r in metrics_so_far(tmp_path) if "kl" in r]  # one row per update
+    assert kls[0] == pytest.approx(0.0, abs=1e-5) and kls[-1] > 1e-4
+    rows = transport.block("rollouts")
+    start = AutoModelForCausalLM.from_pretrained(ctx.model_dir).eval()
+    checked = 0
+    for r in range(len(rows["state"])):
+        if rows["state"][r] != REFERENCED:
+            continue
+        p = int(rows["prompt_len"][r])
+        for m in range(rows["tokens"].shape[1]):
+            n = int(rows["length"][r, m])
+            seq = np.concatenate([rows["prompt"][r, :p], rows["tokens"][r, m, :n]])
+            with torch.no_grad():
+                logits = start(torch.from_numpy(seq[None].astype(np.int64))).logits[0]
+            expected = torch.log_softmax(logits, -1)[p - 1 : p - 1 + n]
+            expected = expected.gather(1, torch.from_numpy(seq[p:, None].astype(np.int64)))
+            np.testing.assert_allclose(rows["ref_logprobs"][r, m, :n], expected[:, 0], atol=1e-4)
+            assert not rows["ref_logprobs"][r, m, n:].any()
+            checked += 1
+    assert checked >= 4
 
 
 @pytest.mark.parametrize("victim", ["generator-0", "rewarder-0"])

@@ -1,0 +1,96 @@
+"""The reference worker of LLM RL: log-probs of every completion under the frozen starting
+model, for the loss's KL term (verl's reference stage; `grpo.kl_coef > 0` adds it to the graph).
+
+It takes each group the reward worker scored (state SCORED, streams/rollouts.py), runs the
+group's prompt and completions through the reference model once (the prompt shared by its G
+completions, surge/llm/lean.py), writes `ref_logprobs`, marks the row REFERENCED and wakes
+the trainer. So the trainer never runs a second model, and this stage overlaps training
+like the others. Stateless: a new life finds the SCORED rows and carries on.
+
+The reference is the run's starting model: the warm start or `model.path`, also on a
+resumed run (whose workers otherwise start from the checkpoint's weights).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from surge.llm.lean import LeanLlama
+from surge.llm.model import load_model
+from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
+from surge.tracking.timing import INFERENCE
+from surge.workers.base import Binding, RunContext, limit_torch_threads
+
+
+def build(ctx: RunContext, b: Binding) -> ReferenceWorker:
+    return ReferenceWorker(ctx, b)
+
+
+class ReferenceWorker:
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        from surge.llm.setup import model_directory
+
+        self.name = b.name
+        self.finished = False
+        self.timers = b.control.timers
+        start = model_directory(ctx.cfg, Path(ctx.run_dir), resuming=False)
+        model, _ = load_model(start)
+        self.lean = LeanLlama(model.eval().requires_grad_(False))
+        limit_torch_threads(ctx.cfg.grpo.threads)
+        port = b.port("scored")
+        self.rows = RolloutRows(b.transport, port.block, ctx.cfg.rollout.prompts_per_batch)
+        (trainer,) = b.port("referenced").sends_to
+        self.trainer = b.transport.channel(trainer)
+        self.inbox = b.transport.channel(b.inbox)
+
+    def poll(self, timeout: float) -> bool:
+        todo = self.rows.in_state(SCORED)
+        if not todo:
+            waited = time.perf_counter()
+            self.inbox.recv(timeout)
+            self.timers.add_wait(waited)
+            todo = self.rows.in_state(SCORED)
+            if not todo:
+                return False
+        clock = self.timers.now()
+        a = self.rows.a
+        groups = {k: a[k][todo] for k in ("prompt", "prompt_len", "tokens", "length")}
+        a["ref_logprobs"][todo] = reference_logprobs(self.lean, *groups.values())
+        for r in todo:
+            self.rows.set_state(r, REFERENCED)  # after the write
+            self.trainer.send(r)
+        self.timers.add(INFERENCE, clock)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def reference_logprobs(
+    lean: LeanLlama,
+    prompts: np.ndarray,
+    prompt_lens: np.ndarray,
+    tokens: np.ndarray,
+    lengths: np.ndarray,
+) -> np.ndarray:
+    """Log-probs `[rows, G, width]` of groups' completion tokens (`tokens [rows, G, width]`,
+    real lengths `lengths [rows, G]`) after their prompts (`prompts [rows, P]`, real lengths
+    `prompt_lens`); zero past each completion's end."""
+    rows, g, width = tokens.shape
+    P, N = int(prompt_lens.max()), max(int(lengths.max()), 1)
+    completions = torch.from_numpy(tokens[:, :, :N].reshape(rows * g, N).astype(np.int64))
+    with torch.inference_mode():
+        logits = lean.forward_groups(
+            torch.from_numpy(prompts[:, :P].astype(np.int64)),
+            torch.from_numpy(prompt_lens.astype(np.int64)),
+            completions,
+        )
+        logp = torch.log_softmax(logits.float(), -1).gather(2, completions[..., None])[..., 0]
+    out = np.zeros(tokens.shape, np.float32)
+    real = np.arange(N)[None, None, :] < lengths[:, :, None]
+    out[:, :, :N] = logp.numpy().reshape(rows, g, N) * real
+    return out
