@@ -8,7 +8,8 @@ AIPO instead weights log pi by min(pi / mu, rho). Both are surge/algos/llm_losse
 
 Everything a run reports about LLM training is logged here: reward, accuracy, response
 length, entropy, KL, clip fraction, the staleness of every trained token (histogram over
-0..max_policy_lag), trained tokens/s, and the evaluation workers' held-out accuracy.
+0..max_policy_lag), generated and trained tokens/s, and the evaluation workers' held-out
+accuracy.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class LLMTrainer(TrainerLoop):
 
         self.version = 0
         self.env_steps = 0  # completions trained (each prompt-completion is one episode)
-        self.tokens = 0  # completion tokens trained
+        self.tokens = 0  # completion tokens generated and delivered to the trainer
+        self._learned_tokens = 0.0  # since the last log: tokens with a loss weight
         self.wall_time_offset = 0.0
         self.recent_returns: deque[float] = deque(maxlen=max(cfg.return_window, 1))
         if ctx.checkpoint is not None:
@@ -154,6 +156,7 @@ class LLMTrainer(TrainerLoop):
         rewards = data["reward"]
         self.env_steps += int(rewards.numel())
         self.tokens += int(data["mask"].sum())
+        self._learned_tokens += stats.pop("learned_tokens")
         self.recent_returns.extend(rewards.tolist())
         self._window.append(stats)
         self.control.set_progress(
@@ -225,6 +228,7 @@ class LLMTrainer(TrainerLoop):
                 "behav_weight_mean": float((weight * mask).sum() / n),
                 "masked_fraction": float(((mask - keep_mask) * mask).sum() / n),
                 "grad_norm": float(grad_norm),
+                "learned_tokens": float((keep_mask * mask).sum()),
                 "informative_groups": float(
                     L.informative_groups(rewards, r.group_size).float().mean()
                 ),
@@ -266,6 +270,8 @@ class LLMTrainer(TrainerLoop):
             "episodes": self.env_steps,
             "steps_per_s": round((self.env_steps - steps_then) / dt, 1),
             "tokens_per_s": round((self.tokens - tokens_then) / dt, 1),
+            # fewer than generated when dynamic sampling drops groups or behav_cap masks tokens
+            "trained_tokens_per_s": round(self._learned_tokens / dt, 1),
             "policy_version": self.version,
             "policy_lag_mean": lag_mean,
             "restarts": int(self.control.progress()["restarts"]),
@@ -278,6 +284,7 @@ class LLMTrainer(TrainerLoop):
         self.metrics.write(record)
         self.control.set_progress(steps_per_s=record["steps_per_s"], policy_lag_mean=lag_mean)
         self._last_log = (now, self.env_steps, self.tokens)
+        self._learned_tokens = 0.0
         self._window = []
         self._staleness[:] = 0
 

@@ -104,6 +104,10 @@ def completion_length(prompt: str, completion: str, **meta: object) -> float:
     return float(len(completion))
 
 
+def constant_reward(prompt: str, completion: str, **meta: object) -> float:
+    return 0.5
+
+
 def test_the_reference_worker_gives_the_starting_models_log_probs(tmp_path: Path) -> None:
     """With a KL term the graph has a reference stage between rewards and the trainer; its
     log-probs are the starting model's (plain transformers forward), also after the trainer
@@ -141,6 +145,23 @@ def test_the_reference_worker_gives_the_starting_models_log_probs(tmp_path: Path
             assert not rows["ref_logprobs"][r, m, n:].any()
             checked += 1
     assert checked >= 4
+
+
+def test_dynamic_sampling_drops_uninformative_groups_from_the_trained_tokens(
+    tmp_path: Path,
+) -> None:
+    """A reward equal for every completion: with dynamic sampling tokens are generated and
+    delivered but none is trained on."""
+    reward = "task.reward_fn=tests.integration.test_llm_workers:constant_reward"
+    ctx, graph, transport = _graph_in_process(tmp_path, "grpo.dynamic_sampling=true", reward)
+    names = [w.name for w in graph.workers]  # type: ignore[attr-defined]
+    workers = [start_worker(ctx, graph, names.index(n), transport)[2] for n in names]  # type: ignore[arg-type]
+    while workers[0].version < 3:  # type: ignore[attr-defined]
+        for w in workers:
+            w.poll(0)
+    rows = [r for r in metrics_so_far(tmp_path) if "trained_tokens_per_s" in r]
+    assert rows and all(r["tokens_per_s"] > 0 for r in rows)
+    assert all(r["trained_tokens_per_s"] == 0 and r["informative_groups"] == 0 for r in rows)
 
 
 @pytest.mark.parametrize("victim", ["generator-0", "rewarder-0"])
