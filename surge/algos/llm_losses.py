@@ -14,7 +14,7 @@ Sources (facts in ../shared/reference/llmrl.md, section 3 and 8.1):
   rewards are all equal (they carry no gradient).
 - AReaL's decoupled PPO: the ratio is taken to a proximal policy (the weights before the
   update), and the behaviour weight pi_prox / pi_behav (constant) multiplies the clipped term;
-  tokens whose behaviour weight exceeds a cap are masked out.
+  a token whose behaviour weight exceeds a cap gets weight 0 (it stays in the normaliser).
 - LlamaRL's AIPO: REINFORCE with a truncated importance weight min(pi / mu, rho), no clipping.
   The weight is detached here, so the gradient of log pi survives above rho (the truncation
   bounds the weight, it does not zero the token's gradient).
@@ -94,16 +94,18 @@ def decoupled_ppo(
     clip_high: float,
     behav_weight_cap: float | None = 5.0,
 ) -> tuple[Tensor, Tensor]:
-    """AReaL's objective for stale data: (per-token loss, the mask it applies to). The clipped
-    surrogate is taken against the proximal policy and weighted by pi_prox / pi_behav (a
-    constant); tokens whose weight exceeds `behav_weight_cap` leave the mask. With
-    prox = behav it is the clipped surrogate."""
+    """AReaL's objective for stale data: (per-token loss, the tokens the cap removed). The
+    clipped surrogate is taken against the proximal policy and weighted by pi_prox / pi_behav
+    (a constant); a token whose weight exceeds `behav_weight_cap` gets weight 0 and, as in
+    AReaL, stays in the normaliser (`aggregate` with the unchanged mask). With prox = behav it
+    is the clipped surrogate."""
     surrogate, _ = clipped_surrogate(logp, prox_logp, advantages, clip_low, clip_high)
     weight = torch.exp(prox_logp - behav_logp).detach()
-    keep = mask
+    capped = torch.zeros_like(mask)
     if behav_weight_cap is not None:
-        keep = mask * (weight <= behav_weight_cap).to(mask.dtype)
-    return weight * surrogate, keep
+        capped = mask * (weight > behav_weight_cap).to(mask.dtype)
+        weight = weight * (1.0 - capped)
+    return weight * surrogate, capped
 
 
 def aipo(logp: Tensor, behav_logp: Tensor, advantages: Tensor, rho: float) -> Tensor:

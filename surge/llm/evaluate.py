@@ -48,14 +48,15 @@ def score(
     samples: int = 1,
     seed: int = 0,
     on_step: Callable[[], None] = lambda: None,
+    slots: int = 512,
 ) -> Scores:
     """Decode `samples` completions per problem (temperature 0: greedy) with the run's
-    generation settings, and score them."""
+    generation settings, at most `slots` at once, and score them."""
     r = cfg.rollout
     stop = stop_sequences(tokenizer, r.stop)
     return decode_and_score(
         model, tokenizer, task, problems, r.max_new_tokens, temperature, samples, r.top_p, stop,
-        seed, on_step,
+        seed, on_step, slots,
     )  # fmt: skip
 
 
@@ -77,12 +78,13 @@ def decode_and_score(
     stop: tuple[tuple[int, ...], ...] = (),
     seed: int = 0,
     on_step: Callable[[], None] = lambda: None,
+    slots: int = 512,
 ) -> Scores:
     prompts = [tuple(encode_prompt(tokenizer, p.prompt)) for p in problems]
     n = len(prompts)
     engine = Engine(
         model,
-        slots=min(n * samples, 512),
+        slots=min(n * samples, slots),
         max_prompt=max(len(p) for p in prompts),
         max_new_tokens=max_new_tokens,
         eos_id=tokenizer.eos_token_id,

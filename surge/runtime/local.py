@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -255,6 +256,7 @@ def worker_main(
     transport = ShmTransport(shm)
     try:
         spec, control, worker = start_worker(ctx, graph, slot, transport, life)
+        gc.freeze()  # what the worker built lives for the run: later collections skip it
         drive(worker, control, spec, 0.5, lambda: os.getppid() == watched)
         worker.close()
         if spec.ends_run:
@@ -275,6 +277,9 @@ def _alive(pid: int) -> bool:
 
 
 def _become_worker(spec: WorkerSpec, ctx: RunContext) -> None:
+    # A forked worker shares the fork server's Python objects; a full collection would write
+    # to every one of them and copy their pages (~60 MB per LLM worker, minutes into a run).
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the controller's to handle
     if spec.nice:
         os.nice(spec.nice)  # background work: training gets the CPU first

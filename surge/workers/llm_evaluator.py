@@ -20,6 +20,10 @@ from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_thr
 from surge.workers.evaluation import ScheduledEvaluations
 from surge.workers.weights import flat_to_model
 
+# Sequences decoded at once. Training gets the CPU first, so a background evaluation may take
+# its time: 128 instead of 512 takes 30% longer and halves its memory (1M-parameter model).
+SLOTS = 128
+
 
 def build(ctx: RunContext, b: Binding) -> LLMEvaluator:
     return LLMEvaluator(ctx, b)
@@ -54,12 +58,12 @@ class LLMEvaluator(ScheduledEvaluations):
             flat_to_model(self.flat, self.model)
         beat = self.control.beat  # a long evaluation is not a hang
         args = (self.model, self.tokenizer, self.task, self.problems, self.cfg)
-        greedy = score(*args, temperature=0.0, on_step=beat)
+        greedy = score(*args, temperature=0.0, on_step=beat, slots=SLOTS)
         k = self.cfg.task.pass_k
         pass_at_k = float("nan")
         if k:
             t = self.cfg.rollout.temperature
-            pass_at_k = score(*args, t, samples=k, seed=self.seed, on_step=beat).pass_at_k
+            pass_at_k = score(*args, t, k, self.seed, beat, SLOTS).pass_at_k
         self.results.write(
             {
                 "version": version,

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from surge.algos import llm_losses as L
+from surge.algos.grpo_update import grpo_update
 from surge.errors import UserError
 from surge.llm.lean import LeanLlama
 from surge.streams.params import ParameterService
@@ -69,12 +69,6 @@ def grouped_batch(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     }
 
 
-def advantages(rewards: torch.Tensor, group_size: int, kind: str) -> torch.Tensor:
-    if kind == "rloo":
-        return L.rloo_advantages(rewards, group_size)
-    return L.grpo_advantages(rewards, group_size, scale_by_std=kind == "grpo")
-
-
 class LLMTrainer(TrainerLoop):
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = self.cfg = ctx.cfg
@@ -96,6 +90,7 @@ class LLMTrainer(TrainerLoop):
         )
         # The forward shares each prompt's computation among its G completions (llm/lean.py).
         self.lean = LeanLlama(self.model)
+        self.group_size = cfg.rollout.group_size
         # Its input: the last stage's rows (the reference worker's when the loss has a KL).
         port = b.port("referenced" if g.kl_coef > 0 else "scored")
         self.flow = port.flow
@@ -184,55 +179,7 @@ class LLMTrainer(TrainerLoop):
         self._staleness += np.bincount(lag, minlength=len(self._staleness))[: len(self._staleness)]
 
     def _update(self, data: dict[str, torch.Tensor]) -> dict[str, float]:
-        g, r = self.cfg.grpo, self.cfg.rollout
-        mask, behav, completions = data["mask"], data["behav"], data["completions"]
-        inputs = (data["prompts"], data["prompt_lens"], completions)
-        rewards = data["reward"]
-        adv = advantages(rewards, r.group_size, g.advantage)
-        if g.dynamic_sampling:
-            keep = L.informative_groups(rewards, r.group_size).repeat_interleave(r.group_size)
-            mask = mask * keep[:, None].to(mask.dtype)
-        logp_all = torch.log_softmax(self.lean.forward_groups(*inputs).float(), dim=-1)
-        logp = logp_all.gather(2, completions[..., None])[..., 0]
-        if g.loss == "aipo":
-            terms = L.aipo(logp, behav, adv, g.aipo_rho)
-            keep_mask, clipped = mask, torch.zeros_like(mask)
-        else:
-            prox = logp.detach()  # one update per batch: the proximal policy is this one
-            terms, keep_mask = L.decoupled_ppo(
-                logp, prox, behav, adv, mask, g.clip_low, g.clip_high, g.behav_cap
-            )
-            _, clipped = L.clipped_surrogate(logp, prox, adv, g.clip_low, g.clip_high)
-        kl = torch.zeros(())
-        if g.kl_coef > 0:
-            kl_terms = L.k3_kl(logp, data["ref"])
-            terms = terms + g.kl_coef * kl_terms
-            kl = (kl_terms * mask).sum() / mask.sum().clamp(min=1)
-        loss = L.aggregate(terms, keep_mask, g.aggregation)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), g.max_grad_norm)
-        self.optimizer.step()
-        with torch.no_grad():
-            n = mask.sum().clamp(min=1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-            weight = torch.exp(logp.detach() - behav)
-            return {
-                "loss": float(loss),
-                "reward_mean": float(rewards.mean()),
-                "accuracy": float((rewards >= 1.0).float().mean()),
-                "response_length_mean": float(mask.sum(1).mean()),
-                "entropy": float((entropy * mask).sum() / n),
-                "kl": float(kl),
-                "clip_fraction": float((clipped * mask).sum() / n),
-                "behav_weight_mean": float((weight * mask).sum() / n),
-                "masked_fraction": float(((mask - keep_mask) * mask).sum() / n),
-                "grad_norm": float(grad_norm),
-                "learned_tokens": float((keep_mask * mask).sum()),
-                "informative_groups": float(
-                    L.informative_groups(rewards, r.group_size).float().mean()
-                ),
-            }
+        return grpo_update(self.lean, self.optimizer, data, self.cfg.grpo, self.group_size)
 
     def _log_evaluations(self) -> None:
         if self.evaluations is None:

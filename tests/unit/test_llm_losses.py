@@ -55,17 +55,19 @@ def test_clipped_surrogate_takes_the_pessimistic_term_with_asymmetric_clip() -> 
     torch.testing.assert_close(logp.grad.view(-1), t(0.0, 1.5, -0.5, 0.0))  # type: ignore[union-attr]
 
 
-def test_decoupled_ppo_weights_by_behaviour_and_masks_above_the_cap() -> None:
+def test_decoupled_ppo_weights_by_behaviour_and_zeroes_above_the_cap() -> None:
     logp = torch.log(t(1.5, 1.5)).view(2, 1)
     prox = torch.zeros(2, 1, dtype=torch.float64)
     behav = torch.log(t(1.0, 0.25)).view(2, 1)  # weights pi_prox / pi_behav: 1 and 4
     mask = torch.ones(2, 1, dtype=torch.float64)
     adv = t(-1, -1)
-    loss, keep = L.decoupled_ppo(logp, prox, behav, adv, mask, 0.2, 0.2, behav_weight_cap=5.0)
+    loss, capped = L.decoupled_ppo(logp, prox, behav, adv, mask, 0.2, 0.2, behav_weight_cap=5.0)
     torch.testing.assert_close(loss.view(-1), t(1.5, 6.0))  # 1 x 1.5, 4 x 1.5
-    assert keep.view(-1).tolist() == [1.0, 1.0]
-    _, keep = L.decoupled_ppo(logp, prox, behav, adv, mask, 0.2, 0.2, behav_weight_cap=3.0)
-    assert keep.view(-1).tolist() == [1.0, 0.0]
+    assert capped.view(-1).tolist() == [0.0, 0.0]
+    # Above the cap the weight is 0 (AReaL); the token stays in the normaliser.
+    loss, capped = L.decoupled_ppo(logp, prox, behav, adv, mask, 0.2, 0.2, behav_weight_cap=3.0)
+    torch.testing.assert_close(loss.view(-1), t(1.5, 0.0))
+    assert capped.view(-1).tolist() == [0.0, 1.0]
     # With the proximal policy = the behaviour policy it is the clipped surrogate.
     same, _ = L.decoupled_ppo(logp, behav, behav, adv, mask, 0.2, 0.2)
     plain, _ = L.clipped_surrogate(logp, behav, adv, 0.2, 0.2)
