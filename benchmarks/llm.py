@@ -67,10 +67,13 @@ def run_surge(name: str, model: Path, lag: int, seconds: float, work: Path) -> d
     ]
     train = [r for r in rows if "tokens_per_s" in r and r["wall_time_s"] <= seconds]
     last = train[-1]
-    tokens = sum(r["tokens_per_s"] * dt for r, dt in zip(train, _gaps(train), strict=True))
+    gaps = _gaps(train)
+    generated = sum(r["tokens_per_s"] * dt for r, dt in zip(train, gaps, strict=True))
+    trained = sum(r["trained_tokens_per_s"] * dt for r, dt in zip(train, gaps, strict=True))
     return {
         "evals": evals,
-        "trained_tokens_per_s": tokens / last["wall_time_s"],
+        "generated_tokens_per_s": generated / last["wall_time_s"],
+        "trained_tokens_per_s": trained / last["wall_time_s"],
         "versions_per_s": last["policy_version"] / last["wall_time_s"],
         "peak_pss_mb": mem["peak_pss_mb"],
     }
@@ -100,6 +103,7 @@ def run_trl(model: Path, seconds: float, work: Path) -> dict:
     end = logs[-1]["t"] if logs else 1.0
     return {
         "evals": evals,
+        "generated_tokens_per_s": tokens / end,  # TRL trains every token it generates
         "trained_tokens_per_s": tokens / end,
         "versions_per_s": prev_step / end,
         "peak_pss_mb": mem["peak_pss_mb"],
@@ -124,7 +128,12 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=420)
     p.add_argument("--async-lag", type=int, default=1)
     p.add_argument("--out", type=Path, default=HERE / "results" / "llm.md")
+    p.add_argument("--report", type=Path, help="rewrite the report of an earlier run's directory")
     args = p.parse_args()
+    if args.report:
+        saved = json.loads((args.report / "results.json").read_text())
+        report(saved["results"], saved["seconds"], saved["async_lag"], saved["model"], args.out)
+        return 0
     work = Path(tempfile.mkdtemp(prefix="surge-llm-bench-"))
     model = warm_start_dir()
     results = {"TRL GRPOTrainer": run_trl(model, args.seconds, work)}
@@ -132,28 +141,38 @@ def main() -> int:
     results[f"surge async (lag {args.async_lag})"] = run_surge(
         "async", model, args.async_lag, args.seconds, work
     )
+    saved = {"results": results, "seconds": args.seconds, "async_lag": args.async_lag}
+    (work / "results.json").write_text(json.dumps({**saved, "model": str(model)}))
+    report(results, args.seconds, args.async_lag, str(model), args.out)
+    print(f"runs: {work}")
+    return 0
+
+
+def report(results: dict, seconds: float, lag: int, model: str, out: Path) -> None:
     target = last_mean(results["TRL GRPOTrainer"]["evals"])
     trl_time = time_to(results["TRL GRPOTrainer"]["evals"], target)
     lines = [
         "# LLM RL side by side: surge and TRL (issue 14)",
         "",
         f"Machine: {summary()}. Command: `.venv/bin/python benchmarks/llm.py --seconds "
-        f"{args.seconds:g} --async-lag {args.async_lag}`. Warm start: {model}, held-out "
+        f"{seconds:g} --async-lag {lag}`. Warm start: {model}, held-out "
         f"accuracy {results['TRL GRPOTrainer']['evals'][0][1]:.1%}.",
         "",
         f"Target: TRL's mean held-out accuracy over its last {LAST_S:.0f} s, {target:.1%}. "
         f"'reaches target' is the first time the mean of the last {WINDOW} evaluations is at "
-        "least that.",
+        "least that. Generated tokens/s: completion tokens generated and delivered to the "
+        "trainer; trained: those with a loss weight (TRL trains all it generates).",
         "",
-        "| contender | completion tokens/s | versions/s | reaches target | last 240 s mean | best "
-        "| peak memory (PSS) |",
-        "|---|---|---|---|---|---|---|",
+        "| contender | generated tokens/s | trained tokens/s | versions/s | reaches target | "
+        "last 240 s mean | best | peak memory (PSS) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         reached = time_to(r["evals"], target)
         best = max(a for _, a in r["evals"])
         lines.append(
-            f"| {name} | {r['trained_tokens_per_s']:,.0f} | {r['versions_per_s']:.2f} | "
+            f"| {name} | {r['generated_tokens_per_s']:,.0f} | {r['trained_tokens_per_s']:,.0f} "
+            f"| {r['versions_per_s']:.2f} | "
             f"{f'{reached:.0f} s' if reached is not None else 'no'} | "
             f"{last_mean(r['evals']):.1%} | {best:.1%} | {r['peak_pss_mb']:,.0f} MB |"
         )
@@ -161,16 +180,15 @@ def main() -> int:
     for name, r in results.items():
         if name.startswith("surge"):
             reached = time_to(r["evals"], target)
-            ratio = r["trained_tokens_per_s"] / trl["trained_tokens_per_s"]
+            ratio = r["generated_tokens_per_s"] / trl["generated_tokens_per_s"]
             share = f"{reached / trl_time:.2f}" if reached and trl_time else "-"
             memory = r["peak_pss_mb"] / trl["peak_pss_mb"]
             lines.append(
-                f"\n{name}: {ratio:.2f}x TRL's completion tokens/s; time to TRL's final "
+                f"\n{name}: {ratio:.2f}x TRL's generated tokens/s; time to TRL's final "
                 f"accuracy / TRL's own time to it: {share}; memory {memory:.2f}x TRL's."
             )
-    args.out.write_text("\n".join(lines) + "\n")
+    out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Batch v (groups v*B .. v*B+B-1, streams/rollouts.py) is trained by version v. On
 batch: the proximal policy of AReaL's decoupled loss is then the current weights, so its
 log-probs come from the same forward pass (detached) and cost nothing extra; the behaviour
 weight pi_prox / mu corrects for the versions (and the sampling engine) that drew the tokens.
-AIPO instead weights log pi by min(pi / mu, rho). Both are surge/algos/llm_losses.py.
+AIPO instead weights log pi by min(pi / mu, rho). Both are surge/algos/llm_losses.py; the
+update (which skips the forward and backward of groups without a gradient) is
+surge/algos/grpo_update.py.
 
 Everything a run reports about LLM training is logged here: reward, accuracy, response
 length, entropy, KL, clip fraction, the staleness of every trained token (histogram over

@@ -1,0 +1,306 @@
+"""Asynchronous against synchronous LLM RL, measured on countdown, whose completion lengths
+vary widely (a synchronous batch waits for its longest sequence), and simulated at 1, 4 and 16
+generation workers per trainer.
+
+    .venv/bin/python benchmarks/llm_async.py [--seconds 300] [--lags 1,2,4] [--sync-threads 1,2]
+
+Every run starts from the same warm start (`countdown-grpo`'s, cached) and trains for
+`--seconds` on the trainer's clock, under benchmarks/peers/memmon.py (which also reports CPU
+used outside the run). Synchronous runs (max_policy_lag 0) alternate generation and training,
+so each stage may use both cores: they run with 1 and with 2 torch threads per stage and the
+faster is the baseline. Asynchronous runs overlap the stages, one thread each.
+
+Reported per run: trained tokens/s (tokens with a loss weight), generated tokens/s, versions/s,
+the busy share of each stage (timing.json), and held-out accuracy at equal trained tokens: the
+mean of the evaluations made between 75% and 100% of the smallest token count any run reached.
+
+Then the stage costs are measured alone, one thread each (decode step against active
+sequences, prompt prefill, the trainer's update against tokens, version publication) together
+with the warm start's completion lengths, and benchmarks/llm_pipeline_sim.py simulates the
+pipeline with 1, 4 and 16 generation workers per trainer, each stage on its own device.
+Writes benchmarks/results/llm_async.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "peers"))
+sys.path.insert(0, str(REPO))
+import memmon  # noqa: E402
+from llm_pipeline_sim import Costs, simulate  # noqa: E402
+from machine import summary  # noqa: E402
+
+PRESET = "countdown-grpo"
+EQUAL_FROM = 0.75
+
+
+def warm_start_dir() -> Path:
+    from surge.config.load import load_config
+    from surge.llm.sft import WarmStartSettings, warm_start
+
+    cfg, _ = load_config(PRESET, [])
+    t, s = cfg.tiny_model, cfg.sft
+    settings = WarmStartSettings(
+        cfg.task.name, dict(cfg.task.kwargs), t.hidden, t.layers, t.heads, 64, s.steps,
+        s.batch_size, s.lr, s.target_accuracy, cfg.seed,
+    )  # fmt: skip
+    return warm_start(settings, log=print)
+
+
+# ----------------------------------------------------------------------------- measured runs
+
+
+def run(name: str, model: Path, lag: int, threads: int, seconds: float, work: Path) -> dict:
+    run_dir = work / name.replace(" ", "-").replace(",", "")
+    cmd = [
+        str(REPO / ".venv" / "bin" / "surge"), "train", PRESET, f"model.path={model}",
+        f"max_policy_lag={lag}", f"rollout.threads={threads}", f"grpo.threads={threads}",
+        f"run_dir={run_dir}", "total_env_steps=100000000", "log.progress=false",
+        "log.interval_s=5",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    mem = memmon.run(cmd, timeout=seconds + 25, env=env, cwd=REPO, stderr=None)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "trained_tokens_per_s" in r and r["wall_time_s"] <= seconds]
+    times = np.array([0.0] + [r["wall_time_s"] for r in train])
+    trained = np.cumsum([0.0] + [r["trained_tokens_per_s"] * dt for r, dt in zip(
+        train, np.diff(times), strict=True)])  # fmt: skip
+    generated = sum(r["tokens_per_s"] * dt for r, dt in zip(train, np.diff(times), strict=True))
+    evals = [
+        (r["wall_time_s"], float(np.interp(r["wall_time_s"], times, trained)), r["eval/accuracy"])
+        for r in rows
+        if "eval/accuracy" in r and r["wall_time_s"] <= seconds
+    ]
+    timing = json.loads((run_dir / "timing.json").read_text())["processes"]
+    wall = times[-1]
+    return {
+        "lag": lag,
+        "threads": threads,
+        "wall_s": wall,
+        "trained_tokens": trained[-1],
+        "trained_tokens_per_s": trained[-1] / wall,
+        "generated_tokens_per_s": generated / wall,
+        "versions_per_s": train[-1]["policy_version"] / wall,
+        "publish_s": float(np.mean([r["publish_s"] for r in train])),
+        "length_mean": float(np.mean([r["response_length_mean"] for r in train])),
+        "evals": evals,
+        "busy": {
+            "trainer": timing["llm-trainer-0"]["learn"] / wall,
+            "generator": timing["generator-0"]["inference"] / wall,
+            "rewarder": timing["rewarder-0"]["env"] / wall,
+        },
+        "foreign_cores": mem.get("foreign_cores", float("nan")),
+    }
+
+
+def accuracy_at(evals: list[tuple[float, float, float]], tokens: float) -> float:
+    window = [a for _, n, a in evals if EQUAL_FROM * tokens <= n <= tokens]
+    return float(np.mean(window)) if window else float("nan")
+
+
+# ----------------------------------------------------------------------------- stage costs
+
+
+def calibrate(model_dir: Path, publish_s: float) -> tuple[Costs, list[int]]:
+    """Each stage alone on one thread, from the warm start."""
+    import random
+
+    import torch
+
+    from surge.algos.grpo_update import grpo_update
+    from surge.config.load import load_config
+    from surge.llm.engine import Engine, Request
+    from surge.llm.lean import LeanLlama
+    from surge.llm.model import encode_prompt, load_model
+    from surge.llm.tasks import make_task
+
+    torch.set_num_threads(1)
+    cfg, _ = load_config(PRESET, [])
+    r = cfg.rollout
+    model, tok = load_model(model_dir)
+    task = make_task(cfg.task.name, cfg.task.kwargs)
+    problems = task.sample("train", 64, random.Random(0))
+    prompts = [tuple(encode_prompt(tok, p.prompt)) for p in problems]
+    width = max(len(p) for p in prompts)
+    prompt_tokens = round(float(np.mean([len(p) for p in prompts])))
+
+    def engine(slots: int) -> Engine:
+        return Engine(
+            model, slots=slots, max_prompt=width, max_new_tokens=r.max_new_tokens,
+            eos_id=tok.eos_token_id, temperature=r.temperature, top_p=r.top_p, seed=0,
+        )  # fmt: skip
+
+    # Decode steps against active sequences; prefill of groups; completion lengths.
+    sizes, step_s, lengths, prefill = [], [], [], []
+    for slots in (16, 64, 128, 256):
+        e = engine(slots)
+        groups = slots // r.group_size
+        e.submit([Request(i, prompts[i // r.group_size % 64]) for i in range(slots)])
+        t = time.perf_counter()
+        done = e.step()  # admission (one prefill per group) and the first token
+        first = time.perf_counter() - t
+        steps = []
+        while not e.idle():
+            active = e.active
+            t = time.perf_counter()
+            done += e.step()
+            steps.append((active, time.perf_counter() - t))
+        full = [s for a, s in steps if a == slots]
+        if full:
+            sizes.append(slots)
+            step_s.append(float(np.median(full)))
+            prefill.append((first - step_s[-1]) / (groups * prompt_tokens))
+        lengths += [len(c.tokens) for c in done]
+    step_per_seq, step_fixed = np.polyfit(sizes, step_s, 1)
+
+    # The trainer's update against tokens: batches of the sampled completions.
+    lean = LeanLlama(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)  # timing only: weights stay
+    fit_tokens, fit_s = [], []
+    for groups in (8, 16):
+        n = groups * r.group_size
+        seqs = [random.Random(i).choice(lengths) for i in range(n)]
+        N = max(seqs)
+        data = {
+            "prompts": torch.tensor([list(p) + [0] * (width - len(p)) for p in prompts[:groups]]),
+            "prompt_lens": torch.tensor([len(p) for p in prompts[:groups]]),
+            "completions": torch.randint(3, 16, (n, N)),
+            "mask": (torch.arange(N)[None, :] < torch.tensor(seqs)[:, None]).float(),
+            "behav": torch.full((n, N), -1.0),
+            "reward": torch.tensor([float(i % 2) for i in range(n)]),  # every group informative
+            "ref": torch.zeros(n, N),
+        }
+        times = []
+        for _ in range(8):
+            t = time.perf_counter()
+            grpo_update(lean, optimizer, data, cfg.grpo, r.group_size)
+            times.append(time.perf_counter() - t)
+        fit_tokens.append(sum(seqs))
+        fit_s.append(float(np.median(times[2:])))
+    train_per_token, train_fixed = np.polyfit(fit_tokens, fit_s, 1)
+    costs = Costs(
+        step_fixed=float(step_fixed),
+        step_per_seq=float(step_per_seq),
+        prefill_per_token=max(float(np.median(prefill)), 0.0),
+        train_fixed=max(float(train_fixed), 0.0),
+        train_per_token=float(train_per_token),
+        publish=publish_s,
+        prompt_tokens=prompt_tokens,
+    )
+    return costs, lengths
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=300)
+    p.add_argument("--lags", default="1,2,4")
+    p.add_argument("--sync-threads", default="1,2")
+    p.add_argument("--out", type=Path, default=HERE / "results" / "llm_async.md")
+    args = p.parse_args()
+    lags = [int(x) for x in args.lags.split(",")]
+    sync_threads = [int(x) for x in args.sync_threads.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="surge-llm-async-"))
+    model = warm_start_dir()
+    runs = {}
+    for t in sync_threads:
+        runs[f"sync, {t} thread{'s' if t > 1 else ''} per stage"] = run(
+            f"sync-{t}", model, 0, t, args.seconds, work
+        )
+    for lag in lags:
+        runs[f"async, lag {lag}"] = run(f"async-{lag}", model, lag, 1, args.seconds, work)
+    (work / "runs.json").write_text(json.dumps(runs))
+    sync_name = max(
+        (n for n in runs if n.startswith("sync")), key=lambda n: runs[n]["trained_tokens_per_s"]
+    )
+    base = runs[sync_name]
+    equal = min(r["trained_tokens"] for r in runs.values())
+    base_acc = accuracy_at(base["evals"], equal)
+
+    lines = [
+        "# Asynchronous against synchronous LLM RL on countdown (issue 14)",
+        "",
+        f"Machine: {summary()}. Command: `.venv/bin/python benchmarks/llm_async.py --seconds "
+        f"{args.seconds:g} --lags {args.lags} --sync-threads {args.sync_threads}`. Preset "
+        f"`{PRESET}` (3 numbers up to 20, completions up to 16 tokens, 16 prompts x 8), warm "
+        f"start {model}. Each run: {args.seconds:g} s on the trainer's clock.",
+        "",
+        f"Baseline: {sync_name} (the faster synchronous run). Accuracy at equal trained "
+        f"tokens: mean held-out accuracy of the evaluations between {EQUAL_FROM:.0%} and 100% "
+        f"of {equal:,.0f} trained tokens (the fewest any run trained).",
+        "",
+        "| run | trained tokens/s | vs baseline | generated tokens/s | versions/s | mean "
+        "length | accuracy at equal tokens | busy: trainer / generator / rewarder | CPU "
+        "outside the run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in runs.items():
+        b = r["busy"]
+        acc = accuracy_at(r["evals"], equal)
+        lines.append(
+            f"| {name} | {r['trained_tokens_per_s']:,.0f} | "
+            f"{r['trained_tokens_per_s'] / base['trained_tokens_per_s']:.2f}x | "
+            f"{r['generated_tokens_per_s']:,.0f} | {r['versions_per_s']:.2f} | "
+            f"{r['length_mean']:.1f} | {acc:.1%} ({(acc - base_acc) * 100:+.1f}) | "
+            f"{b['trainer']:.0%} / {b['generator']:.0%} / {b['rewarder']:.0%} | "
+            f"{r['foreign_cores']:.2f} cores |"
+        )
+
+    publish = float(np.mean([r["publish_s"] for r in runs.values()]))
+    costs, lengths = calibrate(model, publish)
+    lines += [
+        "",
+        "## Simulated: more generation workers per trainer",
+        "",
+        "benchmarks/llm_pipeline_sim.py with the stage costs measured alone on one thread: "
+        f"decode step {costs.step_fixed * 1e3:.2f} ms + {costs.step_per_seq * 1e6:.1f} us per "
+        f"active sequence, prefill {costs.prefill_per_token * 1e6:.1f} us per prompt token "
+        f"({costs.prompt_tokens} per prompt, once per group), update "
+        f"{costs.train_fixed * 1e3:.1f} ms + {costs.train_per_token * 1e6:.1f} us per token, "
+        f"publication {costs.publish * 1e3:.1f} ms; completion lengths of the warm start "
+        f"(mean {np.mean(lengths):.1f}, min {min(lengths)}, max {max(lengths)}, "
+        f"{len(lengths)} samples). Each worker has its own device; 200 versions.",
+        "",
+        "| generation workers | sync trained tokens/s | "
+        + " | ".join(f"lag {lag}" for lag in lags)
+        + " | trainer busy (sync / lag "
+        + str(lags[0])
+        + ") |",
+        "|---|---|" + "---|" * len(lags) + "---|",
+    ]
+    for n in (1, 4, 16):
+        sync = simulate(costs, lengths, n, 0)
+        cells = []
+        first = None
+        for lag in lags:
+            res = simulate(costs, lengths, n, lag)
+            first = first or res
+            cells.append(f"{res.trained_tokens_per_s / sync.trained_tokens_per_s:.2f}x")
+        assert first is not None
+        lines.append(
+            f"| {n} | {sync.trained_tokens_per_s:,.0f} | "
+            + " | ".join(cells)
+            + f" | {sync.trainer_busy:.0%} / {first.trainer_busy:.0%} |"
+        )
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"runs: {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
