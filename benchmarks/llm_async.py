@@ -15,7 +15,7 @@ the busy share of each stage (timing.json), and held-out accuracy at equal train
 mean of the evaluations made between 75% and 100% of the smallest token count any run reached.
 
 Then the stage costs are measured alone, one thread each (decode step against active
-sequences, prompt prefill, the trainer's update against tokens, version publication) together
+sequences, the cache recomputation per token, the update of a batch, version publication) together
 with the warm start's completion lengths, and benchmarks/llm_pipeline_sim.py simulates the
 pipeline with 1, 4 and 16 generation workers per trainer, each stage on its own device.
 Writes benchmarks/results/llm_async.md.
@@ -95,6 +95,7 @@ def run(name: str, model: Path, lag: int, threads: int, seconds: float, work: Pa
         "versions_per_s": train[-1]["policy_version"] / wall,
         "publish_s": float(np.mean([r["publish_s"] for r in train])),
         "length_mean": float(np.mean([r["response_length_mean"] for r in train])),
+        "computed_groups": float(np.mean([r["computed_groups"] for r in train])),
         "evals": evals,
         "busy": {
             "trainer": timing["llm-trainer-0"]["learn"] / wall,
@@ -113,8 +114,9 @@ def accuracy_at(evals: list[tuple[float, float, float]], tokens: float) -> float
 # ----------------------------------------------------------------------------- stage costs
 
 
-def calibrate(model_dir: Path, publish_s: float) -> tuple[Costs, list[int]]:
-    """Each stage alone on one thread, from the warm start."""
+def calibrate(model_dir: Path, publish_s: float, computed: float) -> tuple[Costs, list[int]]:
+    """Each stage alone on one thread, from the warm start. `computed`: the share of groups
+    the runs' updates computed (the others had equal rewards, so no gradient)."""
     import random
 
     import torch
@@ -142,18 +144,20 @@ def calibrate(model_dir: Path, publish_s: float) -> tuple[Costs, list[int]]:
             eos_id=tok.eos_token_id, temperature=r.temperature, top_p=r.top_p, seed=0,
         )  # fmt: skip
 
-    # Decode steps against active sequences; prefill of groups; completion lengths.
-    sizes, step_s, lengths, prefill = [], [], [], []
+    # Decode steps against active sequences, the cache recomputation of a new version, and
+    # the completion lengths.
+    sizes, step_s, lengths, recompute = [], [], [], []
     for slots in (16, 64, 128, 256):
         e = engine(slots)
-        groups = slots // r.group_size
         e.submit([Request(i, prompts[i // r.group_size % 64]) for i in range(slots)])
-        t = time.perf_counter()
-        done = e.step()  # admission (one prefill per group) and the first token
-        first = time.perf_counter() - t
-        steps = []
+        done, steps = e.step(), []  # admission (one prefill per group) and the first token
         while not e.idle():
             active = e.active
+            if active == slots and len(steps) == 4:  # mid-sequence: every slot busy
+                t = time.perf_counter()
+                e.set_version(1, recompute=True)
+                inflight = sum(len(s.request.prompt) + len(s.out.tokens) - 1 for s in e.slots if s)
+                recompute.append((time.perf_counter() - t) / inflight)
             t = time.perf_counter()
             done += e.step()
             steps.append((active, time.perf_counter() - t))
@@ -161,41 +165,40 @@ def calibrate(model_dir: Path, publish_s: float) -> tuple[Costs, list[int]]:
         if full:
             sizes.append(slots)
             step_s.append(float(np.median(full)))
-            prefill.append((first - step_s[-1]) / (groups * prompt_tokens))
         lengths += [len(c.tokens) for c in done]
     step_per_seq, step_fixed = np.polyfit(sizes, step_s, 1)
 
-    # The trainer's update against tokens: batches of the sampled completions.
+    # The trainer's update of a batch of sampled lengths, with the runs' share of groups
+    # computed (the rest have equal rewards: no gradient, skipped).
     lean = LeanLlama(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)  # timing only: weights stay
-    fit_tokens, fit_s = [], []
-    for groups in (8, 16):
-        n = groups * r.group_size
-        seqs = [random.Random(i).choice(lengths) for i in range(n)]
-        N = max(seqs)
-        data = {
-            "prompts": torch.tensor([list(p) + [0] * (width - len(p)) for p in prompts[:groups]]),
-            "prompt_lens": torch.tensor([len(p) for p in prompts[:groups]]),
-            "completions": torch.randint(3, 16, (n, N)),
-            "mask": (torch.arange(N)[None, :] < torch.tensor(seqs)[:, None]).float(),
-            "behav": torch.full((n, N), -1.0),
-            "reward": torch.tensor([float(i % 2) for i in range(n)]),  # every group informative
-            "ref": torch.zeros(n, N),
-        }
-        times = []
-        for _ in range(8):
-            t = time.perf_counter()
-            grpo_update(lean, optimizer, data, cfg.grpo, r.group_size)
-            times.append(time.perf_counter() - t)
-        fit_tokens.append(sum(seqs))
-        fit_s.append(float(np.median(times[2:])))
-    train_per_token, train_fixed = np.polyfit(fit_tokens, fit_s, 1)
+    groups = r.prompts_per_batch
+    n = groups * r.group_size
+    informative = max(1, round(computed * groups))
+    rng = random.Random(0)
+    seqs = [rng.choice(lengths) for _ in range(n)]
+    N = max(seqs)
+    rewards = [float(i % 2) if i // r.group_size < informative else 0.0 for i in range(n)]
+    data = {
+        "prompts": torch.tensor([list(p) + [0] * (width - len(p)) for p in prompts[:groups]]),
+        "prompt_lens": torch.tensor([len(p) for p in prompts[:groups]]),
+        "completions": torch.randint(3, 16, (n, N)),
+        "mask": (torch.arange(N)[None, :] < torch.tensor(seqs)[:, None]).float(),
+        "behav": torch.full((n, N), -1.0),
+        "reward": torch.tensor(rewards),
+        "ref": torch.zeros(n, N),
+    }
+    times = []
+    for _ in range(10):
+        t = time.perf_counter()
+        grpo_update(lean, optimizer, data, cfg.grpo, r.group_size)
+        times.append(time.perf_counter() - t)
     costs = Costs(
         step_fixed=float(step_fixed),
         step_per_seq=float(step_per_seq),
-        prefill_per_token=max(float(np.median(prefill)), 0.0),
-        train_fixed=max(float(train_fixed), 0.0),
-        train_per_token=float(train_per_token),
+        prefill_per_token=float(np.median(recompute)),
+        train_fixed=float(np.median(times[2:])),
+        train_per_token=0.0,  # one batch composition: the cost per batch
         publish=publish_s,
         prompt_tokens=prompt_tokens,
     )
@@ -211,19 +214,24 @@ def main() -> int:
     p.add_argument("--lags", default="1,2,4")
     p.add_argument("--sync-threads", default="1,2")
     p.add_argument("--out", type=Path, default=HERE / "results" / "llm_async.md")
+    p.add_argument("--report", type=Path, help="report an earlier run's directory again")
     args = p.parse_args()
     lags = [int(x) for x in args.lags.split(",")]
     sync_threads = [int(x) for x in args.sync_threads.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="surge-llm-async-"))
     model = warm_start_dir()
-    runs = {}
-    for t in sync_threads:
-        runs[f"sync, {t} thread{'s' if t > 1 else ''} per stage"] = run(
-            f"sync-{t}", model, 0, t, args.seconds, work
-        )
-    for lag in lags:
-        runs[f"async, lag {lag}"] = run(f"async-{lag}", model, lag, 1, args.seconds, work)
-    (work / "runs.json").write_text(json.dumps(runs))
+    if args.report:
+        work = args.report
+        runs = json.loads((work / "runs.json").read_text())
+    else:
+        work = Path(tempfile.mkdtemp(prefix="surge-llm-async-"))
+        runs = {}
+        for t in sync_threads:
+            runs[f"sync, {t} thread{'s' if t > 1 else ''} per stage"] = run(
+                f"sync-{t}", model, 0, t, args.seconds, work
+            )
+        for lag in lags:
+            runs[f"async, lag {lag}"] = run(f"async-{lag}", model, lag, 1, args.seconds, work)
+        (work / "runs.json").write_text(json.dumps(runs))
     sync_name = max(
         (n for n in runs if n.startswith("sync")), key=lambda n: runs[n]["trained_tokens_per_s"]
     )
@@ -261,16 +269,18 @@ def main() -> int:
         )
 
     publish = float(np.mean([r["publish_s"] for r in runs.values()]))
-    costs, lengths = calibrate(model, publish)
+    computed = float(np.mean([r["computed_groups"] for r in runs.values()]))
+    costs, lengths = calibrate(model, publish, computed)
     lines += [
         "",
         "## Simulated: more generation workers per trainer",
         "",
         "benchmarks/llm_pipeline_sim.py with the stage costs measured alone on one thread: "
         f"decode step {costs.step_fixed * 1e3:.2f} ms + {costs.step_per_seq * 1e6:.1f} us per "
-        f"active sequence, prefill {costs.prefill_per_token * 1e6:.1f} us per prompt token "
-        f"({costs.prompt_tokens} per prompt, once per group), update "
-        f"{costs.train_fixed * 1e3:.1f} ms + {costs.train_per_token * 1e6:.1f} us per token, "
+        f"active sequence, prefill {costs.prefill_per_token * 1e6:.1f} us per token (a "
+        f"group's {costs.prompt_tokens}-token prompt once; every in-flight token at each new "
+        f"version), update {costs.train_fixed * 1e3:.1f} ms per batch (computing "
+        f"{computed:.0%} of its groups, the runs' mean), "
         f"publication {costs.publish * 1e3:.1f} ms; completion lengths of the warm start "
         f"(mean {np.mean(lengths):.1f}, min {min(lengths)}, max {max(lengths)}, "
         f"{len(lengths)} samples). Each worker has its own device; 200 versions.",
