@@ -3,7 +3,7 @@
 CleanRL's ppo_continuous_action reports about 2,900 +- 1,100 on HalfCheetah-v4 at 1M steps
 (3 seeds); the threshold is set well below that so that one seed's spread does not fail it,
 and well above a policy that has not learnt (random play scores about -300).
-benchmarks/mujoco.py measures the real numbers beside a CleanRL-style script.
+benchmarks/mujoco_ppo.py measures the real numbers beside a CleanRL-style script.
 """
 
 from __future__ import annotations
