@@ -19,11 +19,14 @@ Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 class TaskConfig:
     name: str = "arithmetic"
     """`arithmetic` or `countdown` (built in, procedural, with a held-out split), or
-    `module:function` returning a task object (surge/llm/tasks.py `Task`), or a local `.jsonl` /
-    `.parquet` file with `prompt` and `answer` columns (then set `reward_fn`)."""
+    `reasoning-gym:<dataset>` (a procedural dataset of reasoning-gym, the optional
+    `reasoning-gym` extra: docs/llm.md), or `module:function` returning a task object
+    (surge/llm/tasks.py `Task`), or a local `.jsonl` / `.parquet` file with `prompt` and
+    `answer` columns (then set `reward_fn`)."""
 
     kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the task (`arithmetic`: digits; `countdown`: numbers, max_value)."""
+    """Keyword arguments of the task (`arithmetic`: digits; `countdown`: numbers, max_value;
+    `reasoning-gym:<dataset>`: the fields of the dataset's config, e.g. min_terms, max_digits)."""
 
     reward_fn: str | None = None
     """`module:function` scoring a completion, `f(prompt, completion, **meta) -> float`; None:

@@ -25,10 +25,11 @@ from gymnasium import spaces
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import EnvInfo
 from surge.errors import ConfigError
-from surge.llm.tasks import ALPHABETS, BUILT_IN, Task, heldout_set, make_task
+from surge.llm.tasks import REASONING_GYM, Task, alphabet_of, heldout_set, make_task
 
 MAX_LENGTH = 64
-"""Positions of the built-in model: prompt and completion together."""
+"""Positions of the built-in model: prompt and completion together (more for a reasoning-gym
+task's longer prompts: `tiny_positions`)."""
 PROMPT_SAMPLE = 2000
 """Problems sampled to size the prompt rows; longer prompts found later are an error."""
 
@@ -74,14 +75,19 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
                 "config.json and the tokenizer files)",
             )
         return path
-    if cfg.task.name not in BUILT_IN:
+    if alphabet_of(cfg.task.name, cfg.task.kwargs) is None:
         raise ConfigError(
             f"task.name={cfg.task.name!r} has no built-in tokenizer: the built-in model "
-            "knows only the built-in tasks' characters",
+            "knows only the built-in and reasoning-gym tasks' characters",
             "set model.path to your Hugging Face model directory",
         )
     if cfg.sft.steps > 0:
         from surge.llm.sft import WarmStartSettings, warm_start
+
+        if cfg.task.name.startswith(REASONING_GYM):
+            from surge.llm.reasoning_gym_task import check_warm_start
+
+            check_warm_start(cfg.task.name, cfg.task.kwargs)
 
         t = cfg.tiny_model
         settings = WarmStartSettings(
@@ -90,7 +96,7 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
             hidden=t.hidden,
             layers=t.layers,
             heads=t.heads,
-            max_length=MAX_LENGTH,
+            max_length=tiny_positions(cfg),
             steps=cfg.sft.steps,
             batch_size=cfg.sft.batch_size,
             lr=cfg.sft.lr,
@@ -110,12 +116,31 @@ def _initial_model(cfg: ExperimentConfig, directory: Path) -> Path:
     from surge.llm.tiny import char_tokenizer, tiny_llama
 
     logging.disable_progress_bar()
-    tokenizer = char_tokenizer(ALPHABETS[cfg.task.name])
+    tokenizer = char_tokenizer(_alphabet(cfg))
     t = cfg.tiny_model
-    model = tiny_llama(len(tokenizer), t.hidden, t.layers, t.heads, MAX_LENGTH, seed=cfg.seed)
+    positions = tiny_positions(cfg)
+    model = tiny_llama(len(tokenizer), t.hidden, t.layers, t.heads, positions, seed=cfg.seed)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def tiny_positions(cfg: ExperimentConfig) -> int:
+    """Positions of the built-in model: MAX_LENGTH, or what a reasoning-gym task's sampled
+    prompts and answers need (a ConfigError when they do not fit the built-in model)."""
+    if not cfg.task.name.startswith(REASONING_GYM):
+        return MAX_LENGTH
+    from surge.llm.reasoning_gym_task import tiny_model_positions
+
+    return tiny_model_positions(
+        cfg.task.name, cfg.task.kwargs, cfg.rollout.max_new_tokens, MAX_LENGTH
+    )
+
+
+def _alphabet(cfg: ExperimentConfig) -> str:
+    alphabet = alphabet_of(cfg.task.name, cfg.task.kwargs)
+    assert alphabet is not None  # model_directory checked it
+    return alphabet
 
 
 def task_shapes(cfg: ExperimentConfig, task: Task, tokenizer: Any, positions: int) -> EnvInfo:
@@ -152,9 +177,10 @@ def tokenizer_and_config(cfg: ExperimentConfig, model_dir: Path | None) -> tuple
         )
     from surge.llm.tiny import char_tokenizer, tiny_config
 
-    tokenizer = char_tokenizer(ALPHABETS[cfg.task.name])
+    tokenizer = char_tokenizer(_alphabet(cfg))
     t = cfg.tiny_model
-    return tokenizer, tiny_config(len(tokenizer), t.hidden, t.layers, t.heads, MAX_LENGTH)
+    config = tiny_config(len(tokenizer), t.hidden, t.layers, t.heads, tiny_positions(cfg))
+    return tokenizer, config
 
 
 def shapes_and_size(cfg: ExperimentConfig, model_dir: Path | None) -> tuple[EnvInfo, int]:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from surge.llm.model import encode_prompt
-from surge.llm.tasks import ALPHABETS, Task, heldout_set, make_task
+from surge.llm.tasks import Task, alphabet_of, heldout_set, make_task
 
 FORMAT = 1
 """Bumped when the warm start's recipe changes, so old cache entries are not reused."""
@@ -53,9 +53,16 @@ class WarmStartSettings:
         fields = dataclasses.asdict(self)
         fields.pop("threads")  # changes the speed, not the result
         fields["format"] = FORMAT
-        fields["alphabet"] = ALPHABETS[self.task]
+        fields["alphabet"] = self.alphabet()
         text = json.dumps(fields, sort_keys=True)
         return hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
+
+    def alphabet(self) -> str:
+        """The built-in tokenizer's characters for the task."""
+        alphabet = alphabet_of(self.task, self.task_kwargs)
+        if alphabet is None:
+            raise ValueError(f"task {self.task!r}: the built-in model has no tokenizer for it")
+        return alphabet
 
 
 def cache_root() -> Path:
@@ -150,7 +157,7 @@ def warm_start(
         s = settings
         log(f"warm start: {s.steps} supervised steps on {s.task} (cached for later runs)")
         started = time.monotonic()
-        tokenizer = char_tokenizer(ALPHABETS[s.task])
+        tokenizer = char_tokenizer(s.alphabet())
         model = tiny_llama(len(tokenizer), s.hidden, s.layers, s.heads, s.max_length, s.seed)
         task = make_task(s.task, s.task_kwargs)
         losses = train_sft(

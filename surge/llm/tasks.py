@@ -11,6 +11,9 @@ never sees a held-out problem whatever the seeds.
   parentheses, each number at most once: "3 7 25 50 -> 81:" -> "50+25+3+7-...". Reward 1
   when the expression uses only those numbers, each at most once, and evaluates to the
   target exactly; the expression is parsed, never executed.
+
+`reasoning-gym:<dataset>` names a procedural dataset of the reasoning-gym package (the optional
+`reasoning-gym` extra; surge/llm/reasoning_gym_task.py).
 """
 
 from __future__ import annotations
@@ -162,6 +165,21 @@ class Task(Protocol):
 BUILT_IN: dict[str, type] = {"arithmetic": Arithmetic, "countdown": Countdown}
 ALPHABETS = {"arithmetic": ARITHMETIC_ALPHABET, "countdown": COUNTDOWN_ALPHABET}
 """The characters of each built-in task's prompts and solutions (the built-in tokenizer's)."""
+REASONING_GYM = "reasoning-gym:"
+"""The prefix of task names that are reasoning-gym datasets: `reasoning-gym:chain_sum`."""
+
+
+def alphabet_of(name: str, kwargs: dict[str, Any]) -> str | None:
+    """The built-in tokenizer's characters for task `name`: a built-in task's, or those of a
+    fixed sample of a reasoning-gym task's problems; None for other tasks (they need
+    `model.path`)."""
+    if name in ALPHABETS:
+        return ALPHABETS[name]
+    if name.startswith(REASONING_GYM):
+        from surge.llm.reasoning_gym_task import text_sample
+
+        return text_sample(name, kwargs).alphabet
+    return None
 
 
 class _UserReward:
@@ -190,10 +208,15 @@ def import_path(path: str, what: str) -> Any:
 
 
 def make_task(name: str, kwargs: dict[str, Any], reward_fn: str | None = None) -> Task:
-    """A built-in task by name, a dataset file, or `module:function` returning a task."""
+    """A built-in task by name, a reasoning-gym dataset (`reasoning-gym:<dataset>`), a dataset
+    file, or `module:function` returning a task."""
     task: Task
     if name in BUILT_IN:
         task = BUILT_IN[name](**kwargs)
+    elif name.startswith(REASONING_GYM):  # before `module:function`, which it resembles
+        from surge.llm.reasoning_gym_task import ReasoningGymTask
+
+        task = ReasoningGymTask(name.removeprefix(REASONING_GYM), **kwargs)
     elif name.endswith((".jsonl", ".json", ".parquet")):
         from surge.llm.datasets import FileTask
 
@@ -204,8 +227,8 @@ def make_task(name: str, kwargs: dict[str, Any], reward_fn: str | None = None) -
         task = import_path(name, "task.name")(**kwargs)
     else:
         raise ValueError(
-            f"task.name={name!r}: expected one of {sorted(BUILT_IN)}, a .jsonl/.parquet file, "
-            "or 'module:function'"
+            f"task.name={name!r}: expected one of {sorted(BUILT_IN)}, "
+            f"'{REASONING_GYM}<dataset>', a .jsonl/.parquet file, or 'module:function'"
         )
     if reward_fn is not None:
         task = _UserReward(task, import_path(reward_fn, "task.reward_fn"))

@@ -30,7 +30,8 @@ def char_tokenizer(alphabet: str) -> Any:
     chars = list(dict.fromkeys(alphabet))
     vocab = {token: i for i, token in enumerate([*SPECIALS, *chars])}
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    # One piece per character, newlines too ("." skips them, so "\n\n" was one unknown piece).
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS, unk_token=UNK

@@ -28,7 +28,10 @@ LLM_EVAL_FIELDS = ("version", "problems", "accuracy", "pass_at_k", "length_mean"
 
 def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
     r, g, ray = cfg.rollout, cfg.grpo, cfg.ray
-    # One node holds the whole graph for now: the rollout stream has no cross-node bridge yet.
+    # Placement on a Ray cluster (runtime/placement.py): the stages that read every group
+    # (reward, reference) and the evaluators share the trainer's pod; each generation worker
+    # is a pod of its own, so generators spread over the nodes as PPO's policy pods do. The
+    # rollout stream and the parameter versions cross nodes by surge/streams/ray_bridge.py.
     pod = "trainer"
     trainer = worker(
         "llm-trainer",
@@ -42,7 +45,7 @@ def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
     )
     generators = [
         worker(
-            "generator", i, threads=r.threads, cpus=ray.policy_cpus, gpus=ray.policy_gpus, pod=pod
+            "generator", i, threads=r.threads, cpus=ray.policy_cpus, gpus=ray.policy_gpus, pod=""
         )
         for i in range(r.workers)
     ]

@@ -4,8 +4,9 @@ The unit of placement is a *pod*: the workers whose specs name the same pod (run
 `WorkerSpec.pod`; a worker with no pod is a pod of its own). The PPO recipe makes policy
 worker p and every actor it serves a pod, so the inference stream, which crosses between
 processes on every env step, stays in shared memory; the trainer's pod also holds the
-evaluation workers. Only streams with a bridge (surge/streams/ray_bridge.py: segments and
-parameter versions) may cross nodes.
+evaluation workers. The LLM recipe makes each generation worker a pod and puts the reward and
+reference workers in the trainer's. Only streams with a bridge (surge/streams/ray_bridge.py:
+segments, parameter versions, finished groups) may cross nodes.
 
 - The leader's pod (the trainer's) goes where its GPUs are, preferring the controller's node:
   the trainer writes the run directory (metrics, checkpoints) and the controller reads it.

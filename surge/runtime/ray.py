@@ -29,7 +29,7 @@ from surge.runtime.graph import Graph, StreamSpec, WorkerSpec, write_timing
 from surge.runtime.placement import NodeInfo, Placement, demands, place
 from surge.runtime.ray_actors import NodeAgent, WorkerHost
 from surge.runtime.supervisor import STARTUP_TIMEOUT_S, Supervisor
-from surge.streams.ray_bridge import SegmentStream
+from surge.streams.ray_bridge import HANDED_OVER, GroupStream, SegmentStream
 from surge.streams.sample import PROGRESS
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext
@@ -179,26 +179,34 @@ class _Run:
 
     def _wire_bridges(self) -> None:
         """Forwarders for every stream edge that crosses nodes (surge/streams/ray_bridge.py):
-        segments go to their reader's node, parameter versions to the nodes of subscribers
-        elsewhere. Other kinds of stream must stay inside a node (placement pods)."""
+        segments and finished groups go to their reader's node, parameter versions to the
+        nodes of subscribers elsewhere. Other streams must stay inside a node (placement
+        pods)."""
         import ray
 
+        bridges = {
+            "segments": self._bridge_segments,
+            "versions": self._bridge_versions,
+            "groups": self._bridge_groups,
+        }
         calls = []
         for stream in self.graph.streams:
             crossing = [e for e in stream.edges if self._node(e.source) != self._node(e.target)]
             if not crossing:
                 continue
-            if stream.kind == "segments":
-                calls += self._bridge_segments(stream)
-            elif stream.kind == "versions":
-                calls += self._bridge_versions(stream)
-            else:
-                edge = crossing[0]
-                raise RuntimeError(  # a recipe bug: such workers must share a pod
-                    f"stream {stream.name!r} ({stream.kind}) cannot cross nodes, but "
-                    f"{edge.source} and {edge.target} were placed on different nodes"
-                )
+            bridge = bridges.get(stream.kind)
+            if bridge is None:
+                raise self._cannot_cross(stream)
+            calls += bridge(stream)
         ray.get(calls, timeout=STARTUP_TIMEOUT_S)
+
+    def _cannot_cross(self, stream: StreamSpec) -> RuntimeError:
+        """A recipe bug: the workers of a stream no bridge carries must share a pod."""
+        edge = next(e for e in stream.edges if self._node(e.source) != self._node(e.target))
+        return RuntimeError(
+            f"stream {stream.name!r} ({stream.kind}) cannot cross nodes, but "
+            f"{edge.source} and {edge.target} were placed on different nodes"
+        )
 
     def _node(self, worker: str) -> str:
         return self.placement.node_of[worker]
@@ -226,6 +234,20 @@ class _Run:
             calls.append(
                 self.agents[node_id].start_segment_forwarder.remote(home, spec, sorted(slots))
             )
+        return calls
+
+    def _bridge_groups(self, stream: StreamSpec) -> list[Any]:
+        """On each node of writers away from the reader: a forwarder of the groups they hand
+        over (their rows, whole) to the reader's node."""
+        (reader,) = {e.target for e in stream.edges}
+        if stream.name not in HANDED_OVER:
+            raise self._cannot_cross(stream)  # its rows' hand-over state is unknown
+        spec = GroupStream(stream.name, stream.block, reader, HANDED_OVER[stream.name])
+        home_node = self._node(reader)
+        home = self.agents[home_node]
+        away = sorted({self._node(e.source) for e in stream.edges} - {home_node})
+        calls = [home.serve_groups.remote(spec)]
+        calls += [self.agents[n].start_group_forwarder.remote(home, spec) for n in away]
         return calls
 
     def _bridge_versions(self, stream: StreamSpec) -> list[Any]:

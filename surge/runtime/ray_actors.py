@@ -62,6 +62,7 @@ class NodeAgent:
         self.forwarders: list[ray_bridge.Forwarder] = []
         self.subscribers: dict[str, list[Channel]] = {}  # parameter block -> whom to wake
         self.segment_streams: dict[str, ray_bridge.SegmentStream] = {}
+        self.group_streams: dict[str, ray_bridge.GroupStream] = {}  # by stream name
 
     def info(self) -> dict[str, Any]:
         return {"shm": self.shm, "pid": os.getpid(), "node_id": _node_id()}
@@ -77,6 +78,16 @@ class NodeAgent:
             ray.get(home.receive_segments.remote(stream.block, segments))
 
         self._start(ray_bridge.SegmentForwarder(self.transport, stream, groups, ship))
+
+    def start_group_forwarder(self, home: Any, stream: ray_bridge.GroupStream) -> None:
+        """On a node of writers away from the stream's reader: the groups they hand over go
+        to `home`, the agent of the reader's node."""
+        import ray
+
+        def ship(rows: list[ray_bridge.Row]) -> None:
+            ray.get(home.receive_groups.remote(stream.name, rows))
+
+        self._start(ray_bridge.GroupForwarder(self.transport, stream, ship))
 
     def start_params_forwarder(
         self, block: str, remote_agents: list[Any], announced_on: list[str], n_params: int
@@ -96,6 +107,10 @@ class NodeAgent:
         """On the reader's node: accept forwarded segments of `stream`."""
         self.segment_streams[stream.block] = stream
 
+    def serve_groups(self, stream: ray_bridge.GroupStream) -> None:
+        """On the reader's node: accept forwarded groups of `stream`."""
+        self.group_streams[stream.name] = stream
+
     def serve_params(self, block: str, subscribers: list[str]) -> None:
         """On a node with subscribers but no publisher: accept forwarded versions of `block`
         and wake these workers."""
@@ -103,6 +118,9 @@ class NodeAgent:
 
     def receive_segments(self, block: str, segments: list[ray_bridge.Segment]) -> None:
         ray_bridge.write_segments(self.transport, self.segment_streams[block], segments)
+
+    def receive_groups(self, stream: str, rows: list[ray_bridge.Row]) -> None:
+        ray_bridge.write_groups(self.transport, self.group_streams[stream], rows)
 
     def receive_params(self, block: str, version: int, flat: Any) -> None:
         ray_bridge.publish_params(self.transport, block, self.subscribers[block], version, flat)

@@ -1,8 +1,8 @@
-"""Carrying the two cross-node streams between the shared memory of different nodes.
+"""Carrying streams between the shared memory of different nodes.
 
 In a `runtime=ray` run every node has its own shared-memory directory with the same blocks and
 channels as a `local` run, and workers on a node use it exactly as in `local`. Placement keeps
-the inference stream inside a node, so only two edges of the graph cross nodes:
+the inference stream inside a node, so only three kinds of stream cross nodes:
 
 - **sample stream** (actors -> trainer). On a node without the trainer, actors write segments
   into that node's sample block, count them in its `published` array and wake the trainer's
@@ -20,11 +20,20 @@ the inference stream inside a node, so only two edges of the graph cross nodes:
   waking the workers there that run the policy. Versions are never reloaded from disk, and a
   slow node just gets the newest version (intermediate ones are skipped, as a local reader
   would).
+- **finished groups** (LLM RL: generation workers -> reward worker -> (reference) -> trainer,
+  streams/rollouts.py). A writer on a node without the stream's reader fills its row there,
+  sets the row's state to the one that hands it over (GENERATED for `rollouts`, ...) and wakes
+  the reader's channel there. A `GroupForwarder` thread is that channel's reader: it copies
+  every row newly in that state, whole, and ships it to the reader's node, where
+  `write_groups` writes it into the same row (unreadable while written, as a writer's own
+  rows are), sets the same state and wakes the reader. A row is handed over only once its
+  group is complete, so no partial group crosses; a restarted writer's unfinished rows never
+  reach that state, so they are never shipped; the version stamps travel with the tokens.
 
-Copying a segment before it is overwritten is safe for the same reason the local sample stream
-is: an actor reuses a slot only once the trainer published a version that needs the batch the
-forwarded segment belongs to, and the forwarder's ship call returns after the segment is on the
-trainer's node.
+Copying a segment (or a row) before it is overwritten is safe for the same reason the local
+stream is: an actor reuses a slot (a generation worker a row) only once the trainer published a
+version that needs the batch the forwarded segment (group) belongs to, and the forwarder's ship
+call returns after it is on the reader's node.
 
 The forwarders take a `ship` callable, so they hold no Ray code; each waits by blocking on a
 channel (0.5 s at a time, to notice `stop`), never by spinning.
@@ -40,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from surge.streams import params, sample
+from surge.streams.rollouts import GENERATED, GENERATING, REFERENCED, SCORED
 from surge.streams.transport import PARAMS_UPDATED, Channel, Transport
 
 Segment = tuple[int, int, dict[str, np.ndarray]]
@@ -175,3 +185,62 @@ def publish_params(
 ) -> None:
     """On another node: publish a forwarded version there and wake the workers that use it."""
     params.ParameterService(transport, block, subscribers).publish(version, flat)
+
+
+HANDED_OVER = {"rollouts": GENERATED, "scored": SCORED, "referenced": REFERENCED}
+"""The row state in which the writer of each stream of finished groups hands a group to the
+reader (the LLM workers name their ports so; streams/rollouts.py has the states)."""
+
+Row = tuple[int, dict[str, np.ndarray]]
+"""(row, that row of every field of the block but `state`)."""
+
+
+@dataclass(frozen=True)
+class GroupStream:
+    """What a forwarder needs to know of a stream of finished groups (from the graph)."""
+
+    name: str
+    block: str
+    reader: str
+    """The worker that reads it: its inbox is what the writers wake."""
+    handed_over: int
+    """The row state that hands a group to the reader (`HANDED_OVER`)."""
+
+
+class GroupForwarder(Forwarder):
+    """Ships each group a node's writers hand over to the reader's node, whole."""
+
+    def __init__(
+        self, transport: Transport, stream: GroupStream, ship: Callable[[list[Row]], None]
+    ) -> None:
+        super().__init__(f"group forwarder ({stream.name})")
+        arrays = transport.block(stream.block)
+        self._state, self._group = arrays["state"], arrays["group"]
+        self._fields = {k: v for k, v in arrays.items() if k != "state"}
+        self._channel = transport.channel(stream.reader)  # the reader's inbox, unread here
+        self._handed_over = stream.handed_over
+        self._shipped = np.full(len(self._state), -1, np.int64)  # group last shipped per row
+        self._ship = ship
+
+    def step(self) -> None:
+        self._channel.recv(WAIT_S)  # only a wake-up: the states say what is new
+        new = (self._state == self._handed_over) & (self._group != self._shipped)
+        rows = [
+            (int(r), {k: v[r].copy() for k, v in self._fields.items()}) for r in np.flatnonzero(new)
+        ]
+        if rows:
+            self._ship(rows)
+            for r, data in rows:
+                self._shipped[r] = int(data["group"])
+
+
+def write_groups(transport: Transport, stream: GroupStream, rows: list[Row]) -> None:
+    """On the reader's node: put forwarded groups into their rows, hand them over, wake it."""
+    arrays = transport.block(stream.block)
+    state = arrays["state"]
+    for r, data in rows:
+        state[r] = GENERATING  # first: nobody reads the row while it is written
+        for k, v in data.items():
+            arrays[k][r] = v
+        state[r] = stream.handed_over  # after the data, as the writer does
+    transport.channel(stream.reader).send(*(r for r, _ in rows))

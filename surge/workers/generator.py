@@ -107,6 +107,8 @@ class GenerationWorker:
         flat_to_model(self.flat, self.model)
         self.engine.set_version(version, recompute=True)
         self.version = version
+        # Groups of batches before `version` are trained: a new life starts after them.
+        self.next = max(self.next, self._mine(version * self.cfg.rollout.prompts_per_batch))
         self.timers.add(COPY, clock)
 
     def _admit(self, latest: int) -> None:
