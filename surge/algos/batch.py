@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from surge.models.recurrent_state import CORE0
 from surge.streams.sample import prefixed
 
 Array = Any
@@ -36,12 +37,16 @@ class RolloutBatch:
     """[T, N] bool: the episode reached a terminal state at t."""
     truncated: Array
     """[T, N] bool: the episode was cut at t (time limit) and its final obs is in final_obs."""
+    core0: Array | None = None
+    """[N, S] float32: a recurrent policy's state before each segment's first step (None for
+    a feed-forward policy)."""
 
     def map(self, fn: Callable[[Array], Array]) -> RolloutBatch:
         """The same batch with `fn` applied to every array (e.g. `lambda t: t.numpy()`)."""
         fields = {
             k: {kk: fn(vv) for kk, vv in v.items()} if isinstance(v, dict) else fn(v)
             for k, v in vars(self).items()
+            if v is not None
         }
         return RolloutBatch(**fields)
 
@@ -63,4 +68,5 @@ def slot_batch(
         rewards=arrays["reward"],
         terminated=arrays["terminated"],
         truncated=arrays["truncated"],
+        core0=arrays[CORE0][0] if CORE0 in arrays else None,  # [depth, 1, N, S] in the block
     ).map(wrap)

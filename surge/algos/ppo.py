@@ -5,11 +5,15 @@ Behaviour follows CleanRL's ppo.py / ppo_continuous_action.py (clipped surrogate
 clipped value loss, per-minibatch advantage normalisation, global grad-norm clip, KL early
 stop after an epoch), with one difference: episodes truncated by a time limit bootstrap from
 the value of their final observation instead of being treated as terminal.
+
+A recurrent model (`model.core`) trains on whole sequences: the pieces are in
+algos/sequences.py (truncated BPTT from the stored state, minibatches of columns, burn-in).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import torch
@@ -21,6 +25,13 @@ from surge.algos.batch import RolloutBatch
 from surge.algos.flat_params import FlatParameters
 from surge.algos.losses import explained_variance, ppo_loss
 from surge.algos.ppo_common import APPROX_KL, STATS, check_minibatches
+from surge.algos.sequences import (
+    Minibatch,
+    policy_on_sequences,
+    resets_before,
+    sequence_minibatches,
+    sequence_next_values,
+)
 from surge.config.schema import APPOConfig, PPOConfig
 from surge.models.actor_critic import ActorCritic
 
@@ -134,8 +145,21 @@ class PPOLearner:
         """(advantages, value targets, values the value loss clips around, stats): [T, N]."""
         cfg = self.cfg
         dones = batch.terminated | batch.truncated
-        if self.vtrace is None:
+        if self.model.core is not None:  # recurrent: unrolled from core0 (algos/sequences.py)
+            logp, values, states = policy_on_sequences(
+                self.model, batch, resets_before(batch.terminated, batch.truncated)
+            )
+            if self.vtrace is None:
+                next_values = sequence_next_values(self.model, batch, batch.values, states)
+            else:
+                next_values = sequence_next_values(self.model, batch, values, states)
+        elif self.vtrace is None:
             next_values = bootstrap_next_values(self.model, batch)
+        else:
+            current = current_policy_on(self.model, batch)
+            logp, values = current[..., 0], current[..., 1]
+            next_values = bootstrap_next_values(self.model, batch, values)
+        if self.vtrace is None:
             adv, ret = gae(
                 batch.rewards,
                 batch.values,
@@ -146,13 +170,11 @@ class PPOLearner:
                 cfg.gae_lambda,
             )
             return adv, ret, batch.values, {}
-        current = current_policy_on(self.model, batch)
-        logp, values = current[..., 0], current[..., 1]
         log_rhos = logp - batch.logp
         adv, ret = vtrace(
             batch.rewards,
             values,
-            bootstrap_next_values(self.model, batch, values),
+            next_values,
             batch.terminated,
             dones,
             log_rhos,
@@ -172,21 +194,23 @@ class PPOLearner:
         """
         cfg = self.cfg
         T, N = batch.rewards.shape
-        size = T * N
-        mb_size = size // check_minibatches(cfg, T, N)
+        minibatches = check_minibatches(cfg, T, N)
 
         self._set_threads()
         advantages, returns, anchor_values, target_stats = self.targets(batch)
-        # The encoder's own layout (channels-last frames for the CNN), made once per batch
-        # rather than once per minibatch of every epoch.
-        obs = self.model.encoder.prepare({key: _flat(x) for key, x in batch.obs.items()})
-        actions = _flat(batch.actions)
-        old_values, returns = _flat(anchor_values), _flat(returns)
-        # The per-sample scalars in one [size, 4] table: each epoch shuffles it with one
-        # gather, and every minibatch is a slice of the shuffled copy (a view).
-        scalars = torch.stack(
-            [_flat(batch.logp), old_values, _flat(advantages), returns], dim=1
-        ).to(batch.rewards.dtype)
+        # The per-sample scalars in one [T, N, 4] table, shuffled with the samples.
+        scalars = torch.stack([batch.logp, anchor_values, advantages, returns], dim=2).to(
+            batch.rewards.dtype
+        )
+        epoch: Callable[[], Iterator[Minibatch]]
+        if self.model.core is None:
+            epoch = self._row_minibatches(batch, _flat(scalars), minibatches)
+        else:  # whole sequences (algos/sequences.py)
+            resets = resets_before(batch.terminated, batch.truncated)
+            epoch = partial(
+                sequence_minibatches,
+                self.model, batch, resets, scalars, minibatches, cfg.burn_in, self.generator,
+            )  # fmt: skip
 
         self.optimizer.lr = lr
         # Summed as one detached tensor and read out once at the end: one sync per update,
@@ -194,16 +218,10 @@ class PPOLearner:
         totals = torch.zeros(len(STATS))
         steps = threads = 0
         for _epoch in range(cfg.epochs):
-            perm = torch.randperm(size, generator=self.generator)
-            epoch_obs = {key: gather_rows(x, perm) for key, x in obs.items()}
-            epoch_actions, epoch_scalars = gather_rows(actions, perm), gather_rows(scalars, perm)
-            for start in range(0, size, mb_size):
+            for evaluate, mb_scalars in epoch():
                 threads += self._set_threads()
-                rows = slice(start, start + mb_size)
-                mb_logp, mb_values, mb_adv, mb_returns = epoch_scalars[rows].unbind(1)
-                new_logp, entropy, new_values = self.model.evaluate(
-                    _rows(epoch_obs, rows), epoch_actions[rows]
-                )
+                new_logp, entropy, new_values = evaluate()
+                mb_logp, mb_values, mb_adv, mb_returns = mb_scalars.unbind(1)
                 # On CPU one autograd node for the whole loss (algos/losses.py): the value
                 # and gradients of the reference functions, at a fraction of the op cost.
                 loss, loss_stats = ppo_loss(
@@ -224,12 +242,40 @@ class PPOLearner:
                 break
 
         stats = {key: float(total) / steps for key, total in zip(STATS, totals, strict=True)}
-        stats["explained_variance"] = float(explained_variance(old_values, returns))
+        stats["explained_variance"] = float(
+            explained_variance(_flat(anchor_values), _flat(returns))
+        )
         stats["lr"] = float(lr)
         stats.update(target_stats)
         if self.threads is not None:
             stats["learner_threads"] = threads / steps  # mean over the minibatches
         return stats
+
+    def _row_minibatches(
+        self, batch: RolloutBatch, scalars: Tensor, minibatches: int
+    ) -> Callable[[], Iterator[Minibatch]]:
+        """A feed-forward model's epochs: each shuffles the [T*N] samples and yields, per
+        minibatch, (a function returning its (logp, entropy, value) with gradient, its rows
+        of `scalars`)."""
+        size = scalars.shape[0]
+        mb_size = size // minibatches
+        # The encoder's own layout (channels-last frames for the CNN), made once per batch
+        # rather than once per minibatch of every epoch.
+        obs = self.model.encoder.prepare({key: _flat(x) for key, x in batch.obs.items()})
+        actions = _flat(batch.actions)
+
+        def epoch() -> Iterator[Minibatch]:
+            # Each epoch shuffles the [size, 4] table with one gather, and every minibatch
+            # is a slice of the shuffled copy (a view).
+            perm = torch.randperm(size, generator=self.generator)
+            epoch_obs = {key: gather_rows(x, perm) for key, x in obs.items()}
+            epoch_actions, epoch_scalars = gather_rows(actions, perm), gather_rows(scalars, perm)
+            for start in range(0, size, mb_size):
+                rows = slice(start, start + mb_size)
+                mb_obs, mb_actions = _rows(epoch_obs, rows), epoch_actions[rows]
+                yield partial(self.model.evaluate, mb_obs, mb_actions), epoch_scalars[rows]
+
+        return epoch
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer and shuffling-generator state: tensors and plain Python only, so it

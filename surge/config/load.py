@@ -353,6 +353,8 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("ppo.target_kl", lambda v: v is None or v > 0, "> 0 (or null)"),
     ("ppo.clip_reward", _positive, "> 0"),
     ("model.clip_obs", _positive, "> 0"),
+    ("model.core_size", _at_least(1), ">= 1"),
+    ("ppo.burn_in", _at_least(0), ">= 0"),
     *[(f"appo.{n}", _positive, "> 0") for n in ("rho_bar", "c_bar")],
     *[(n, _at_least(1), ">= 1") for n in ("total_env_steps", "return_window")],
     ("max_policy_lag", _at_least(0), ">= 0"),
@@ -402,6 +404,7 @@ def validate(cfg: ExperimentConfig) -> None:
         _check_llm(cfg)
     else:
         _check_minibatches(cfg)
+        _check_recurrent(cfg)
     _check_extras(cfg)
 
 
@@ -426,6 +429,39 @@ def _check_minibatches(cfg: ExperimentConfig) -> None:
             f"set ppo.minibatches to a divisor of {batch} (e.g. "
             f"{', '.join(map(str, sorted(near)))}), or change ppo.rollout_len or "
             "workers.actors / workers.ring_size / workers.envs_per_group",
+        )
+
+
+def _check_recurrent(cfg: ExperimentConfig) -> None:
+    """A recurrent core's settings: burn-in inside a segment, minibatches of whole
+    sequences, and the torch backend."""
+    m, p = cfg.model, cfg.ppo
+    if m.core == "none":
+        if p.burn_in:
+            raise ConfigError(
+                f"ppo.burn_in={p.burn_in} applies to recurrent models, and model.core is none",
+                "set model.core=gru or lstm, or ppo.burn_in=0",
+            )
+        return
+    if p.burn_in >= p.rollout_len:
+        raise ConfigError(
+            f"ppo.burn_in={p.burn_in} must be below ppo.rollout_len={p.rollout_len}: the "
+            "burn-in steps of a segment are left out of the loss, so none would remain",
+            f"set ppo.burn_in below {p.rollout_len} (or raise ppo.rollout_len)",
+        )
+    envs = cfg.total_envs
+    if envs % p.minibatches:
+        divisors = [d for d in range(1, envs + 1) if envs % d == 0]
+        raise ConfigError(
+            f"ppo.minibatches={p.minibatches}: with model.core={m.core} a minibatch is whole "
+            f"segments, and the {envs} envs do not divide into {p.minibatches} minibatches",
+            f"set ppo.minibatches to a divisor of {envs} ({', '.join(map(str, divisors))}), "
+            "or change workers.actors / workers.ring_size / workers.envs_per_group",
+        )
+    if m.backend == "numpy":
+        raise ConfigError(
+            f"model.backend=numpy covers feed-forward MLPs; model.core={m.core} is recurrent",
+            "set model.backend to auto or torch (auto picks torch for recurrent models)",
         )
 
 

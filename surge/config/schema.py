@@ -30,6 +30,7 @@ ImageLayout = Literal["auto", "chw", "hwc"]
 Precision = Literal["auto", "float32", "bfloat16"]
 Backend = Literal["auto", "torch", "numpy"]
 InferenceMode = Literal["remote", "inline"]
+CoreName = Literal["none", "gru", "lstm"]
 
 
 @dataclass
@@ -253,6 +254,18 @@ class ModelConfig:
     clip_obs: float = 10.0
     """Normalised observations are clipped to [-clip_obs, clip_obs] (with `normalize_obs`)."""
 
+    core: CoreName = "none"
+    """A recurrent core between the encoder and the MLP torsos, shared by the policy and
+    the value function: `gru` (a GRU cell) or `lstm` (an LSTM cell); `none`: a feed-forward
+    policy. Its state is carried per env from step to step (reset when an episode ends),
+    stored at the start of every segment, and the learner backpropagates through each
+    segment from that stored state (truncated BPTT; `ppo.burn_in`). Recurrent models train
+    with the torch backend (docs/recurrent.md)."""
+
+    core_size: int = 128
+    """Hidden size of the recurrent core (`core`); its state is this many floats per env
+    for `gru`, twice as many for `lstm` (h and c)."""
+
     precision: Precision = "auto"
     """Compute dtype of the `nature_cnn` encoder (bfloat16 autocast around its convolutions
     and linear layer; parameters, gradients, Adam state and the heads stay float32).
@@ -272,7 +285,9 @@ class PPOConfig:
     """Passes over each batch."""
 
     minibatches: int = 4
-    """Minibatches per epoch; the batch (rollout_len x total envs) must divide evenly."""
+    """Minibatches per epoch; the batch (rollout_len x total envs) must divide evenly. With a
+    recurrent model (`model.core`) a minibatch is whole segments (sequences), so this must
+    divide the number of envs."""
 
     lr: float = 2.5e-4
     """Adam learning rate."""
@@ -318,6 +333,12 @@ class PPOConfig:
 
     clip_reward: float = 10.0
     """Scaled rewards are clipped to [-clip_reward, clip_reward] (with `normalize_reward`)."""
+
+    burn_in: int = 0
+    """Recurrent models (`model.core`): the first this many steps of every segment only
+    rebuild the recurrent state from the stored one, under no gradient, and are left out
+    of the loss (R2D2's burn-in: the stored state came from an older policy version). Must
+    be below `rollout_len`; 0: every step is trained on."""
 
 
 @dataclass

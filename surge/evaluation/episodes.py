@@ -1,7 +1,9 @@
 """Playing whole episodes with one policy version: returns, lengths and, if asked, frames.
 
 One env, one episode at a time, each reset with its own seed, so an evaluation is
-reproducible from (seed, version) and independent of the envs training uses.
+reproducible from (seed, version) and independent of the envs training uses. A recurrent
+policy's state starts at zero with every episode and is carried from step to step, as the
+actors carry it.
 """
 
 from __future__ import annotations
@@ -76,11 +78,15 @@ def play_episodes(
         if recording:
             results.frames.append(env.render())  # type: ignore[arg-type]
         total, steps, done = 0.0, 0, False
+        core = policy.initial_state(1)  # None for a feed-forward policy
         while not done:
             fields = {
                 k: np.asarray(v)[None] for k, v in split_obs(obs, env.observation_space).items()
             }
-            action = policy.act(fields, deterministic)[0]
+            out = policy.act(fields, deterministic, core)
+            action = out[0]
+            if core is not None:
+                core = out[-1]  # the state after this step, for the next one
             obs, reward, terminated, truncated, _ = env.step(to_env(action[0]))
             total += float(reward)
             steps += 1

@@ -1,8 +1,11 @@
-"""The actor-critic network used by PPO: encoder -> MLP torso(s) -> policy and value heads.
+"""The actor-critic network used by PPO: encoder -> [recurrent core] -> MLP torso(s) -> policy
+and value heads.
 
 Observations are `dict[str, Tensor]` keyed like `flatten_obs_space(obs_space)`, each with a
 leading batch dim. `act` is the inference path (no grad, sampling from an explicit generator
-so runs are reproducible); `evaluate` is the training path (with grad).
+so runs are reproducible); `evaluate` is the training path (with grad). A recurrent model
+(`model.core`, models/recurrent.py) takes and returns its state in `act` and `value`, and
+trains on whole sequences with `evaluate_sequence`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from surge.models.distributions import ActionHead, make_action_head
 from surge.models.encoders import Encoder, make_encoder
 from surge.models.layers import mlp, mlp_out_dim, orthogonal_linear
 from surge.models.numpy_net import VALUE_GAIN
+from surge.models.recurrent import RecurrentCore, make_core
 
 
 class ActorCritic(nn.Module):
@@ -46,6 +50,10 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.encoder: Encoder = encoder if encoder is not None else make_encoder(obs_space, cfg)
         in_dim = self.encoder.out_dim
+        # A recurrent core, shared by both torsos, between the encoder and the torsos.
+        self.core: RecurrentCore | None = make_core(cfg, in_dim)
+        if self.core is not None:
+            in_dim = self.core.out_dim
         # A CNN's features feed the heads directly (CleanRL's ppo_atari): no MLP torso.
         sizes = [] if self.encoder.is_torso else cfg.hidden_sizes
         feat_dim = mlp_out_dim(in_dim, sizes)
@@ -55,8 +63,22 @@ class ActorCritic(nn.Module):
         self.action_head: ActionHead = make_action_head(action_space, feat_dim, cfg.log_std_init)
         self.value_head = orthogonal_linear(feat_dim, 1, VALUE_GAIN)
 
-    def _features(self, obs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    @property
+    def state_size(self) -> int:
+        """Floats of recurrent state per row (0: feed-forward)."""
+        return 0 if self.core is None else self.core.state_size
+
+    def _encode(self, obs: dict[str, Tensor], core: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """(the torsos' input [B, F], the state after this step or None)."""
         x = self.encoder(obs)
+        if self.core is None:
+            return x, None
+        if core is None:
+            raise ValueError("a recurrent model needs the state before the step (`core`)")
+        state = self.core.step(x, core)
+        return self.core.output(state), state
+
+    def _features(self, x: Tensor) -> tuple[Tensor, Tensor]:
         pi = self.actor_torso(x)
         v = pi if self.critic_torso is None else self.critic_torso(x)
         return pi, v
@@ -66,24 +88,31 @@ class ActorCritic(nn.Module):
         obs: dict[str, Tensor],
         deterministic: bool = False,
         generator: torch.Generator | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Choose actions for a batch: (action, logp [B] float32, value [B] float32).
+        core: Tensor | None = None,
+    ) -> tuple[Tensor, ...]:
+        """Choose actions for a batch: (action, logp [B] float32, value [B] float32), and for
+        a recurrent model, given the state before the step `core` [B, S], the state after
+        it [B, S] last.
 
         Runs without grad. Actions: int64 [B] (Discrete), int64 [B, k] (MultiDiscrete),
         float32 [B, d] (Box, unclipped). `deterministic` takes the argmax / the mean; logp is
         still the log-prob of the returned action under the current policy.
         """
         with torch.no_grad():
-            pi, v = self._features(obs)
+            x, state = self._encode(obs, core)
+            pi, v = self._features(x)
             params = self.action_head(pi)
             action = self.action_head.sample(params, deterministic, generator)
             logp = self.action_head.log_prob(params, action)
             value = self.value_head(v).squeeze(-1)
-        return action, logp, value
+        return (action, logp, value) if state is None else (action, logp, value, state)
 
     def evaluate(self, obs: dict[str, Tensor], action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(logp [B], entropy [B], value [B]) of given actions, with grad, for the loss."""
-        x = self.encoder(obs)
+        return self.heads(self.encoder(obs), action)
+
+    def heads(self, x: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(logp, entropy, value) [B] of given actions from the torsos' input x [B, F]."""
         if self.critic_torso is None:  # one torso feeds both heads
             pi = self.actor_torso(x)
             params, value = self.action_head(pi), self.value_head(pi)
@@ -94,9 +123,47 @@ class ActorCritic(nn.Module):
         entropy = self.action_head.entropy(params)
         return logp, entropy, value.squeeze(-1)
 
-    def value(self, obs: dict[str, Tensor]) -> Tensor:
-        """V(s) [B]. Runs only the critic path (with grad unless the caller disables it)."""
-        x = self.encoder(obs)
+    def unroll(
+        self, obs: dict[str, Tensor], core0: Tensor, resets: Tensor, burn_in: int = 0
+    ) -> tuple[Tensor, Tensor]:
+        """A recurrent model over sequences: `obs` [T, B, ...] per field, from the states
+        `core0` [B, S] with `resets` [T, B]. Returns (the torsos' input [(T - burn_in) * B,
+        H], time-major; the states after each step [T - burn_in, B, S]). The burn-in steps
+        run without gradient (models/recurrent.py `unroll_with_burn_in`)."""
+        assert self.core is not None, "unroll is for recurrent models"
+        T, B = resets.shape
+
+        def encode(part: dict[str, Tensor]) -> Tensor:
+            rows = {k: v.reshape(v.shape[0] * B, *v.shape[2:]) for k, v in part.items()}
+            return self.encoder(rows).reshape(-1, B, self.encoder.out_dim)
+
+        x = encode({k: v[burn_in:] for k, v in obs.items()})
+        if burn_in:
+            with torch.no_grad():
+                early = encode({k: v[:burn_in] for k, v in obs.items()})
+            x = torch.cat([early, x])
+        states = self.core.unroll(x, core0, resets, burn_in)
+        return self.core.output(states).reshape(-1, self.core.out_dim), states
+
+    def evaluate_sequence(
+        self,
+        obs: dict[str, Tensor],
+        action: Tensor,
+        core0: Tensor,
+        resets: Tensor,
+        burn_in: int = 0,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """`evaluate` for a recurrent model over sequences ([T, B, ...] observations and
+        actions, as `unroll`): (logp, entropy, value), each [(T - burn_in) * B] time-major,
+        of the steps past the burn-in, with gradient through the unrolled core."""
+        x, _ = self.unroll(obs, core0, resets, burn_in)
+        actions = action[burn_in:]
+        return self.heads(x, actions.reshape(-1, *actions.shape[2:]))
+
+    def value(self, obs: dict[str, Tensor], core: Tensor | None = None) -> Tensor:
+        """V(s) [B] (from the state before the step `core`, for a recurrent model). Runs only
+        the critic path (with grad unless the caller disables it)."""
+        x, _ = self._encode(obs, core)
         torso = self.actor_torso if self.critic_torso is None else self.critic_torso
         out: Tensor = self.value_head(torso(x)).squeeze(-1)
         return out

@@ -3,8 +3,10 @@
 One version of the vector is the model's weights followed, with `model.normalize_obs`, by
 the observation statistics they were trained with (algos/normalize.py), so a policy always
 normalises with its own version's statistics. MLPs act in numpy (models/numpy_policy.py: no
-torch import in an actor); other models (the CNN encoders) through the torch `ActorCritic`.
-Policy workers, inline inference, evaluation workers and `surge eval` all act through this.
+torch import in an actor); other models (the CNN encoders, recurrent cores) through the torch
+`ActorCritic`. Policy workers, inline inference, evaluation workers and `surge eval` all act
+through this. A recurrent policy keeps no state itself: the caller passes the state before
+the step and gets the state after it (models/recurrent_state.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class TorchActing:
         self.model = ActorCritic(obs_space, action_space, model)
         self.model.eval()
         self.generator = torch.Generator().manual_seed(seed)
+        self.state_size = self.model.state_size
 
     def size(self) -> int:
         from surge.workers.weights import count_params
@@ -45,12 +48,13 @@ class TorchActing:
         flat_to_model(flat, self.model)
 
     def act(
-        self, obs: dict[str, np.ndarray], deterministic: bool = False
+        self, obs: dict[str, np.ndarray], deterministic: bool = False, core: Any = None
     ) -> tuple[np.ndarray, ...]:
         torch = self.torch
         with torch.inference_mode():
             t_obs = {k: torch.from_numpy(v) for k, v in obs.items()}
-            out = self.model.act(t_obs, deterministic=deterministic, generator=self.generator)
+            state = None if core is None else torch.from_numpy(core)
+            out = self.model.act(t_obs, deterministic, self.generator, state)
         return tuple(t.numpy() for t in out)
 
 
@@ -62,9 +66,12 @@ class FlatPolicy:
     ) -> None:
         layout = numpy_layout(obs_space, action_space, model)
         self.policy: NumpyPolicy | TorchActing
+        self.state_size = 0
+        """Floats of recurrent state per row (0: feed-forward)."""
         if layout is None:
             self.policy = TorchActing(obs_space, action_space, model, seed)
             n_weights = self.policy.size()
+            self.state_size = self.policy.state_size
         else:
             n_weights = layout_size(layout)
         n_stats = obs_stats_size(obs_space, model.normalize_obs)
@@ -92,10 +99,21 @@ class FlatPolicy:
         np.copyto(self.flat, flat)
         self.reload()
 
+    def initial_state(self, rows: int) -> np.ndarray | None:
+        """The state of fresh episodes, [rows, S] zeros; None for a feed-forward policy."""
+        return np.zeros((rows, self.state_size), np.float32) if self.state_size else None
+
     def act(
-        self, obs: dict[str, np.ndarray], deterministic: bool = False
+        self,
+        obs: dict[str, np.ndarray],
+        deterministic: bool = False,
+        core: np.ndarray | None = None,
     ) -> tuple[np.ndarray, ...]:
-        """(action, then the policy outputs: log-prob, value) for a batch of raw observations."""
+        """(action, then the policy outputs: log-prob, value) for a batch of raw observations;
+        a recurrent policy takes the state before the step `core` [B, S] float32 and returns
+        the state after it last."""
         if self.normalizer is not None:
             obs = self.normalizer(obs)
+        if isinstance(self.policy, TorchActing):
+            return self.policy.act(obs, deterministic, core)
         return self.policy.act(obs, deterministic)

@@ -8,8 +8,9 @@ directly (weights are views into it, no copy per reload).
 
 `numpy_layout` mirrors `ActorCritic`'s parameter order and shapes from the config and spaces
 alone (FlatEncoder -> MLP torso(s) -> action head, value head); it returns None for models it
-does not cover (the CNN encoders), and callers fall back to torch. tests/unit/test_numpy_policy.py
-checks the mirror against the torch model for every supported space.
+does not cover (the CNN encoders, recurrent cores), and callers fall back to torch.
+tests/unit/test_numpy_policy.py checks the mirror against the torch model for every supported
+space.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def numpy_layout(
     obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
 ) -> NumpyLayout | None:
     """The layout for this model, or None when the numpy path does not cover it."""
+    if cfg.core != "none":
+        return None  # a recurrent core: torch's job
     if choose_encoder(obs_space, cfg) != "flat":
         return None  # a CNN (an image, [C, H, W] or [H, W, C]): torch's job
     leaves = flatten_obs_space(obs_space)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from surge.algos.ppo_common import POLICY_OUTPUTS
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import EnvInfo
+from surge.models.recurrent_state import inference_state_fields, segment_state_fields
 from surge.recipes.evaluation import add_evaluators
 from surge.runtime.graph import Edge, Graph, StreamSpec, worker
 from surge.streams.flow import VersionBound
@@ -102,6 +103,7 @@ def ppo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             POLICY_OUTPUTS,
             groups=cfg.total_groups,
             group_size=w.envs_per_group,
+            state=inference_state_fields(cfg.model),
         ),
         "samples": sample_layout(
             env.obs,
@@ -111,6 +113,7 @@ def ppo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             steps=cfg.ppo.rollout_len,
             envs=cfg.total_envs,
             groups=cfg.total_groups,
+            state=segment_state_fields(cfg.model),
         ),
         params: params_layout(n_params),
     }

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from surge.envs.spaces import ArraySpec
+from surge.models.recurrent_state import RowFields
 from surge.streams.ports import Port
 from surge.streams.transport import BlockLayout, Field, Transport
 
@@ -41,8 +42,11 @@ def inference_layout(
     outputs: dict[str, str],
     groups: int,
     group_size: int,
+    state: RowFields | None = None,
 ) -> BlockLayout:
-    """`outputs`: the algorithm's per-step policy outputs besides the action (name -> dtype)."""
+    """`outputs`: the algorithm's per-step policy outputs besides the action (name -> dtype).
+    `state`: a recurrent policy's per-row state fields, [groups, G, *shape] each (the state a
+    request carries and the one its answer returns: models/recurrent_state.py)."""
     fields = {
         f"obs/{k}": Field((groups, group_size, *s.shape), s.dtype.str) for k, s in obs.items()
     }
@@ -52,6 +56,8 @@ def inference_layout(
     fields["action"] = Field((groups, group_size, *action.shape), action.dtype.str)
     for name, dtype in outputs.items():
         fields[name] = Field((groups, group_size), dtype)
+    for name, (dtype, shape) in (state or {}).items():
+        fields[name] = Field((groups, group_size, *shape), dtype)
     fields["version"] = Field((groups,), "<i8")
     return BlockLayout(fields)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from surge.envs.spaces import ArraySpec
+from surge.models.recurrent_state import RowFields
 from surge.streams.ports import Port
 from surge.streams.transport import BlockLayout, Field, Transport
 
@@ -41,7 +42,10 @@ def sample_layout(
     steps: int,
     envs: int,
     groups: int,
+    state: RowFields | None = None,
 ) -> BlockLayout:
+    """`state`: a recurrent policy's per-segment state fields, [depth, 1, N, *shape] each
+    (the state of each segment's first step: models/recurrent_state.py)."""
     fields: dict[str, Field] = {PROGRESS: Field((groups,), "<i8")}
     for k, s in obs.items():
         # obs[:, T] is the observation after the last step, for bootstrapping.
@@ -60,6 +64,8 @@ def sample_layout(
         ("episode_length", "<i8"),
     ]:
         fields[name] = Field((depth, steps, envs), dtype)
+    for name, (dtype, shape) in (state or {}).items():
+        fields[name] = Field((depth, 1, envs, *shape), dtype)
     return BlockLayout(fields)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from surge.envs.group import make_group
+from surge.models.recurrent_state import CORE_IN, CORE_OUT, StateCarry
 from surge.streams.inference import InferenceClient, request_obs
 from surge.streams.sample import SampleProducer, first_unfinished_segment
 from surge.tracking.timing import COPY, ENV
@@ -30,7 +31,8 @@ from surge.workers.base import Binding, RunContext, derive_seed
 
 # The fields of an inference answer that are not policy outputs, and the sample fields the
 # actor writes itself: the rest of the sample schema is the algorithm's (POLICY_OUTPUTS).
-_ANSWER = {"min_version", "request_id", "response_id", "action", "version"}
+# A recurrent policy's state travels apart from them (models/recurrent_state.py).
+_ANSWER = {"min_version", "request_id", "response_id", "action", "version", CORE_IN, CORE_OUT}
 
 
 def build(ctx: RunContext, b: Binding) -> ActorWorker:
@@ -76,6 +78,8 @@ class ActorWorker:
         self.outputs = {
             k: v for k, v in arrays.items() if k not in _ANSWER and not k.startswith("obs/")
         }
+        # A recurrent policy's state per env: None for a feed-forward policy.
+        self.core = StateCarry.of(arrays)
         self.producer = SampleProducer(
             transport, samples, depth=self.flow.depth, group_size=cfg.workers.envs_per_group
         )
@@ -102,6 +106,8 @@ class ActorWorker:
         self._ready: set[int] = set()
         for k, group in enumerate(self.groups):
             group.reset()
+            if self.core is not None:
+                self.core.start(self.ring[k])  # fresh episodes start from zero state
             self._post(k)
         self.client.flush()
 
@@ -142,6 +148,8 @@ class ActorWorker:
             seg[name][t] = output[g]
         seg["version"][t] = self.version[g]
         seg["life"][t] = self.life
+        if self.core is not None:
+            self.core.record(g, t, seg)  # core0: the state step 0 of the segment used
         clock = timers.add(COPY, clock)
 
         group.step(self.action[g])  # next observations land in the inference slot
@@ -171,6 +179,8 @@ class ActorWorker:
             st.segment += 1
             st.step = 0
             st.columns = self.producer.columns(g, st.segment)
+        if self.core is not None:
+            self.core.advance(g, ended)  # the next request's state: reset where episodes ended
         timers.add(COPY, clock)
         self._post(k)
 

@@ -49,9 +49,14 @@ def backend_name(ctx: RunContext) -> str:
         return "torch"
     covered = numpy_layout(ctx.env.observation_space, ctx.env.action_space, cfg.model) is not None
     if choice == "numpy" and not covered:
+        why = (
+            f"a recurrent core (model.core={cfg.model.core})"
+            if cfg.model.core != "none"
+            else "a CNN encoder (an image observation, or model.encoder=nature_cnn / small_cnn)"
+        )
         raise ConfigError(
-            "model.backend=numpy covers MLP models on the flat encoder; this model uses "
-            "a CNN encoder (an image observation, or model.encoder=nature_cnn / small_cnn)",
+            f"model.backend=numpy covers feed-forward MLP models on the flat encoder; this "
+            f"model uses {why}",
             "set model.backend to auto or torch",
         )
     return "numpy" if covered else "torch"

@@ -3,7 +3,9 @@
 `PolicyEngine` holds a model, loads parameters from the parameter service when a newer
 version exists (between batches, never during one), and answers a list of env groups with one
 forward pass over all of them, writing actions, log-probs, values and the version it used
-into the groups' inference slots.
+into the groups' inference slots. A recurrent policy reads each row's state from the slots'
+`core_in` and writes the state after the step into `core_out` (models/recurrent_state.py):
+the engine keeps no state between requests.
 
 - `PolicyWorker` (`workers.inference: remote`): a process serving many actors. Each poll
   takes every ready request, runs one forward pass, and answers. Requests that need a newer
@@ -21,6 +23,7 @@ import numpy as np
 
 from surge.algos.ppo_common import POLICY_OUTPUTS
 from surge.models.flat_policy import FlatPolicy
+from surge.models.recurrent_state import CORE_IN, CORE_OUT
 from surge.streams.inference import InferenceServer, request_obs
 from surge.streams.params import ParameterService
 from surge.streams.ports import Port
@@ -56,6 +59,8 @@ class PolicyEngine:
         self.outputs = [arrays[name] for name in POLICY_OUTPUTS]  # in `act`'s order
         self.min_version = arrays["min_version"]
         self.request_id, self.response_id = arrays["request_id"], arrays["response_id"]
+        self.core_in, self.core_out = arrays.get(CORE_IN), arrays.get(CORE_OUT)  # recurrent
+        assert (self.core_in is None) == (self.policy.state_size == 0), "state fields differ"
 
     def refresh(self) -> bool:
         """Load the newest parameters if they are newer than the loaded ones."""
@@ -74,7 +79,13 @@ class PolicyEngine:
         rows = slice(groups[0], groups[0] + k) if contiguous else groups  # a view, not a copy
         ids = self.request_id[rows].copy()  # before the observations: see streams/inference.py
         obs = {key: v[rows].reshape(n, *v.shape[2:]) for key, v in self.obs.items()}
-        action, *outputs = self.policy.act(obs)  # normalised with its version's statistics
+        if self.core_in is None:
+            action, *outputs = self.policy.act(obs)  # normalised with its version's statistics
+        else:  # recurrent: the state each request carries in, the state after it out
+            core = self.core_in[rows].reshape(n, -1)
+            action, *outputs, core = self.policy.act(obs, core=core)
+            assert self.core_out is not None
+            self.core_out[rows] = core.reshape(k, self.group_size, -1)
         self.action[rows] = action.reshape(k, self.group_size, *self.action.shape[2:])
         for slots, values in zip(self.outputs, outputs, strict=True):
             slots[rows] = values.reshape(k, self.group_size)

@@ -1,0 +1,160 @@
+"""Recurrent policies on the real worker graph: short runs of PPO and APPO with GRU and LSTM
+cores on the serial and local runtimes (remote and inline inference), evaluation workers and
+`surge eval`, and a restarted actor. The Ray runtime's run is in test_ray.py (it shares that
+module's loopback cluster).
+
+The strongest check is APPO at `max_policy_lag=0`: the trainer recomputes every step's
+log-prob by unrolling the model over the segment from the stored state (`core0`) with the
+episode resets, and V-trace logs the mean ratio pi/mu of the batch. It is 1 (to float
+rounding) only if the learner saw exactly the state every step's request carried: any slip
+in the actor's carry, the stored state, the resets or the policy engine moves it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from surge.config.load import load_config
+from surge.envs.make import probe_env
+from surge.evaluation.checkpoint import evaluate
+from surge.models.recurrent_state import CORE0, CORE_IN
+from surge.recipes import build_graph
+from surge.runtime.control import Control
+from surge.runtime.controller import _count_params, train
+from surge.runtime.graph import start_worker
+from surge.streams.transport import InlineTransport
+from surge.tracking.metrics import read_metrics
+from surge.workers.base import RunContext
+from tests.conftest import SURGE, metrics_so_far, wait_for
+
+pytestmark = pytest.mark.integration
+
+MEMORY = [
+    "env.wrappers=[surge.envs.wrappers:HideVelocity]",
+    "model.core_size=32",
+    "ppo.rollout_len=16",
+    "ppo.minibatches=2",
+    "log.interval_s=0",
+    "log.progress=false",
+]
+
+
+def _train(run_dir: Path, *overrides: str):  # type: ignore[no-untyped-def]
+    cfg, name = load_config("cartpole-ppo", [*MEMORY, f"run_dir={run_dir}", *overrides])
+    return train(cfg, name)
+
+
+def assert_on_policy(records: list[dict[str, float]]) -> None:
+    """Every update's V-trace ratio is 1: the learner reproduced the acting policy."""
+    updates = [r for r in records if "vtrace_rho_mean" in r]
+    assert updates
+    for r in updates:
+        assert abs(r["vtrace_rho_mean"] - 1.0) < 1e-4, r["vtrace_rho_mean"]
+        assert r["vtrace_clipped_frac"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("runtime", "overrides"),
+    [
+        ("serial", ["model.core=gru"]),  # a policy worker serves the requests
+        ("serial", ["model.core=lstm", "workers.inference=inline", "ppo.burn_in=4"]),
+        ("local", ["model.core=lstm"]),
+        ("local", ["model.core=gru", "workers.inference=inline"]),
+    ],
+)
+def test_appo_learner_reproduces_the_acting_policy(
+    run_dir: Path, runtime: str, overrides: list[str]
+) -> None:
+    result = _train(
+        run_dir, f"runtime={runtime}", "algo=appo", "max_policy_lag=0", "total_env_steps=2048",
+        *overrides,
+    )  # fmt: skip
+    assert result.reason == "budget" and result.env_steps == 2048  # 32 updates of 16 x 4
+    records = read_metrics(run_dir)
+    assert records[-1]["policy_version"] == 32 and records[-1]["episodes"] > 0
+    assert_on_policy(records)
+
+
+@pytest.mark.parametrize("runtime", ["serial", "local"])
+@pytest.mark.parametrize("core", ["gru", "lstm"])
+def test_ppo_trains_a_recurrent_policy(run_dir: Path, runtime: str, core: str) -> None:
+    result = _train(
+        run_dir, f"runtime={runtime}", f"model.core={core}", "max_policy_lag=1",
+        "total_env_steps=3072", "ppo.burn_in=2",
+    )  # fmt: skip
+    assert result.reason == "budget" and result.env_steps == 3072
+    records = read_metrics(run_dir)
+    assert max(r["policy_lag_max"] for r in records) <= 1
+    last = records[-1]
+    for key in ("policy_loss", "value_loss", "entropy", "grad_norm", "approx_kl"):
+        assert math.isfinite(last[key]), key
+    assert last["approx_kl"] > 0  # the policy moved
+
+
+def test_evaluation_workers_and_surge_eval_carry_the_state(run_dir: Path) -> None:
+    # Training never waits for evaluation: the run goes on until an evaluation row exists
+    # (the evaluator imports torch for a recurrent model), then Ctrl+C (as test_eval_workers).
+    proc = subprocess.Popen(
+        [*SURGE, "train", "cartpole-ppo", f"run_dir={run_dir}", *MEMORY, "model.core=gru",
+         "total_env_steps=10000000", "stop_return=null", "eval.workers=1", "eval.nice=0",
+         "eval.every_versions=16", "eval.episodes=2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    rows = lambda: [r for r in metrics_so_far(run_dir) if "eval/return_mean" in r]  # noqa: E731
+    try:
+        enough = wait_for(lambda: len(rows()) >= 1, 240)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert enough and proc.returncode == 130, stderr[-3000:]
+    for row in rows():
+        assert row["eval/episodes"] == 2
+        assert row["eval/return_mean"] == row["eval/length_mean"] >= 8  # +1 per step
+    played = evaluate(run_dir, episodes=3)  # `surge eval`: the newest checkpoint
+    assert played["episodes"] == 3 and played["return_mean"] == played["length_mean"] >= 8
+
+
+def test_restarted_actor_starts_from_zero_state(tmp_path: Path) -> None:
+    """An actor rebuilt in place (life 1) over the same streams zeroes the state its dead
+    predecessor left in the request slots, and stores that zero state as the start of the
+    segment it rewrites."""
+    cfg, _ = load_config("cartpole-ppo", [*MEMORY, "model.core=gru", "runtime=serial"])
+    env = probe_env(cfg.env, cfg.seed)
+    n_params = _count_params(cfg, env)
+    graph = build_graph(cfg, env, n_params)
+    ctx = RunContext(cfg=cfg, env=env, run_dir=tmp_path, n_params=n_params)
+    transport = InlineTransport(graph.all_layouts(), graph.channels)
+    Control(transport).reset()
+    names = [spec.name for spec in graph.workers]
+    workers = [start_worker(ctx, graph, slot, transport)[2] for slot in range(len(names))]
+    actor = names.index("actor-0")
+    samples = transport.block("samples")
+    published = samples["published"]
+    for _ in range(16):  # into the middle of the first segment (16 steps per group)
+        for worker in workers:
+            worker.poll(0.0)
+    assert published.max() == 0
+    core_in = transport.block("inference")[CORE_IN]
+    assert np.abs(core_in).sum() > 0  # the dead actor's episodes had a state
+    workers[actor] = start_worker(ctx, graph, actor, transport, life=1)[2]
+    np.testing.assert_array_equal(core_in, 0.0)  # fresh episodes, fresh state
+    samples[CORE0][:] = 7.0  # whatever the dead actor stored
+    while published.min() < 1:
+        for worker in workers:
+            worker.poll(0.0)
+    np.testing.assert_array_equal(samples[CORE0][0], 0.0)  # segment 0, rewritten from zero
+    for worker in workers:
+        worker.close()
