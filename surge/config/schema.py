@@ -238,8 +238,9 @@ class ModelConfig:
     """What the trainer computes with. `numpy`: the MLP's forward and backward, the PPO loss
     and Adam written out in numpy (models/numpy_net.py, algos/numpy_ppo.py); the trainer
     never imports torch (about 1.3 s less start-up) and a small-MLP update costs a fraction
-    of torch's (per-op dispatch dominates there). Covers the `flat` encoder with any hidden
-    sizes and Discrete, MultiDiscrete and Box actions; one BLAS thread. `torch`: the torch
+    of torch's (per-op dispatch dominates there). Covers feed-forward models on the `flat`
+    encoder with any hidden sizes and Discrete, MultiDiscrete and Box actions; one BLAS
+    thread (a recurrent `core` trains in torch, and acts in numpy). `torch`: the torch
     model and autograd (any model, `workers.trainer_threads` threads). `auto`: `numpy` for
     the models it covers, else `torch`. Checkpoints hold the same torch state dict either
     way; a run resumes with the backend it started with."""

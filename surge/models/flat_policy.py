@@ -2,11 +2,11 @@
 
 One version of the vector is the model's weights followed, with `model.normalize_obs`, by
 the observation statistics they were trained with (algos/normalize.py), so a policy always
-normalises with its own version's statistics. MLPs act in numpy (models/numpy_policy.py: no
-torch import in an actor); other models (the CNN encoders, recurrent cores) through the torch
-`ActorCritic`. Policy workers, inline inference, evaluation workers and `surge eval` all act
-through this. A recurrent policy keeps no state itself: the caller passes the state before
-the step and gets the state after it (models/recurrent_state.py).
+normalises with its own version's statistics. MLPs, with or without a recurrent core, act in
+numpy (models/numpy_policy.py: no torch import in an actor); other models (the CNN encoders)
+through the torch `ActorCritic`. Policy workers, inline inference, evaluation workers and
+`surge eval` all act through this. A recurrent policy keeps no state itself: the caller
+passes the state before the step and gets the state after it (models/recurrent_state.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from surge.algos.normalize import ObsNormalizer, obs_stats_size
 from surge.config.schema import ModelConfig
-from surge.models.numpy_policy import NumpyPolicy, layout_size, numpy_layout
+from surge.models.numpy_policy import NumpyPolicy, acting_layout, layout_size
 
 
 class TorchActing:
@@ -64,7 +64,7 @@ class FlatPolicy:
     def __init__(
         self, obs_space: gym.Space[Any], action_space: gym.Space[Any], model: ModelConfig, seed: int
     ) -> None:
-        layout = numpy_layout(obs_space, action_space, model)
+        layout = acting_layout(obs_space, action_space, model)
         self.policy: NumpyPolicy | TorchActing
         self.state_size = 0
         """Floats of recurrent state per row (0: feed-forward)."""
@@ -81,6 +81,7 @@ class FlatPolicy:
         self.normalizer = ObsNormalizer(obs_space, model.clip_obs) if n_stats else None
         if layout is not None:  # its weights are views of self.weights: `reload` rebuilds
             self.policy = NumpyPolicy(layout, self.weights, np.random.default_rng(seed))
+            self.state_size = self.policy.state_size
 
     def reload(self) -> None:
         """Use the parameters now in `flat`."""
@@ -114,6 +115,4 @@ class FlatPolicy:
         the state after it last."""
         if self.normalizer is not None:
             obs = self.normalizer(obs)
-        if isinstance(self.policy, TorchActing):
-            return self.policy.act(obs, deterministic, core)
-        return self.policy.act(obs, deterministic)
+        return self.policy.act(obs, deterministic, core)

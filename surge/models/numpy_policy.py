@@ -25,6 +25,7 @@ import numpy as np
 from surge.config.schema import ModelConfig
 from surge.envs.spaces import flatten_obs_space
 from surge.models.images import choose_encoder
+from surge.models.numpy_recurrent import step
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -41,14 +42,25 @@ class NumpyLayout:
     head: str  # "categorical" | "multi_categorical" | "gaussian"
     nvec: tuple[int, ...]  # categorical sizes (one entry for Discrete)
     start: tuple[int, ...]  # action offsets per component
+    core: str = "none"  # a recurrent core between the features and the torsos (acting only)
+    core_size: int = 0
 
 
 def numpy_layout(
     obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
 ) -> NumpyLayout | None:
-    """The layout for this model, or None when the numpy path does not cover it."""
+    """The layout for this model, or None when the numpy path (acting and learning: the
+    numpy learner, models/numpy_net.py) does not cover it."""
     if cfg.core != "none":
-        return None  # a recurrent core: torch's job
+        return None  # a recurrent core: the numpy learner does not train it
+    return acting_layout(obs_space, action_space, cfg)
+
+
+def acting_layout(
+    obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
+) -> NumpyLayout | None:
+    """`numpy_layout`, and also for flat models with a recurrent core (`model.core`), which
+    act in numpy (`NumpyPolicy`) and learn in torch: None only for the CNN encoders."""
     if choose_encoder(obs_space, cfg) != "flat":
         return None  # a CNN (an image, [C, H, W] or [H, W, C]): torch's job
     leaves = flatten_obs_space(obs_space)
@@ -67,6 +79,15 @@ def numpy_layout(
     params: list[tuple[str, tuple[int, ...]]] = []
     nvec: tuple[int, ...]
     start: tuple[int, ...]
+    if cfg.core != "none":  # ActorCritic registers the core after the encoder
+        gates = (3 if cfg.core == "gru" else 4) * cfg.core_size
+        params += [
+            ("core.cell.weight_ih", (gates, in_dim)),
+            ("core.cell.weight_hh", (gates, cfg.core_size)),
+            ("core.cell.bias_ih", (gates,)),
+            ("core.cell.bias_hh", (gates,)),
+        ]
+        in_dim = cfg.core_size
 
     def torso(name: str) -> int:
         width = in_dim
@@ -96,7 +117,16 @@ def numpy_layout(
     params += [("action_head.linear.weight", (out, feat)), ("action_head.linear.bias", (out,))]
     params += [("value_head.weight", (1, feat)), ("value_head.bias", (1,))]
     return NumpyLayout(
-        params, fields, cfg.activation, len(cfg.hidden_sizes), cfg.shared, head, nvec, start
+        params,
+        fields,
+        cfg.activation,
+        len(cfg.hidden_sizes),
+        cfg.shared,
+        head,
+        nvec,
+        start,
+        cfg.core,
+        cfg.core_size if cfg.core != "none" else 0,
     )
 
 
@@ -137,7 +167,10 @@ which is the better trade while the matmuls are small."""
 
 
 class NumpyPolicy:
-    """`act(obs) -> (action, logp, value)` with the same maths as `ActorCritic.act`.
+    """`act(obs) -> (action, logp, value)` with the same maths as `ActorCritic.act`; with a
+    recurrent core, `act(obs, deterministic, core)` takes the state before the step [B, S]
+    and returns the state after it last (models/numpy_recurrent.py `step`: torch's cell
+    equations).
 
     `flat` is the parameter vector (float32). The policy computes from its own arrangement
     of the weights: after writing new parameters into `flat`, call `reload()`.
@@ -198,6 +231,31 @@ class NumpyPolicy:
                 (w["value_head.weight"].T, w["value_head.bias"]),
             ]
         self._log_std = w.get("action_head.log_std")
+        if lay.core != "none":  # transposed once per version, for [B, F] @ [F, G*H]
+            self._core = (
+                w["core.cell.weight_ih"].T.copy(),
+                w["core.cell.bias_ih"],
+                w["core.cell.weight_hh"].T.copy(),
+                w["core.cell.bias_hh"],
+            )
+
+    @property
+    def state_size(self) -> int:
+        """Floats of recurrent state per row (0: feed-forward)."""
+        size = self.layout.core_size
+        return {"none": 0, "gru": size, "lstm": 2 * size}[self.layout.core]
+
+    def core_step(self, x: np.ndarray, core: np.ndarray) -> np.ndarray:
+        """The recurrent state after a step: features [B, F], state before [B, S] -> [B, S]."""
+        w_ih_t, b_ih, w_hh_t, b_hh = self._core
+        xp = x @ w_ih_t
+        xp += b_ih
+        rows, H = len(x), self.layout.core_size
+        state = np.empty((rows, self.state_size), np.float32)
+        gates = np.empty_like(xp)
+        extra = np.empty((rows, H), np.float32)
+        step(self.layout.core, xp, core, w_hh_t, b_hh, gates, extra, state)
+        return state
 
     def features(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         return flat_features(self.layout, obs)
@@ -219,9 +277,18 @@ class NumpyPolicy:
         return outs[0], outs[1][:, 0]
 
     def act(
-        self, obs: dict[str, np.ndarray], deterministic: bool = False
+        self, obs: dict[str, np.ndarray], deterministic: bool = False, core: Any = None
+    ) -> tuple[np.ndarray, ...]:
+        x = self.features(obs)
+        if self.layout.core == "none":
+            return self._act_on(x, deterministic)
+        state = self.core_step(x, core)
+        return (*self._act_on(state[:, : self.layout.core_size], deterministic), state)
+
+    def _act_on(
+        self, x: np.ndarray, deterministic: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        params, value = self._outputs(self.features(obs))
+        params, value = self._outputs(x)
         lay = self.layout
         if lay.head == "gaussian":
             assert self._log_std is not None

@@ -48,6 +48,47 @@ class UnrollCache:
     any_reset: list[bool]
 
 
+def step(
+    kind: str,
+    xp: np.ndarray,
+    prev: np.ndarray,
+    w_hh_t: np.ndarray,
+    b_hh: np.ndarray,
+    gates: np.ndarray,
+    extra: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """One step from the state `prev` [B, S] and projected inputs `xp` [B, G*H] into `out`
+    [B, S]; `w_hh_t` is W_hh transposed [H, G*H]. Fills `gates` [B, G*H] and `extra` [B, H]
+    (the backward's cache, module doc)."""
+    H = w_hh_t.shape[0]
+    if kind == "gru":
+        np.matmul(prev, w_hh_t, out=gates)
+        gates += b_hh
+        np.copyto(extra, gates[:, 2 * H :])  # a = h W_hh_n^T + b_hh_n
+        gates[:, : 2 * H] += xp[:, : 2 * H]
+        _sigmoid(gates[:, : 2 * H])  # r, z
+        n = gates[:, 2 * H :]
+        np.multiply(gates[:, :H], extra, out=n)  # r * a
+        n += xp[:, 2 * H :]
+        np.tanh(n, out=n)
+        np.subtract(prev, n, out=out)
+        out *= gates[:, H : 2 * H]
+        out += n
+    else:
+        np.matmul(prev[:, :H], w_hh_t, out=gates)
+        gates += b_hh
+        gates += xp
+        _sigmoid(gates[:, : 2 * H])  # i, f
+        np.tanh(gates[:, 2 * H : 3 * H], out=gates[:, 2 * H : 3 * H])  # g
+        _sigmoid(gates[:, 3 * H :])  # o
+        out_c = out[:, H:]
+        np.multiply(gates[:, H : 2 * H], prev[:, H:], out=out_c)
+        out_c += gates[:, :H] * gates[:, 2 * H : 3 * H]
+        np.tanh(out_c, out=extra)
+        np.multiply(gates[:, 3 * H :], extra, out=out[:, :H])
+
+
 def unroll_forward(
     kind: str,
     xp: np.ndarray,
@@ -67,43 +108,14 @@ def unroll_forward(
     prev = np.empty_like(states)
     gates = np.empty_like(xp)
     extra = np.empty((T, B, H), xp.dtype)
-    w_t = np.ascontiguousarray(w_hh.T)
+    w_hh_t = np.ascontiguousarray(w_hh.T)
     s = state
     for t in range(T):
         if any_reset[t]:
             np.multiply(s, keep3[t], out=prev[t])
         else:
             prev[t] = s
-        p = prev[t]
-        g = gates[t]
-        if kind == "gru":
-            h = p
-            np.matmul(h, w_t, out=g)
-            g += b_hh
-            np.copyto(extra[t], g[:, 2 * H :])  # a = h W_hh_n^T + b_hh_n
-            g[:, : 2 * H] += xp[t, :, : 2 * H]
-            _sigmoid(g[:, : 2 * H])
-            n = g[:, 2 * H :]
-            np.multiply(g[:, :H], extra[t], out=n)  # r * a
-            n += xp[t, :, 2 * H :]
-            np.tanh(n, out=n)
-            out = states[t]
-            np.subtract(h, n, out=out)
-            out *= g[:, H : 2 * H]
-            out += n
-        else:
-            h, c = p[:, :H], p[:, H:]
-            np.matmul(h, w_t, out=g)
-            g += b_hh
-            g += xp[t]
-            _sigmoid(g[:, : 2 * H])  # i, f
-            np.tanh(g[:, 2 * H : 3 * H], out=g[:, 2 * H : 3 * H])
-            _sigmoid(g[:, 3 * H :])  # o
-            out_h, out_c = states[t, :, :H], states[t, :, H:]
-            np.multiply(g[:, H : 2 * H], c, out=out_c)
-            out_c += g[:, :H] * g[:, 2 * H : 3 * H]
-            np.tanh(out_c, out=extra[t])
-            np.multiply(g[:, 3 * H :], extra[t], out=out_h)
+        step(kind, xp[t], prev[t], w_hh_t, b_hh, gates[t], extra[t], states[t])
         s = states[t]
     return states, UnrollCache(kind, prev, gates, extra, keep3, any_reset)
 

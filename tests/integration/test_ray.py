@@ -254,3 +254,29 @@ def test_crashing_worker_on_a_ray_instance_started_for_the_run(run_dir: Path) ->
     workers = _workers(run_dir)
     assert workers["actor-0"]["state"] == "failed"
     assert len({w["node_id"] for w in workers.values()}) == 1
+
+
+def test_recurrent_appo_across_nodes_reproduces_the_acting_policy(
+    cluster: str, run_dir: Path
+) -> None:
+    """A GRU policy on the three-node cluster: each actor on its own node with its policy
+    worker, the trainer on the head, so every segment and its stored state (`core0`) crosses
+    nodes through the segment forwarder. APPO at lag 0 logs a V-trace ratio of 1 only if the
+    trainer unrolled exactly the states the policy workers acted with
+    (tests/integration/test_recurrent.py has the same check on serial and local)."""
+    from tests.integration.test_recurrent import MEMORY, assert_on_policy
+
+    proc = _start(
+        run_dir, f"ray.address={cluster}", *TWO_PODS, *MEMORY, "model.core=gru", "algo=appo",
+        "max_policy_lag=0", "total_env_steps=2048",
+    )  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    records = metrics_so_far(run_dir)
+    assert records[-1]["env_steps"] == 2048
+    assert_on_policy(records)  # type: ignore[arg-type]
+    nodes = {name: w["node_id"] for name, w in _workers(run_dir).items()}
+    assert nodes["actor-0"] != nodes["trainer-0"] and nodes["actor-1"] != nodes["trainer-0"]

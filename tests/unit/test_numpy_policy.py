@@ -13,7 +13,7 @@ import torch
 from surge.config.schema import ModelConfig
 from surge.envs.spaces import flatten_obs_space
 from surge.models.actor_critic import ActorCritic
-from surge.models.numpy_policy import NumpyPolicy, numpy_layout
+from surge.models.numpy_policy import NumpyPolicy, acting_layout, numpy_layout
 from surge.workers.weights import model_to_flat
 from tests.numerics import assert_float32_close
 
@@ -115,3 +115,37 @@ def test_categorical_sampling_follows_the_probabilities() -> None:
 def test_images_are_left_to_torch() -> None:
     images = Box(0, 255, (4, 84, 84), np.uint8)
     assert numpy_layout(images, gym.spaces.Discrete(6), ModelConfig()) is None
+
+
+@pytest.mark.parametrize("core", ["gru", "lstm"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_recurrent_numpy_policy_matches_torch(core: str, shared: bool) -> None:
+    """A flat model with a recurrent core acts in numpy (the numpy learner does not train
+    it: `numpy_layout` is None, `acting_layout` is not): over three steps with the state
+    carried, the same actions, log-probs, values and states as the torch model in float64."""
+    cfg = ModelConfig(hidden_sizes=[16], core=core, core_size=12, shared=shared)
+    obs_space, action_space = Box(-1, 1, (3,)), gym.spaces.Discrete(4)
+    assert numpy_layout(obs_space, action_space, cfg) is None
+    layout = acting_layout(obs_space, action_space, cfg)
+    assert layout is not None
+    torch.manual_seed(0)
+    model = ActorCritic(obs_space, action_space, cfg)
+    assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == layout.params
+    policy = NumpyPolicy(layout, model_to_flat(model), np.random.default_rng(0))
+    reference = copy.deepcopy(model).double()
+    rows = 5
+    assert policy.state_size == model.state_size == (12 if core == "gru" else 24)
+    state = np.random.default_rng(1).normal(0, 0.5, (rows, policy.state_size))
+    state = state.astype(np.float32)
+    t_state = torch.from_numpy(state).double()
+    accumulations = 3 * (3 + 12 + 4) + 16 + 12  # three steps of the core, then the torso
+    for t in range(3):
+        obs = np.random.default_rng(10 + t).uniform(-1, 1, (rows, 3)).astype(np.float32)
+        action, logp, value, state = policy.act({"obs": obs}, True, state)
+        t_action, t_logp, t_value, t_state = reference.act(
+            {"obs": torch.from_numpy(obs).double()}, True, None, t_state
+        )
+        np.testing.assert_array_equal(action, t_action.numpy())
+        assert_float32_close(logp, t_logp, accumulations, f"logp at step {t}")
+        assert_float32_close(value, t_value, accumulations, f"value at step {t}")
+        assert_float32_close(state, t_state, accumulations, f"state at step {t}")

@@ -136,3 +136,42 @@ def test_episode_player_carries_the_state_and_resets_it_per_episode(core: str) -
         else:  # every other step from the state the previous step returned
             np.testing.assert_array_equal(given, calls[k - 1][1])
             assert np.abs(given).sum() > 0
+
+
+def test_a_cnn_with_a_core_acts_in_torch_and_trains_on_sequences() -> None:
+    """Small images (MiniGrid's 7x7x3) get the small CNN, then the core: `FlatPolicy` acts
+    through torch, and the learner's unroll over [T, B, H, W, C] frames from the stored state
+    gives the log-probs the policy acted with."""
+    import torch
+
+    from surge.config.schema import ModelConfig
+    from surge.models.actor_critic import ActorCritic
+    from surge.models.recurrent_state import resets_before
+
+    images = gym.spaces.Box(0, 10, (7, 7, 3), np.uint8)
+    cfg = ModelConfig(core="lstm", core_size=8, hidden_sizes=[8])
+    policy = FlatPolicy(images, gym.spaces.Discrete(3), cfg, seed=0)
+    assert type(policy.policy).__name__ == "TorchActing" and policy.state_size == 16
+    model = ActorCritic(images, gym.spaces.Discrete(3), cfg)
+    policy.load(np.concatenate([p.detach().numpy().ravel() for p in model.parameters()]))
+    T, B = 4, 3
+    frames = np.random.default_rng(0).integers(0, 10, (T, B, 7, 7, 3)).astype(np.uint8)
+    ended = np.zeros((T, B), bool)
+    ended[1, 2] = True
+    state = policy.initial_state(B)
+    assert state is not None
+    core0, actions, logps = state, [], []
+    for t in range(T):
+        action, logp, _, after = policy.act({"obs": frames[t]}, core=state)
+        actions.append(action)
+        logps.append(logp)
+        state = after * ~ended[t, :, None]
+    resets = resets_before(torch.from_numpy(ended), torch.zeros(T, B, dtype=torch.bool))
+    with torch.no_grad():
+        new_logp, _, _ = model.evaluate_sequence(
+            {"obs": torch.from_numpy(frames)},
+            torch.from_numpy(np.stack(actions)),
+            torch.from_numpy(core0),
+            resets,
+        )
+    np.testing.assert_allclose(new_logp.view(T, B).numpy(), np.stack(logps), atol=1e-5)
