@@ -36,14 +36,19 @@ class RolloutBatch:
     """[T, N] bool: the episode reached a terminal state at t."""
     truncated: Array
     """[T, N] bool: the episode was cut at t (time limit) and its final obs is in final_obs."""
+    active: np.ndarray | None = None
+    """[T, N] bool (numpy, whatever the learner): samples that train; a multi-agent row is
+    inactive while its agent is out of the episode (envs/multiagent.py). None: all train."""
 
     def map(self, fn: Callable[[Array], Array]) -> RolloutBatch:
-        """The same batch with `fn` applied to every array (e.g. `lambda t: t.numpy()`)."""
+        """The same batch with `fn` applied to every array (e.g. `lambda t: t.numpy()`);
+        `active` stays as it is."""
         fields = {
             k: {kk: fn(vv) for kk, vv in v.items()} if isinstance(v, dict) else fn(v)
             for k, v in vars(self).items()
+            if k != "active"
         }
-        return RolloutBatch(**fields)
+        return RolloutBatch(**fields, active=self.active)
 
 
 def slot_batch(
@@ -63,4 +68,5 @@ def slot_batch(
         rewards=arrays["reward"],
         terminated=arrays["terminated"],
         truncated=arrays["truncated"],
+        active=arrays.get("active"),
     ).map(wrap)

@@ -20,7 +20,14 @@ from surge.algos.advantages import gae, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
 from surge.algos.flat_params import FlatParameters
 from surge.algos.losses import explained_variance, ppo_loss
-from surge.algos.ppo_common import APPROX_KL, STATS, check_minibatches
+from surge.algos.normalize import ValueNormalizer
+from surge.algos.ppo_common import (
+    APPROX_KL,
+    STATS,
+    check_minibatches,
+    minibatch_bounds,
+    trained_rows,
+)
 from surge.config.schema import APPOConfig, PPOConfig
 from surge.models.actor_critic import ActorCritic
 
@@ -55,21 +62,29 @@ def gather_rows(x: Tensor, idx: Tensor) -> Tensor:
 
 
 def bootstrap_next_values(
-    model: ActorCritic, batch: RolloutBatch, values: Tensor | None = None
+    model: ActorCritic,
+    batch: RolloutBatch,
+    values: Tensor | None = None,
+    value_norm: ValueNormalizer | None = None,
 ) -> Tensor:
     """[T, N] values of the true next state of every step, for `gae` / `vtrace`.
 
     `values` (default: the behaviour values) shifted by one step, V(last_obs) at the end, and
     V(final obs) where the episode was truncated (only those rare entries are evaluated).
-    Entries at terminated steps are whatever the shift gives; `gae` ignores them.
+    Entries at terminated steps are whatever the shift gives; `gae` ignores them. With
+    `value_norm` the critic's outputs are mapped back to reward units.
     """
     values = batch.values if values is None else values
+
+    def critic(obs: dict[str, Tensor]) -> Tensor:
+        v = model.value(obs).to(values.dtype)
+        return v if value_norm is None else value_norm.denormalize(v)
+
     with torch.no_grad():
-        v_last = model.value(batch.last_obs).to(values.dtype)
-        next_values = torch.cat([values[1:], v_last.unsqueeze(0)], dim=0)
+        next_values = torch.cat([values[1:], critic(batch.last_obs).unsqueeze(0)], dim=0)
         if bool(batch.truncated.any()):
             where = batch.truncated.nonzero(as_tuple=True)
-            next_values[where] = model.value(_rows(batch.final_obs, where)).to(next_values.dtype)
+            next_values[where] = critic(_rows(batch.final_obs, where))
     return next_values
 
 
@@ -108,11 +123,14 @@ class PPOLearner:
         cfg: PPOConfig,
         generator: torch.Generator,
         vtrace: APPOConfig | None = None,
+        value_norm: ValueNormalizer | None = None,
     ) -> None:
         self.model = model
         self.cfg = cfg
         self.vtrace = vtrace
         self.generator = generator
+        self.value_norm = value_norm
+        """`model.value_norm`: the critic's outputs are in these statistics' units."""
         # Parameters and gradients live in two flat buffers: zeroing, the grad-norm clip and
         # Adam are a few kernels per minibatch instead of a few per parameter tensor, and
         # there is no torch.optim import cost at start-up (see algos/adam.py).
@@ -135,7 +153,7 @@ class PPOLearner:
         cfg = self.cfg
         dones = batch.terminated | batch.truncated
         if self.vtrace is None:
-            next_values = bootstrap_next_values(self.model, batch)
+            next_values = bootstrap_next_values(self.model, batch, value_norm=self.value_norm)
             adv, ret = gae(
                 batch.rewards,
                 batch.values,
@@ -148,11 +166,13 @@ class PPOLearner:
             return adv, ret, batch.values, {}
         current = current_policy_on(self.model, batch)
         logp, values = current[..., 0], current[..., 1]
+        if self.value_norm is not None:
+            values = self.value_norm.denormalize(values)
         log_rhos = logp - batch.logp
         adv, ret = vtrace(
             batch.rewards,
             values,
-            bootstrap_next_values(self.model, batch, values),
+            bootstrap_next_values(self.model, batch, values, self.value_norm),
             batch.terminated,
             dones,
             log_rhos,
@@ -172,8 +192,12 @@ class PPOLearner:
         """
         cfg = self.cfg
         T, N = batch.rewards.shape
-        size = T * N
-        mb_size = size // check_minibatches(cfg, T, N)
+        check_minibatches(cfg, T, N)
+        rows_np = trained_rows(batch.active)  # None: every sample trains
+        train = None if rows_np is None else torch.from_numpy(rows_np)
+        samples = T * N if train is None else len(train)
+        if samples == 0:
+            return {"lr": float(lr)}  # no agent was in an episode: nothing to learn from
 
         self._set_threads()
         advantages, returns, anchor_values, target_stats = self.targets(batch)
@@ -182,6 +206,9 @@ class PPOLearner:
         obs = self.model.encoder.prepare({key: _flat(x) for key, x in batch.obs.items()})
         actions = _flat(batch.actions)
         old_values, returns = _flat(anchor_values), _flat(returns)
+        if self.value_norm is not None:  # the value loss works in normalised units
+            self.value_norm.update((returns if train is None else returns[train]).numpy())
+            old_values, returns = (self.value_norm.normalize(x) for x in (old_values, returns))
         # The per-sample scalars in one [size, 4] table: each epoch shuffles it with one
         # gather, and every minibatch is a slice of the shuffled copy (a view).
         scalars = torch.stack(
@@ -194,12 +221,14 @@ class PPOLearner:
         totals = torch.zeros(len(STATS))
         steps = threads = 0
         for _epoch in range(cfg.epochs):
-            perm = torch.randperm(size, generator=self.generator)
+            perm = torch.randperm(samples, generator=self.generator)
+            if train is not None:
+                perm = train[perm]
             epoch_obs = {key: gather_rows(x, perm) for key, x in obs.items()}
             epoch_actions, epoch_scalars = gather_rows(actions, perm), gather_rows(scalars, perm)
-            for start in range(0, size, mb_size):
+            for start, end in minibatch_bounds(samples, cfg.minibatches):
                 threads += self._set_threads()
-                rows = slice(start, start + mb_size)
+                rows = slice(start, end)
                 mb_logp, mb_values, mb_adv, mb_returns = epoch_scalars[rows].unbind(1)
                 new_logp, entropy, new_values = self.model.evaluate(
                     _rows(epoch_obs, rows), epoch_actions[rows]
@@ -224,6 +253,8 @@ class PPOLearner:
                 break
 
         stats = {key: float(total) / steps for key, total in zip(STATS, totals, strict=True)}
+        if train is not None:
+            old_values, returns = old_values[train], returns[train]
         stats["explained_variance"] = float(explained_variance(old_values, returns))
         stats["lr"] = float(lr)
         stats.update(target_stats)
@@ -234,8 +265,13 @@ class PPOLearner:
     def state_dict(self) -> dict[str, Any]:
         """Optimizer and shuffling-generator state: tensors and plain Python only, so it
         loads with `torch.load(weights_only=True)`. The model's parameters are the caller's."""
-        return {"optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state()}
+        state = {"optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state()}
+        if self.value_norm is not None:
+            state["value_norm"] = self.value_norm.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
+        if self.value_norm is not None:
+            self.value_norm.load_state_dict(state["value_norm"])

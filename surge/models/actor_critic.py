@@ -14,8 +14,16 @@ import torch
 from torch import Tensor, nn
 
 from surge.config.schema import ModelConfig
+from surge.errors import ConfigError
 from surge.models.distributions import ActionHead, make_action_head
 from surge.models.encoders import Encoder, make_encoder
+from surge.models.inputs import (
+    ACTION_MASK,
+    MASKED_LOGIT,
+    check_action_mask,
+    input_fields,
+    subspace,
+)
 from surge.models.layers import mlp, mlp_out_dim, orthogonal_linear
 from surge.models.numpy_net import VALUE_GAIN
 
@@ -44,21 +52,45 @@ class ActorCritic(nn.Module):
         encoder: Encoder | None = None,
     ) -> None:
         super().__init__()
-        self.encoder: Encoder = encoder if encoder is not None else make_encoder(obs_space, cfg)
+        actor_fields, critic_fields = input_fields(obs_space, cfg)
+        self.encoder: Encoder = (
+            encoder if encoder is not None else make_encoder(subspace(obs_space, actor_fields), cfg)
+        )
+        # A centralised critic reads other fields (models/inputs.py) through its own encoder.
+        self.critic_encoder: Encoder | None = None
+        if critic_fields != actor_fields:
+            self.critic_encoder = make_encoder(subspace(obs_space, critic_fields), cfg)
+            if self.encoder.is_torso or self.critic_encoder.is_torso:
+                raise ConfigError(
+                    "model.critic_inputs differ from the policy's, but a Nature CNN encoder is "
+                    "the shared torso of both heads",
+                    "give the policy and the value function the same inputs with nature_cnn",
+                )
         in_dim = self.encoder.out_dim
         # A CNN's features feed the heads directly (CleanRL's ppo_atari): no MLP torso.
         sizes = [] if self.encoder.is_torso else cfg.hidden_sizes
         feat_dim = mlp_out_dim(in_dim, sizes)
         self.actor_torso = mlp(in_dim, sizes, cfg.activation)
         shared = cfg.shared or self.encoder.is_torso
-        self.critic_torso = None if shared else mlp(in_dim, sizes, cfg.activation)
+        critic_in = in_dim if self.critic_encoder is None else self.critic_encoder.out_dim
+        self.critic_torso = None if shared else mlp(critic_in, sizes, cfg.activation)
         self.action_head: ActionHead = make_action_head(action_space, feat_dim, cfg.log_std_init)
         self.value_head = orthogonal_linear(feat_dim, 1, VALUE_GAIN)
+        self.masked = check_action_mask(obs_space, action_space)
+
+    def _critic_input(self, obs: dict[str, Tensor], x: Tensor) -> Tensor:
+        return x if self.critic_encoder is None else self.critic_encoder(obs)
+
+    def _mask(self, params: Tensor, obs: dict[str, Tensor]) -> Tensor:
+        """Illegal actions (`action_mask` 0) get a logit no action is ever sampled from."""
+        if not self.masked:
+            return params
+        return params.masked_fill(obs[ACTION_MASK] == 0, MASKED_LOGIT)
 
     def _features(self, obs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         x = self.encoder(obs)
         pi = self.actor_torso(x)
-        v = pi if self.critic_torso is None else self.critic_torso(x)
+        v = pi if self.critic_torso is None else self.critic_torso(self._critic_input(obs, x))
         return pi, v
 
     def act(
@@ -75,7 +107,7 @@ class ActorCritic(nn.Module):
         """
         with torch.no_grad():
             pi, v = self._features(obs)
-            params = self.action_head(pi)
+            params = self._mask(self.action_head(pi), obs)
             action = self.action_head.sample(params, deterministic, generator)
             logp = self.action_head.log_prob(params, action)
             value = self.value_head(v).squeeze(-1)
@@ -89,14 +121,19 @@ class ActorCritic(nn.Module):
             params, value = self.action_head(pi), self.value_head(pi)
         else:  # each head in its torso's autograd node (layers.MLP)
             params = self.actor_torso(x, head=self.action_head.linear)
-            value = self.critic_torso(x, head=self.value_head)
+            value = self.critic_torso(self._critic_input(obs, x), head=self.value_head)
+        params = self._mask(params, obs)
         logp = self.action_head.log_prob(params, action)
         entropy = self.action_head.entropy(params)
         return logp, entropy, value.squeeze(-1)
 
     def value(self, obs: dict[str, Tensor]) -> Tensor:
         """V(s) [B]. Runs only the critic path (with grad unless the caller disables it)."""
-        x = self.encoder(obs)
-        torso = self.actor_torso if self.critic_torso is None else self.critic_torso
-        out: Tensor = self.value_head(torso(x)).squeeze(-1)
+        if self.critic_torso is None:
+            features = self.actor_torso(self.encoder(obs))
+        elif self.critic_encoder is None:
+            features = self.critic_torso(self.encoder(obs))
+        else:  # the centralised critic never runs the policy's encoder
+            features = self.critic_torso(self.critic_encoder(obs))
+        out: Tensor = self.value_head(features).squeeze(-1)
         return out

@@ -1,8 +1,9 @@
 """A policy that acts from the flat parameter vector the trainer publishes.
 
 One version of the vector is the model's weights followed, with `model.normalize_obs`, by
-the observation statistics they were trained with (algos/normalize.py), so a policy always
-normalises with its own version's statistics. MLPs act in numpy (models/numpy_policy.py: no
+the observation statistics they were trained with and, with `model.value_norm`, the value
+statistics (algos/normalize.py), so a policy always normalises with its own version's
+statistics. MLPs act in numpy (models/numpy_policy.py: no
 torch import in an actor); other models (the CNN encoders) through the torch `ActorCritic`.
 Policy workers, inline inference, evaluation workers and `surge eval` all act through this.
 """
@@ -14,7 +15,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surge.algos.normalize import ObsNormalizer, obs_stats_size
+from surge.algos.normalize import (
+    VALUE_STATS_SIZE,
+    ObsNormalizer,
+    denormalize_published,
+    obs_stats_size,
+)
 from surge.config.schema import ModelConfig
 from surge.models.numpy_policy import NumpyPolicy, layout_size, numpy_layout
 
@@ -68,9 +74,13 @@ class FlatPolicy:
         else:
             n_weights = layout_size(layout)
         n_stats = obs_stats_size(obs_space, model.normalize_obs)
-        self.flat = np.zeros(n_weights + n_stats, np.float32)
-        """The published vector of the loaded version: weights, then observation statistics."""
-        self.weights, self.stats = self.flat[:n_weights], self.flat[n_weights:]
+        n_value = VALUE_STATS_SIZE if model.value_norm else 0
+        self.flat = np.zeros(n_weights + n_stats + n_value, np.float32)
+        """The published vector of the loaded version: weights, then observation statistics,
+        then value statistics (algos/normalize.py)."""
+        self.weights = self.flat[:n_weights]
+        self.stats = self.flat[n_weights : n_weights + n_stats]
+        self.value_stats = self.flat[n_weights + n_stats :] if n_value else None
         self.normalizer = ObsNormalizer(obs_space, model.clip_obs) if n_stats else None
         if layout is not None:  # its weights are views of self.weights: `reload` rebuilds
             self.policy = NumpyPolicy(layout, self.weights, np.random.default_rng(seed))
@@ -98,4 +108,7 @@ class FlatPolicy:
         """(action, then the policy outputs: log-prob, value) for a batch of raw observations."""
         if self.normalizer is not None:
             obs = self.normalizer(obs)
-        return self.policy.act(obs, deterministic)
+        action, *outputs = self.policy.act(obs, deterministic)
+        if self.value_stats is not None:  # the critic learns normalised values
+            outputs[-1] = denormalize_published(outputs[-1], self.value_stats)
+        return (action, *outputs)

@@ -24,6 +24,13 @@ import numpy as np
 from surge.config.schema import ModelConfig
 from surge.envs.spaces import flatten_obs_space
 from surge.models.images import choose_encoder
+from surge.models.inputs import (
+    ACTION_MASK,
+    MASKED_LOGIT,
+    check_action_mask,
+    input_fields,
+    subspace,
+)
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -33,48 +40,59 @@ class NumpyLayout:
     """Where each parameter sits in the flat vector, and how the network is wired."""
 
     params: list[tuple[str, tuple[int, ...]]]  # in ActorCritic.parameters() order
-    fields: list[tuple[str, int, int]]  # FlatEncoder: (key, one-hot n or 0, start)
+    fields: list[tuple[str, int, int]]  # the policy's FlatEncoder: (key, one-hot n or 0, start)
+    critic_fields: list[tuple[str, int, int]]  # the value function's (models/inputs.py)
     activation: str
     layers: int
     shared: bool
     head: str  # "categorical" | "multi_categorical" | "gaussian"
     nvec: tuple[int, ...]  # categorical sizes (one entry for Discrete)
     start: tuple[int, ...]  # action offsets per component
+    masked: bool = False  # the observation's `action_mask` masks the logits
+
+    @property
+    def central_critic(self) -> bool:
+        """The value function reads other fields than the policy."""
+        return self.critic_fields != self.fields
 
 
 def numpy_layout(
     obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
 ) -> NumpyLayout | None:
     """The layout for this model, or None when the numpy path does not cover it."""
-    if choose_encoder(obs_space, cfg) != "flat":
-        return None  # a CNN (an image, [C, H, W] or [H, W, C]): torch's job
+    actor_fields, critic_fields = input_fields(obs_space, cfg)
     leaves = flatten_obs_space(obs_space)
-    fields: list[tuple[str, int, int]] = []
-    in_dim = 0
-    for key in sorted(leaves):
-        space = leaves[key]
-        if isinstance(space, gym.spaces.Discrete):
-            fields.append((key, int(space.n), int(space.start)))
-            in_dim += int(space.n)
-        elif isinstance(space, gym.spaces.Box):
-            fields.append((key, 0, 0))
-            in_dim += math.prod(space.shape)
-        else:
-            return None
+    encoders = []
+    for names in (actor_fields, critic_fields):
+        if choose_encoder(subspace(obs_space, names), cfg) != "flat":
+            return None  # a CNN (an image, [C, H, W] or [H, W, C]): torch's job
+        fields: list[tuple[str, int, int]] = []
+        in_dim = 0
+        for key in names:
+            space = leaves[key]
+            if isinstance(space, gym.spaces.Discrete):
+                fields.append((key, int(space.n), int(space.start)))
+                in_dim += int(space.n)
+            elif isinstance(space, gym.spaces.Box):
+                fields.append((key, 0, 0))
+                in_dim += math.prod(space.shape)
+            else:
+                return None
+        encoders.append((fields, in_dim))
     params: list[tuple[str, tuple[int, ...]]] = []
     nvec: tuple[int, ...]
     start: tuple[int, ...]
 
-    def torso(name: str) -> int:
+    def torso(name: str, in_dim: int) -> int:
         width = in_dim
         for i, h in enumerate(cfg.hidden_sizes):
             params.extend([(f"{name}.{2 * i}.weight", (h, width)), (f"{name}.{2 * i}.bias", (h,))])
             width = h
         return width
 
-    feat = torso("actor_torso")
+    feat = torso("actor_torso", encoders[0][1])
     if not cfg.shared:
-        torso("critic_torso")
+        torso("critic_torso", encoders[1][1])
     if isinstance(action_space, gym.spaces.Discrete):
         head, nvec, start = "categorical", (int(action_space.n),), (int(action_space.start),)
         out = nvec[0]
@@ -92,8 +110,18 @@ def numpy_layout(
         params.append(("action_head.log_std", (out,)))
     params += [("action_head.linear.weight", (out, feat)), ("action_head.linear.bias", (out,))]
     params += [("value_head.weight", (1, feat)), ("value_head.bias", (1,))]
+    masked = check_action_mask(obs_space, action_space)
     return NumpyLayout(
-        params, fields, cfg.activation, len(cfg.hidden_sizes), cfg.shared, head, nvec, start
+        params,
+        encoders[0][0],
+        encoders[1][0],
+        cfg.activation,
+        len(cfg.hidden_sizes),
+        cfg.shared,
+        head,
+        nvec,
+        start,
+        masked,
     )
 
 
@@ -113,11 +141,15 @@ def param_views(layout: NumpyLayout, buffer: np.ndarray) -> dict[str, np.ndarray
 
 
 def flat_features(
-    layout: NumpyLayout, obs: dict[str, np.ndarray], dtype: type[np.floating] = np.float32
+    layout: NumpyLayout,
+    obs: dict[str, np.ndarray],
+    dtype: type[np.floating] = np.float32,
+    critic: bool = False,
 ) -> np.ndarray:
-    """`FlatEncoder` in numpy: [B, features] of `dtype` from a dict of [B, ...] fields."""
+    """`FlatEncoder` in numpy: [B, features] of `dtype` from a dict of [B, ...] fields (the
+    policy's fields, or with `critic` the value function's)."""
     parts = []
-    for key, n, start in layout.fields:
+    for key, n, start in layout.critic_fields if critic else layout.fields:
         x = obs[key]
         if n:
             idx = x.reshape(len(x)).astype(np.int64) - start
@@ -125,6 +157,11 @@ def flat_features(
         else:
             parts.append(x.reshape(len(x), -1).astype(dtype, copy=False))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+
+def mask_logits(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Logits [B, n] with illegal actions (mask 0) set to `MASKED_LOGIT` (a new array)."""
+    return np.where(mask.reshape(logits.shape) != 0, logits, np.asarray(MASKED_LOGIT, logits.dtype))
 
 
 FUSE_MAX_WIDTH = 256
@@ -175,7 +212,8 @@ class NumpyPolicy:
             torso: list[tuple[np.ndarray, np.ndarray]] = []
             for i in range(lay.layers):
                 (wa, ba), (wc, bc) = layer("actor_torso", i), layer("critic_torso", i)
-                rows_a = 0 if i == 0 else wa.shape[0]  # layer 0 reads the shared input
+                # layer 0 reads the shared input, or [policy's | critic's] fields side by side
+                rows_a = 0 if i == 0 and not lay.central_critic else wa.shape[0]
                 fused = np.zeros((rows_a + wc.shape[0], wa.shape[1] + wc.shape[1]), np.float32)
                 fused[: wa.shape[0], : wa.shape[1]] = wa
                 fused[rows_a:, wa.shape[1] :] = wc
@@ -196,13 +234,19 @@ class NumpyPolicy:
             ]
         self._log_std = w.get("action_head.log_std")
 
-    def features(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        return flat_features(self.layout, obs)
+    def _inputs(self, obs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One input per network of `_torsos`."""
+        lay = self.layout
+        x = flat_features(lay, obs)
+        if not lay.central_critic:
+            return [x] * len(self._torsos)
+        xc = flat_features(lay, obs, critic=True)
+        return [np.concatenate([x, xc], axis=-1)] if self._fused else [x, xc]
 
-    def _outputs(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _outputs(self, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """(action distribution parameters [B, out], value [B])."""
         outs = []
-        for torso, (wt, b) in zip(self._torsos, self._heads, strict=True):
+        for x, torso, (wt, b) in zip(xs, self._torsos, self._heads, strict=True):
             h = x
             for lw, lb in torso:
                 z = h @ lw
@@ -218,8 +262,10 @@ class NumpyPolicy:
     def act(
         self, obs: dict[str, np.ndarray], deterministic: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        params, value = self._outputs(self.features(obs))
+        params, value = self._outputs(self._inputs(obs))
         lay = self.layout
+        if lay.masked:
+            params = mask_logits(params, obs[ACTION_MASK])
         if lay.head == "gaussian":
             assert self._log_std is not None
             if deterministic:

@@ -67,7 +67,10 @@ def ppo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
     subscribers = [p.name for p in policies] if remote else [a.name for a in actors]
     flow = VersionBound(cfg.max_policy_lag)
     params = params_block(POLICY)
+    rows = w.envs_per_group * env.rows_per_env  # per env group: an env's agents are rows
     group = f"{w.envs_per_group} envs"
+    if env.agents:
+        group += f" x {len(env.agents)} agents"
     streams = [
         StreamSpec(
             "inference",
@@ -101,7 +104,7 @@ def ppo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             env.action,
             POLICY_OUTPUTS,
             groups=cfg.total_groups,
-            group_size=w.envs_per_group,
+            group_size=rows,
         ),
         "samples": sample_layout(
             env.obs,
@@ -109,8 +112,9 @@ def ppo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             POLICY_OUTPUTS,
             depth=flow.depth,
             steps=cfg.ppo.rollout_len,
-            envs=cfg.total_envs,
+            envs=cfg.total_groups * rows,
             groups=cfg.total_groups,
+            active=bool(env.agents),
         ),
         params: params_layout(n_params),
     }

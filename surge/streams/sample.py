@@ -41,7 +41,10 @@ def sample_layout(
     steps: int,
     envs: int,
     groups: int,
+    active: bool = False,
 ) -> BlockLayout:
+    """`envs`: columns (envs, or a multi-agent env's agents); `active`: record which columns'
+    agents were in their episode at each step (envs/multiagent.py)."""
     fields: dict[str, Field] = {PROGRESS: Field((groups,), "<i8")}
     for k, s in obs.items():
         # obs[:, T] is the observation after the last step, for bootstrapping.
@@ -60,6 +63,8 @@ def sample_layout(
         ("episode_length", "<i8"),
     ]:
         fields[name] = Field((depth, steps, envs), dtype)
+    if active:
+        fields["active"] = Field((depth, steps, envs), "|b1")
     return BlockLayout(fields)
 
 
