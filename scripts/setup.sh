@@ -7,8 +7,9 @@
 # `mujoco` extra MuJoCo so they train the hopper-ppo preset for a few seconds, the
 # `minigrid` extra MiniGrid for the small-image (small_cnn) learning test, `video` PyAV for
 # episode videos, `wandb` lets them check `log.wandb=true` (offline), and `llm` brings
-# transformers, tokenizers and datasets for LLM RL (surge/llm), and `reasoning-gym` its
-# procedural datasets for the `reasoning-gym:<dataset>` tasks.
+# transformers, tokenizers and datasets for LLM RL (surge/llm), `reasoning-gym` its
+# procedural datasets for the `reasoning-gym:<dataset>` tasks, and `multiagent` PettingZoo
+# with its MPE envs (the spread-* presets, self-play).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -17,5 +18,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0" \
-  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb,llm,reasoning-gym]"
+  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb,llm,reasoning-gym,multiagent]"
 echo "surge installed in .venv ($(.venv/bin/python -c 'import torch, surge; print("torch", torch.__version__)'))"

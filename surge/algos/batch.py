@@ -40,15 +40,19 @@ class RolloutBatch:
     core0: Array | None = None
     """[N, S] float32: a recurrent policy's state before each segment's first step (None for
     a feed-forward policy)."""
+    active: np.ndarray | None = None
+    """[T, N] bool (numpy, whatever the learner): samples that train; a multi-agent row is
+    inactive while its agent is out of the episode (envs/multiagent.py). None: all train."""
 
     def map(self, fn: Callable[[Array], Array]) -> RolloutBatch:
-        """The same batch with `fn` applied to every array (e.g. `lambda t: t.numpy()`)."""
+        """The same batch with `fn` applied to every array (e.g. `lambda t: t.numpy()`);
+        `active` stays as it is, and a field that is None stays None."""
         fields = {
             k: {kk: fn(vv) for kk, vv in v.items()} if isinstance(v, dict) else fn(v)
             for k, v in vars(self).items()
-            if v is not None
+            if k != "active" and v is not None
         }
-        return RolloutBatch(**fields)
+        return RolloutBatch(**fields, active=self.active)
 
 
 def slot_batch(
@@ -69,4 +73,5 @@ def slot_batch(
         terminated=arrays["terminated"],
         truncated=arrays["truncated"],
         core0=arrays[CORE0][0] if CORE0 in arrays else None,  # [depth, 1, N, S] in the block
+        active=arrays.get("active"),
     ).map(wrap)

@@ -183,6 +183,66 @@ def initial_stats(size: int) -> np.ndarray:
     return np.concatenate([np.zeros(size, np.float32), np.ones(size, np.float32)])
 
 
+# ---------------------------------------------------------------- value targets
+
+
+class ValueNormalizer:
+    """Running mean and variance of the value targets (MAPPO's value normalisation,
+    `model.value_norm`): the critic learns targets in units of their running std around
+    their running mean, and every value that leaves the critic is `denormalize`d, so the
+    values recorded by acting policies, bootstraps and GAE stay in reward units. Works on
+    numpy arrays and torch tensors alike (plain arithmetic with float scalars).
+
+    The learner updates it with each batch's targets before the loss, publishes
+    `published()` (`[mean, var]` float32) after the weights, and checkpoints it."""
+
+    def __init__(self) -> None:
+        self.mean = np.zeros((), np.float64)
+        self.var = np.ones((), np.float64)
+        self.count = INITIAL_COUNT
+
+    def update(self, targets: np.ndarray) -> None:
+        x = np.asarray(targets, np.float64).reshape(-1)
+        self.mean, self.var, self.count = update_moments(self.mean, self.var, self.count, x)
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(float(self.var) + EPS)
+
+    def normalize(self, x: Any) -> Any:
+        return (x - float(self.mean)) / self.std
+
+    def denormalize(self, x: Any) -> Any:
+        return x * self.std + float(self.mean)
+
+    def published(self) -> np.ndarray:
+        return stats_vector(self.mean.reshape(1), self.var.reshape(1))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mean": float(self.mean), "var": float(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mean = np.asarray(float(state["mean"]), np.float64)
+        self.var = np.asarray(float(state["var"]), np.float64)
+        self.count = float(state["count"])
+
+
+VALUE_STATS_SIZE = 2
+"""Length of the value statistics appended to a published version with `model.value_norm`."""
+
+
+def published_stats_size(obs_space: gym.Space[Any], normalize_obs: bool, value_norm: bool) -> int:
+    """Length of everything a published version holds after the weights: the observation
+    statistics, then the value statistics."""
+    return obs_stats_size(obs_space, normalize_obs) + (VALUE_STATS_SIZE if value_norm else 0)
+
+
+def denormalize_published(value: np.ndarray, stats: np.ndarray) -> np.ndarray:
+    """An acting policy's values in reward units, from its version's `[mean, var]`."""
+    mean, var = float(stats[0]), float(stats[1])
+    return (value * np.float32(math.sqrt(var + EPS)) + np.float32(mean)).astype(np.float32)
+
+
 # ---------------------------------------------------------------- the trainer's state
 
 

@@ -33,7 +33,14 @@ import numpy as np
 
 from surge.algos.advantages import gae, normalize, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
-from surge.algos.ppo_common import APPROX_KL, STATS, check_minibatches
+from surge.algos.normalize import ValueNormalizer
+from surge.algos.ppo_common import (
+    APPROX_KL,
+    STATS,
+    check_minibatches,
+    minibatch_bounds,
+    trained_rows,
+)
 from surge.config.schema import APPOConfig, PPOConfig
 from surge.models.numpy_net import NumpyActorCritic
 
@@ -206,21 +213,29 @@ class NumpyPPOLearner:
         cfg: PPOConfig,
         rng: np.random.Generator,
         vtrace: APPOConfig | None = None,
+        value_norm: ValueNormalizer | None = None,
     ) -> None:
         self.net = net
         self.cfg = cfg
         self.vtrace = vtrace
         self.rng = rng
         self.optimizer = NumpyAdam(net.flat, lr=cfg.lr, eps=cfg.adam_eps)
+        self.value_norm = value_norm
+        """`model.value_norm`: the critic's outputs are in these statistics' units."""
+
+    def _value(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """V(s) in reward units."""
+        v = self.net.value(obs)
+        return v if self.value_norm is None else self.value_norm.denormalize(v)
 
     def _next_values(self, batch: RolloutBatch, values: np.ndarray) -> np.ndarray:
         """`ppo.bootstrap_next_values`: values shifted by one step, V(last obs) at the end,
         V(final obs) where an episode was truncated."""
-        next_values = np.concatenate([values[1:], self.net.value(batch.last_obs)[None]], axis=0)
+        next_values = np.concatenate([values[1:], self._value(batch.last_obs)[None]], axis=0)
         if batch.truncated.any():
             where = np.nonzero(batch.truncated)
             final = {key: x[where] for key, x in batch.final_obs.items()}
-            next_values[where] = self.net.value(final)
+            next_values[where] = self._value(final)
         return next_values
 
     def targets(
@@ -240,6 +255,8 @@ class NumpyPPOLearner:
         obs = {key: _flat(x) for key, x in batch.obs.items()}
         logp, _, values, _ = self.net.evaluate(obs, _flat(batch.actions))
         logp, values = logp.reshape(T, N), values.reshape(T, N)
+        if self.value_norm is not None:
+            values = self.value_norm.denormalize(values)
         log_rhos = logp - batch.logp
         adv, ret = vtrace(
             batch.rewards, values, self._next_values(batch, values), batch.terminated, dones,
@@ -251,13 +268,19 @@ class NumpyPPOLearner:
         """Train on one batch; return the stats of the update (as `PPOLearner.update`)."""
         cfg, net = self.cfg, self.net
         T, N = batch.rewards.shape
-        size = T * N
-        mb_size = size // check_minibatches(cfg, T, N)
+        check_minibatches(cfg, T, N)
+        train = trained_rows(batch.active)  # None: every sample trains
+        samples = T * N if train is None else len(train)
+        if samples == 0:
+            return {"lr": float(lr)}  # no agent was in an episode: nothing to learn from
 
         advantages, returns, anchor_values, target_stats = self.targets(batch)
         obs = {key: _flat(x) for key, x in batch.obs.items()}
         actions = _flat(batch.actions)
         old_values, returns = _flat(anchor_values), _flat(returns)
+        if self.value_norm is not None:  # the value loss works in normalised units
+            self.value_norm.update(returns if train is None else returns[train])
+            old_values, returns = (self.value_norm.normalize(x) for x in (old_values, returns))
         scalars = np.stack(
             [_flat(batch.logp), old_values, _flat(advantages), returns], axis=1
         ).astype(net.dtype)
@@ -266,11 +289,13 @@ class NumpyPPOLearner:
         totals = np.zeros(len(STATS))
         steps = 0
         for _epoch in range(cfg.epochs):
-            perm = self.rng.permutation(size)
+            perm = self.rng.permutation(samples)
+            if train is not None:
+                perm = train[perm]
             epoch_obs = {key: x[perm] for key, x in obs.items()}
             epoch_actions, epoch_scalars = actions[perm], scalars[perm]
-            for start in range(0, size, mb_size):
-                rows = slice(start, start + mb_size)
+            for start, end in minibatch_bounds(samples, cfg.minibatches):
+                rows = slice(start, end)
                 mb = epoch_scalars[rows]
                 mb_logp, mb_values, mb_adv, mb_returns = (
                     np.ascontiguousarray(mb[:, i]) for i in range(4)
@@ -298,6 +323,8 @@ class NumpyPPOLearner:
                 break
 
         stats = {key: float(total) / steps for key, total in zip(STATS, totals, strict=True)}
+        if train is not None:
+            old_values, returns = old_values[train], returns[train]
         stats["explained_variance"] = explained_variance(old_values, returns)
         stats["lr"] = float(lr)
         stats.update(target_stats)
@@ -305,14 +332,19 @@ class NumpyPPOLearner:
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer and shuffling-generator state (numpy arrays and plain Python)."""
-        return {
+        state = {
             "optimizer": self.optimizer.state_dict(self.split),
             "generator": self.rng.bit_generator.state,
         }
+        if self.value_norm is not None:
+            state["value_norm"] = self.value_norm.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["generator"]
+        if self.value_norm is not None:
+            self.value_norm.load_state_dict(state["value_norm"])
 
     def split(self, flat: np.ndarray) -> list[np.ndarray]:
         """Views of a buffer laid out like the parameters, one per parameter tensor."""

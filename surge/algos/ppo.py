@@ -24,7 +24,14 @@ from surge.algos.advantages import gae, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
 from surge.algos.flat_params import FlatParameters
 from surge.algos.losses import explained_variance, ppo_loss
-from surge.algos.ppo_common import APPROX_KL, STATS, check_minibatches
+from surge.algos.normalize import ValueNormalizer
+from surge.algos.ppo_common import (
+    APPROX_KL,
+    STATS,
+    check_minibatches,
+    minibatch_bounds,
+    trained_rows,
+)
 from surge.algos.sequences import (
     Minibatch,
     policy_on_sequences,
@@ -66,21 +73,29 @@ def gather_rows(x: Tensor, idx: Tensor) -> Tensor:
 
 
 def bootstrap_next_values(
-    model: ActorCritic, batch: RolloutBatch, values: Tensor | None = None
+    model: ActorCritic,
+    batch: RolloutBatch,
+    values: Tensor | None = None,
+    value_norm: ValueNormalizer | None = None,
 ) -> Tensor:
     """[T, N] values of the true next state of every step, for `gae` / `vtrace`.
 
     `values` (default: the behaviour values) shifted by one step, V(last_obs) at the end, and
     V(final obs) where the episode was truncated (only those rare entries are evaluated).
-    Entries at terminated steps are whatever the shift gives; `gae` ignores them.
+    Entries at terminated steps are whatever the shift gives; `gae` ignores them. With
+    `value_norm` the critic's outputs are mapped back to reward units.
     """
     values = batch.values if values is None else values
+
+    def critic(obs: dict[str, Tensor]) -> Tensor:
+        v = model.value(obs).to(values.dtype)
+        return v if value_norm is None else value_norm.denormalize(v)
+
     with torch.no_grad():
-        v_last = model.value(batch.last_obs).to(values.dtype)
-        next_values = torch.cat([values[1:], v_last.unsqueeze(0)], dim=0)
+        next_values = torch.cat([values[1:], critic(batch.last_obs).unsqueeze(0)], dim=0)
         if bool(batch.truncated.any()):
             where = batch.truncated.nonzero(as_tuple=True)
-            next_values[where] = model.value(_rows(batch.final_obs, where)).to(next_values.dtype)
+            next_values[where] = critic(_rows(batch.final_obs, where))
     return next_values
 
 
@@ -119,11 +134,14 @@ class PPOLearner:
         cfg: PPOConfig,
         generator: torch.Generator,
         vtrace: APPOConfig | None = None,
+        value_norm: ValueNormalizer | None = None,
     ) -> None:
         self.model = model
         self.cfg = cfg
         self.vtrace = vtrace
         self.generator = generator
+        self.value_norm = value_norm
+        """`model.value_norm`: the critic's outputs are in these statistics' units."""
         # Parameters and gradients live in two flat buffers: zeroing, the grad-norm clip and
         # Adam are a few kernels per minibatch instead of a few per parameter tensor, and
         # there is no torch.optim import cost at start-up (see algos/adam.py).
@@ -145,20 +163,23 @@ class PPOLearner:
         """(advantages, value targets, values the value loss clips around, stats): [T, N]."""
         cfg = self.cfg
         dones = batch.terminated | batch.truncated
+        norm = self.value_norm
         if self.model.core is not None:  # recurrent: unrolled from core0 (algos/sequences.py)
             logp, values, states = policy_on_sequences(
                 self.model, batch, resets_before(batch.terminated, batch.truncated)
             )
-            if self.vtrace is None:
-                next_values = sequence_next_values(self.model, batch, batch.values, states)
-            else:
-                next_values = sequence_next_values(self.model, batch, values, states)
+            if norm is not None:
+                values = norm.denormalize(values)
+            behaviour = batch.values if self.vtrace is None else values
+            next_values = sequence_next_values(self.model, batch, behaviour, states, norm)
         elif self.vtrace is None:
-            next_values = bootstrap_next_values(self.model, batch)
+            next_values = bootstrap_next_values(self.model, batch, value_norm=norm)
         else:
             current = current_policy_on(self.model, batch)
             logp, values = current[..., 0], current[..., 1]
-            next_values = bootstrap_next_values(self.model, batch, values)
+            if norm is not None:
+                values = norm.denormalize(values)
+            next_values = bootstrap_next_values(self.model, batch, values, norm)
         if self.vtrace is None:
             adv, ret = gae(
                 batch.rewards,
@@ -194,22 +215,32 @@ class PPOLearner:
         """
         cfg = self.cfg
         T, N = batch.rewards.shape
-        minibatches = check_minibatches(cfg, T, N)
+        check_minibatches(cfg, T, N)
+        rows_np = trained_rows(batch.active)  # None: every sample trains
+        train = None if rows_np is None else torch.from_numpy(rows_np)
+        samples = T * N if train is None else len(train)
+        if samples == 0:
+            return {"lr": float(lr)}  # no agent was in an episode: nothing to learn from
 
         self._set_threads()
         advantages, returns, anchor_values, target_stats = self.targets(batch)
-        # The per-sample scalars in one [T, N, 4] table, shuffled with the samples.
-        scalars = torch.stack([batch.logp, anchor_values, advantages, returns], dim=2).to(
-            batch.rewards.dtype
-        )
+        old_values, returns = _flat(anchor_values), _flat(returns)
+        if self.value_norm is not None:  # the value loss works in normalised units
+            self.value_norm.update((returns if train is None else returns[train]).numpy())
+            old_values, returns = (self.value_norm.normalize(x) for x in (old_values, returns))
+        # The per-sample scalars in one [T * N, 4] table, shuffled with the samples.
+        scalars = torch.stack(
+            [_flat(batch.logp), old_values, _flat(advantages), returns], dim=1
+        ).to(batch.rewards.dtype)
         epoch: Callable[[], Iterator[Minibatch]]
         if self.model.core is None:
-            epoch = self._row_minibatches(batch, _flat(scalars), minibatches)
+            epoch = self._row_minibatches(batch, scalars, train, samples)
         else:  # whole sequences (algos/sequences.py)
-            resets = resets_before(batch.terminated, batch.truncated)
+            active = None if train is None else torch.from_numpy(batch.active)  # type: ignore[arg-type]
             epoch = partial(
                 sequence_minibatches,
-                self.model, batch, resets, scalars, minibatches, cfg.burn_in, self.generator,
+                self.model, batch, resets_before(batch.terminated, batch.truncated),
+                scalars.view(T, N, -1), cfg.minibatches, cfg.burn_in, self.generator, active,
             )  # fmt: skip
 
         self.optimizer.lr = lr
@@ -241,10 +272,12 @@ class PPOLearner:
             if cfg.target_kl is not None and float(loss_stats[APPROX_KL]) > cfg.target_kl:
                 break
 
+        if steps == 0:  # every minibatch of sequences was inactive past the burn-in
+            return {"lr": float(lr), **target_stats}
         stats = {key: float(total) / steps for key, total in zip(STATS, totals, strict=True)}
-        stats["explained_variance"] = float(
-            explained_variance(_flat(anchor_values), _flat(returns))
-        )
+        if train is not None:
+            old_values, returns = old_values[train], returns[train]
+        stats["explained_variance"] = float(explained_variance(old_values, returns))
         stats["lr"] = float(lr)
         stats.update(target_stats)
         if self.threads is not None:
@@ -252,13 +285,11 @@ class PPOLearner:
         return stats
 
     def _row_minibatches(
-        self, batch: RolloutBatch, scalars: Tensor, minibatches: int
+        self, batch: RolloutBatch, scalars: Tensor, train: Tensor | None, samples: int
     ) -> Callable[[], Iterator[Minibatch]]:
-        """A feed-forward model's epochs: each shuffles the [T*N] samples and yields, per
-        minibatch, (a function returning its (logp, entropy, value) with gradient, its rows
-        of `scalars`)."""
-        size = scalars.shape[0]
-        mb_size = size // minibatches
+        """A feed-forward model's epochs: each shuffles the samples that train (`train`: their
+        flat indices, None: all [T * N]) and yields, per minibatch, (a function returning its
+        (logp, entropy, value) with gradient, its rows of `scalars`)."""
         # The encoder's own layout (channels-last frames for the CNN), made once per batch
         # rather than once per minibatch of every epoch.
         obs = self.model.encoder.prepare({key: _flat(x) for key, x in batch.obs.items()})
@@ -267,11 +298,13 @@ class PPOLearner:
         def epoch() -> Iterator[Minibatch]:
             # Each epoch shuffles the [size, 4] table with one gather, and every minibatch
             # is a slice of the shuffled copy (a view).
-            perm = torch.randperm(size, generator=self.generator)
+            perm = torch.randperm(samples, generator=self.generator)
+            if train is not None:
+                perm = train[perm]
             epoch_obs = {key: gather_rows(x, perm) for key, x in obs.items()}
             epoch_actions, epoch_scalars = gather_rows(actions, perm), gather_rows(scalars, perm)
-            for start in range(0, size, mb_size):
-                rows = slice(start, start + mb_size)
+            for start, end in minibatch_bounds(samples, self.cfg.minibatches):
+                rows = slice(start, end)
                 mb_obs, mb_actions = _rows(epoch_obs, rows), epoch_actions[rows]
                 yield partial(self.model.evaluate, mb_obs, mb_actions), epoch_scalars[rows]
 
@@ -280,8 +313,13 @@ class PPOLearner:
     def state_dict(self) -> dict[str, Any]:
         """Optimizer and shuffling-generator state: tensors and plain Python only, so it
         loads with `torch.load(weights_only=True)`. The model's parameters are the caller's."""
-        return {"optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state()}
+        state = {"optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state()}
+        if self.value_norm is not None:
+            state["value_norm"] = self.value_norm.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
+        if self.value_norm is not None:
+            self.value_norm.load_state_dict(state["value_norm"])

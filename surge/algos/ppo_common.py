@@ -8,6 +8,8 @@ equal (tests/unit/test_numpy_learner.py). This module imports neither torch nor 
 
 from __future__ import annotations
 
+import numpy as np
+
 from surge.config.schema import PPOConfig
 from surge.errors import ConfigError
 
@@ -34,3 +36,22 @@ def check_minibatches(cfg: PPOConfig, T: int, N: int) -> int:
             "choose ppo.minibatches so that it divides ppo.rollout_len x total envs",
         )
     return cfg.minibatches
+
+
+def trained_rows(active: np.ndarray | None) -> np.ndarray | None:
+    """The flat indices of the [T, N] batch's samples that train (`active`: a multi-agent
+    row whose agent was in its episode, surge/envs/multiagent.py), or None when all do."""
+    if active is None:
+        return None
+    flat = np.asarray(active).reshape(-1)
+    return None if flat.all() else np.flatnonzero(flat)
+
+
+def minibatch_bounds(samples: int, minibatches: int) -> list[tuple[int, int]]:
+    """[start, end) of each minibatch over `samples` shuffled samples: equal slices when
+    `minibatches` divides `samples` (always, without inactive rows: `check_minibatches`),
+    else sizes differing by at most one; empty minibatches are dropped."""
+    bounds = [
+        (i * samples // minibatches, (i + 1) * samples // minibatches) for i in range(minibatches)
+    ]
+    return [(a, b) for a, b in bounds if b > a]

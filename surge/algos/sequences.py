@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from surge.algos.batch import RolloutBatch
-from surge.models.actor_critic import ActorCritic
+from surge.algos.normalize import ValueNormalizer
+from surge.models.actor_critic import ActorCritic, rows_of
 from surge.models.recurrent_state import resets_before
 
 __all__ = [
@@ -63,29 +64,38 @@ def policy_on_sequences(
             cols = slice(start, start + chunk)
             obs = {k: x[:, cols] for k, x in batch.obs.items()}
             x, states[:, cols] = model.unroll(obs, batch.core0[cols], resets[:, cols])
-            actions = batch.actions[:, cols]
-            lp, _, v = model.heads(x, actions.reshape(-1, *actions.shape[2:]))
+            actions = rows_of({"a": batch.actions[:, cols]})["a"]
+            lp, _, v = model.heads(x, actions, rows_of(obs))
             logp[:, cols], values[:, cols] = lp.view(T, -1), v.view(T, -1)
     return logp, values, states
 
 
 def sequence_next_values(
-    model: ActorCritic, batch: RolloutBatch, values: Tensor, states: Tensor
+    model: ActorCritic,
+    batch: RolloutBatch,
+    values: Tensor,
+    states: Tensor,
+    value_norm: ValueNormalizer | None = None,
 ) -> Tensor:
     """[T, N] values of the true next state of every step, for `gae` / `vtrace`, as
     ppo.bootstrap_next_values computes them for a feed-forward model: `values` shifted by
     one step; V(last_obs) from the state after the last step, zeroed where an episode ended
     there (the state the next segment starts from); V(final obs) of a truncated step from
-    the state after that step (the episode's own, not reset)."""
+    the state after that step (the episode's own, not reset). With `value_norm` the
+    critic's outputs are mapped back to reward units."""
     ended = batch.terminated[-1] | batch.truncated[-1]
+
+    def critic(obs: dict[str, Tensor], state: Tensor) -> Tensor:
+        v = model.value(obs, state).to(values.dtype)
+        return v if value_norm is None else value_norm.denormalize(v)
+
     with torch.no_grad():
         last_state = states[-1] * (~ended).unsqueeze(-1).to(states.dtype)
-        v_last = model.value(batch.last_obs, last_state).to(values.dtype)
-        next_values = torch.cat([values[1:], v_last.unsqueeze(0)], dim=0)
+        next_values = torch.cat([values[1:], critic(batch.last_obs, last_state)[None]], dim=0)
         if bool(batch.truncated.any()):
             where = batch.truncated.nonzero(as_tuple=True)
             final = {k: x[where] for k, x in batch.final_obs.items()}
-            next_values[where] = model.value(final, states[where]).to(next_values.dtype)
+            next_values[where] = critic(final, states[where])
     return next_values
 
 
@@ -97,10 +107,14 @@ def sequence_minibatches(
     minibatches: int,
     burn_in: int,
     generator: torch.Generator,
+    active: Tensor | None = None,
 ) -> Iterator[Minibatch]:
     """One epoch: the columns shuffled into `minibatches` groups of whole sequences; per
     group a `Minibatch` whose (logp, entropy, value) and rows of `scalars` are [(T -
-    burn_in) * B] time-major (`scalars`: [T, N, k] -> [(T - burn_in) * B, k])."""
+    burn_in) * B] time-major (`scalars`: [T, N, k] -> [(T - burn_in) * B, k]). With
+    `active` ([T, N] bool: a multi-agent row whose agent was in its episode) only the
+    active steps are returned (the unroll still runs over all of them); a group with none
+    is skipped."""
     assert batch.core0 is not None, "a recurrent model's batch carries core0"
     N = batch.rewards.shape[1]
     if N % minibatches:
@@ -118,5 +132,18 @@ def sequence_minibatches(
             _columns(resets, idx),
             burn_in,
         )
-        rows = _columns(scalars[burn_in:], idx)
-        yield evaluate, rows.reshape(-1, scalars.shape[-1])
+        rows = _columns(scalars[burn_in:], idx).reshape(-1, scalars.shape[-1])
+        if active is not None:
+            keep = _columns(active[burn_in:], idx).reshape(-1).nonzero().squeeze(1)
+            if len(keep) == 0:
+                continue
+            evaluate = partial(_select, evaluate, keep)
+            rows = rows[keep]
+        yield evaluate, rows
+
+
+def _select(
+    evaluate: Callable[[], tuple[Tensor, Tensor, Tensor]], keep: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    logp, entropy, value = evaluate()
+    return logp[keep], entropy[keep], value[keep]

@@ -31,6 +31,7 @@ Precision = Literal["auto", "float32", "bfloat16"]
 Backend = Literal["auto", "torch", "numpy"]
 InferenceMode = Literal["remote", "inline"]
 CoreName = Literal["none", "gru", "lstm"]
+GlobalState = Literal["none", "auto", "env", "concat"]
 
 
 @dataclass
@@ -68,12 +69,32 @@ class AtariConfig:
 
 
 @dataclass
+class MultiAgentEnvConfig:
+    """How a PettingZoo env's agents become rows of a policy's batch (`env.id=pettingzoo:...`,
+    docs/multiagent.md). Ignored by single-agent envs."""
+
+    agent_id: bool = False
+    """Add the field `agent_id` to every agent's observation: a one-hot of the agent's index
+    among the env's `possible_agents`. With parameter sharing (one policy for many agents) it
+    lets the policy act differently per agent."""
+
+    global_state: GlobalState = "none"
+    """Add the field `global_state` (the same for every agent of an env) for a centralised
+    critic (MAPPO: `model.critic_inputs: [global_state]`). `env`: the env's `state()`; `concat`: the
+    agents' observations concatenated in `possible_agents` order (zeros for an agent not in
+    the episode); `auto`: `env` when the env implements `state()`, else `concat`; `none`: no
+    such field."""
+
+
+@dataclass
 class EnvConfig:
     """Which environment to train on and how to build it."""
 
     id: str = "CartPole-v1"
     """A Gymnasium id (`CartPole-v1`), or `module:EnvName-v0` to import `module` first so it
-    can register a user's own env."""
+    can register a user's own env, or `pettingzoo:<module>` for a PettingZoo multi-agent env
+    (`pettingzoo:mpe2.simple_spread_v3`; `pettingzoo:<module>:<factory>` for your own;
+    docs/multiagent.md)."""
 
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments passed to `gymnasium.make` (for `ALE/*` ids on the `ale`
@@ -100,6 +121,9 @@ class EnvConfig:
 
     atari: AtariConfig = field(default_factory=AtariConfig)
     """Preprocessing for Atari (`ALE/*`) ids; ignored for other envs."""
+
+    multiagent: MultiAgentEnvConfig = field(default_factory=MultiAgentEnvConfig)
+    """Multi-agent (PettingZoo) envs: what each agent's observation holds."""
 
     threads: int = 1
     """C++ threads stepping the envs of one group with the `ale` and `envpool` backends (0:
@@ -244,6 +268,23 @@ class ModelConfig:
     model and autograd (any model, `workers.trainer_threads` threads). `auto`: `numpy` for
     the models it covers, else `torch`. Checkpoints hold the same torch state dict either
     way; a run resumes with the backend it started with."""
+
+    actor_inputs: list[str] = field(default_factory=list)
+    """Observation fields the policy reads (the keys of a Dict observation, as in
+    docs/environments.md; a multi-agent row's `obs`, `agent_id`, `global_state`). Empty:
+    every field except `global_state` and `action_mask` (a mask is applied to the logits,
+    never encoded)."""
+
+    critic_inputs: list[str] = field(default_factory=list)
+    """Observation fields the value function reads. Empty: the policy's. A centralised critic
+    (MAPPO) reads the global state: `[global_state]` or `[global_state, agent_id]` (with
+    `env.multiagent.global_state`). Different inputs need separate torsos (`shared: false`)."""
+
+    value_norm: bool = False
+    """Normalise the value targets by their running mean and std (MAPPO's value
+    normalisation): the critic learns targets in those units, and every value leaving it is
+    mapped back, so recorded values, bootstraps and advantages stay in reward units. The
+    statistics are published with the weights and checkpointed."""
 
     normalize_obs: bool = False
     """Normalise observations by their running mean and variance: the policy sees

@@ -148,7 +148,15 @@ class Group(Protocol):
 def make_group(cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> Group:
     """The env group for `cfg.backend` (see EnvGroup for the contract): `auto` is `ale` for
     `ALE/*` ids, else `gymnasium`; Atari ids on `gymnasium` get `GymAtariGroup`; `envpool`
-    (surge/envs/envpool_group.py) takes Atari and EnvPool's other Box-observation envs."""
+    (surge/envs/envpool_group.py) takes Atari and EnvPool's other Box-observation envs.
+    `pettingzoo:` ids get `MultiAgentGroup` (surge/envs/multiagent.py): `seeds` has one seed
+    per env, `obs_out` one row per agent of every env."""
+    from surge.envs.pettingzoo import is_pettingzoo_id
+
+    if is_pettingzoo_id(cfg.id):
+        from surge.envs.multiagent import MultiAgentGroup
+
+        return MultiAgentGroup(cfg, seeds, obs_out)
     backend = resolve_backend(cfg)
     if backend == "ale":
         return AleGroup(cfg, seeds, obs_out)

@@ -30,6 +30,14 @@ class EnvInfo:
 
     observation_space: gym.Space[Any]
     action_space: gym.Space[Any]
+    agents: tuple[str, ...] = ()
+    """A multi-agent env's agents (`possible_agents`): each is a row of the batch with these
+    spaces (surge/envs/multiagent.py). Empty for a single-agent env."""
+
+    @property
+    def rows_per_env(self) -> int:
+        """Rows of a batch each env contributes: its agents, or 1."""
+        return max(1, len(self.agents))
 
     @property
     def obs(self) -> dict[str, ArraySpec]:
@@ -121,6 +129,12 @@ def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
 
     For the `ale` and `envpool` backends: build a one-env group, step it once, and return
     its spaces (for Atari: the preprocessed frame stack and the game's action set)."""
+    from surge.envs.pettingzoo import is_pettingzoo_id
+
+    if is_pettingzoo_id(cfg.id):
+        from surge.envs.multiagent import probe_multiagent
+
+        return probe_multiagent(cfg, seed)
     backend = resolve_backend(cfg)
     if cfg.wrappers and backend != "gymnasium":
         raise ConfigError(

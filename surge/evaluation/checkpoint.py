@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.normalize import stats_vector
+from surge.algos.normalize import ValueNormalizer, stats_vector
 from surge.config.load import load_config
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import make_env
@@ -29,8 +29,9 @@ from surge.workers.base import derive_seed, limit_torch_threads
 def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
     """The published vector of the checkpoint's version: the model's parameters in the
     trainer's order, then (with `model.normalize_obs`) its observation statistics as the
-    policy of that version applied them. MLPs need no torch: their parameters go in the
-    layout's order (models/numpy_policy.py), which is the trainer's."""
+    policy of that version applied them, then (with `model.value_norm`) its value
+    statistics. MLPs need no torch: their parameters go in the layout's order
+    (models/numpy_policy.py), which is the trainer's."""
     layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
     if layout is not None:
         model = state["model"]
@@ -45,18 +46,23 @@ def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> n
         net = ActorCritic(env.observation_space, env.action_space, cfg.model)
         net.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
         flat = model_to_flat(net)
-    if not cfg.model.normalize_obs:
-        return flat
-    saved = state.get("normalizer")
-    if saved is None or "obs_mean" not in saved:
-        raise UserError(
-            "this run normalises observations (model.normalize_obs) but its checkpoint "
-            "holds no observation statistics",
-            "evaluate a checkpoint written by this version of surge",
-        )
-    mean = np.asarray(saved["obs_mean"], np.float64)
-    var = np.asarray(saved["obs_var"], np.float64)
-    return np.concatenate([flat, stats_vector(mean, var)]).astype(np.float32)
+    parts = [flat]
+    if cfg.model.normalize_obs:
+        saved = state.get("normalizer")
+        if saved is None or "obs_mean" not in saved:
+            raise UserError(
+                "this run normalises observations (model.normalize_obs) but its checkpoint "
+                "holds no observation statistics",
+                "evaluate a checkpoint written by this version of surge",
+            )
+        mean = np.asarray(saved["obs_mean"], np.float64)
+        var = np.asarray(saved["obs_var"], np.float64)
+        parts.append(stats_vector(mean, var))
+    if cfg.model.value_norm:
+        value_norm = ValueNormalizer()
+        value_norm.load_state_dict(state["learner"]["value_norm"])
+        parts.append(value_norm.published())
+    return np.concatenate(parts).astype(np.float32)
 
 
 def evaluate(

@@ -17,8 +17,16 @@ import torch
 from torch import Tensor, nn
 
 from surge.config.schema import ModelConfig
+from surge.errors import ConfigError
 from surge.models.distributions import ActionHead, make_action_head
 from surge.models.encoders import Encoder, make_encoder
+from surge.models.inputs import (
+    ACTION_MASK,
+    MASKED_LOGIT,
+    check_action_mask,
+    input_fields,
+    subspace,
+)
 from surge.models.layers import mlp, mlp_out_dim, orthogonal_linear
 from surge.models.numpy_net import VALUE_GAIN
 from surge.models.recurrent import RecurrentCore, make_core
@@ -48,7 +56,20 @@ class ActorCritic(nn.Module):
         encoder: Encoder | None = None,
     ) -> None:
         super().__init__()
-        self.encoder: Encoder = encoder if encoder is not None else make_encoder(obs_space, cfg)
+        actor_fields, critic_fields = input_fields(obs_space, cfg)
+        self.encoder: Encoder = (
+            encoder if encoder is not None else make_encoder(subspace(obs_space, actor_fields), cfg)
+        )
+        # A centralised critic reads other fields (models/inputs.py) through its own encoder.
+        self.critic_encoder: Encoder | None = None
+        if critic_fields != actor_fields:
+            self.critic_encoder = make_encoder(subspace(obs_space, critic_fields), cfg)
+            if self.encoder.is_torso or self.critic_encoder.is_torso:
+                raise ConfigError(
+                    "model.critic_inputs differ from the policy's, but a Nature CNN encoder is "
+                    "the shared torso of both heads",
+                    "give the policy and the value function the same inputs with nature_cnn",
+                )
         in_dim = self.encoder.out_dim
         # A recurrent core, shared by both torsos, between the encoder and the torsos.
         self.core: RecurrentCore | None = make_core(cfg, in_dim)
@@ -59,9 +80,20 @@ class ActorCritic(nn.Module):
         feat_dim = mlp_out_dim(in_dim, sizes)
         self.actor_torso = mlp(in_dim, sizes, cfg.activation)
         shared = cfg.shared or self.encoder.is_torso
-        self.critic_torso = None if shared else mlp(in_dim, sizes, cfg.activation)
+        critic_in = in_dim if self.critic_encoder is None else self.critic_encoder.out_dim
+        self.critic_torso = None if shared else mlp(critic_in, sizes, cfg.activation)
         self.action_head: ActionHead = make_action_head(action_space, feat_dim, cfg.log_std_init)
         self.value_head = orthogonal_linear(feat_dim, 1, VALUE_GAIN)
+        self.masked = check_action_mask(obs_space, action_space)
+
+    def _critic_input(self, obs: dict[str, Tensor], x: Tensor) -> Tensor:
+        return x if self.critic_encoder is None else self.critic_encoder(obs)
+
+    def _mask(self, params: Tensor, obs: dict[str, Tensor]) -> Tensor:
+        """Illegal actions (`action_mask` 0) get a logit no action is ever sampled from."""
+        if not self.masked:
+            return params
+        return params.masked_fill(obs[ACTION_MASK] == 0, MASKED_LOGIT)
 
     @property
     def state_size(self) -> int:
@@ -69,7 +101,7 @@ class ActorCritic(nn.Module):
         return 0 if self.core is None else self.core.state_size
 
     def _encode(self, obs: dict[str, Tensor], core: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """(the torsos' input [B, F], the state after this step or None)."""
+        """(the policy torso's input [B, F], the state after this step or None)."""
         x = self.encoder(obs)
         if self.core is None:
             return x, None
@@ -78,10 +110,12 @@ class ActorCritic(nn.Module):
         state = self.core.step(x, core)
         return self.core.output(state), state
 
-    def _features(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def _features(self, obs: dict[str, Tensor], x: Tensor) -> tuple[Tensor, Tensor]:
+        """(the policy torso's features, the value torso's) from the policy's input x."""
         pi = self.actor_torso(x)
-        v = pi if self.critic_torso is None else self.critic_torso(x)
-        return pi, v
+        if self.critic_torso is None:
+            return pi, pi
+        return pi, self.critic_torso(self._critic_input(obs, x))
 
     def act(
         self,
@@ -100,8 +134,8 @@ class ActorCritic(nn.Module):
         """
         with torch.no_grad():
             x, state = self._encode(obs, core)
-            pi, v = self._features(x)
-            params = self.action_head(pi)
+            pi, v = self._features(obs, x)
+            params = self._mask(self.action_head(pi), obs)
             action = self.action_head.sample(params, deterministic, generator)
             logp = self.action_head.log_prob(params, action)
             value = self.value_head(v).squeeze(-1)
@@ -109,16 +143,20 @@ class ActorCritic(nn.Module):
 
     def evaluate(self, obs: dict[str, Tensor], action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(logp [B], entropy [B], value [B]) of given actions, with grad, for the loss."""
-        return self.heads(self.encoder(obs), action)
+        return self.heads(self.encoder(obs), action, obs)
 
-    def heads(self, x: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(logp, entropy, value) [B] of given actions from the torsos' input x [B, F]."""
+    def heads(
+        self, x: Tensor, action: Tensor, obs: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(logp, entropy, value) [B] of given actions from the policy torso's input x [B, F]
+        (a centralised critic and an action mask read their fields of `obs`, [B, ...])."""
         if self.critic_torso is None:  # one torso feeds both heads
             pi = self.actor_torso(x)
             params, value = self.action_head(pi), self.value_head(pi)
         else:  # each head in its torso's autograd node (layers.MLP)
             params = self.actor_torso(x, head=self.action_head.linear)
-            value = self.critic_torso(x, head=self.value_head)
+            value = self.critic_torso(self._critic_input(obs, x), head=self.value_head)
+        params = self._mask(params, obs)
         logp = self.action_head.log_prob(params, action)
         entropy = self.action_head.entropy(params)
         return logp, entropy, value.squeeze(-1)
@@ -127,15 +165,14 @@ class ActorCritic(nn.Module):
         self, obs: dict[str, Tensor], core0: Tensor, resets: Tensor, burn_in: int = 0
     ) -> tuple[Tensor, Tensor]:
         """A recurrent model over sequences: `obs` [T, B, ...] per field, from the states
-        `core0` [B, S] with `resets` [T, B]. Returns (the torsos' input [(T - burn_in) * B,
-        H], time-major; the states after each step [T - burn_in, B, S]). The burn-in steps
-        run without gradient (models/recurrent.py `unroll_with_burn_in`)."""
+        `core0` [B, S] with `resets` [T, B]. Returns (the policy torso's input [(T - burn_in)
+        * B, H], time-major; the states after each step [T - burn_in, B, S]). The burn-in
+        steps run without gradient (models/recurrent.py `unroll_with_burn_in`)."""
         assert self.core is not None, "unroll is for recurrent models"
         T, B = resets.shape
 
         def encode(part: dict[str, Tensor]) -> Tensor:
-            rows = {k: v.reshape(v.shape[0] * B, *v.shape[2:]) for k, v in part.items()}
-            return self.encoder(rows).reshape(-1, B, self.encoder.out_dim)
+            return self.encoder(rows_of(part)).reshape(-1, B, self.encoder.out_dim)
 
         x = encode({k: v[burn_in:] for k, v in obs.items()})
         if burn_in:
@@ -157,13 +194,22 @@ class ActorCritic(nn.Module):
         actions, as `unroll`): (logp, entropy, value), each [(T - burn_in) * B] time-major,
         of the steps past the burn-in, with gradient through the unrolled core."""
         x, _ = self.unroll(obs, core0, resets, burn_in)
-        actions = action[burn_in:]
-        return self.heads(x, actions.reshape(-1, *actions.shape[2:]))
+        trained = rows_of({k: v[burn_in:] for k, v in obs.items()})
+        return self.heads(x, rows_of({"a": action[burn_in:]})["a"], trained)
 
     def value(self, obs: dict[str, Tensor], core: Tensor | None = None) -> Tensor:
         """V(s) [B] (from the state before the step `core`, for a recurrent model). Runs only
         the critic path (with grad unless the caller disables it)."""
-        x, _ = self._encode(obs, core)
-        torso = self.actor_torso if self.critic_torso is None else self.critic_torso
-        out: Tensor = self.value_head(torso(x)).squeeze(-1)
+        if self.critic_encoder is not None:  # the centralised critic never runs the policy's
+            features = self.critic_torso(self.critic_encoder(obs))  # type: ignore[misc]
+        else:
+            x, _ = self._encode(obs, core)
+            torso = self.actor_torso if self.critic_torso is None else self.critic_torso
+            features = torso(x)
+        out: Tensor = self.value_head(features).squeeze(-1)
         return out
+
+
+def rows_of(obs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """[T, B, ...] per field -> [T * B, ...] (time-major rows; a view where it can be)."""
+    return {k: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]) for k, v in obs.items()}

@@ -1,12 +1,13 @@
 """A policy that acts from the flat parameter vector the trainer publishes.
 
 One version of the vector is the model's weights followed, with `model.normalize_obs`, by
-the observation statistics they were trained with (algos/normalize.py), so a policy always
-normalises with its own version's statistics. MLPs, with or without a recurrent core, act in
-numpy (models/numpy_policy.py: no torch import in an actor); other models (the CNN encoders)
-through the torch `ActorCritic`. Policy workers, inline inference, evaluation workers and
-`surge eval` all act through this. A recurrent policy keeps no state itself: the caller
-passes the state before the step and gets the state after it (models/recurrent_state.py).
+the observation statistics they were trained with and, with `model.value_norm`, the value
+statistics (algos/normalize.py), so a policy always normalises with its own version's
+statistics. MLPs, with or without a recurrent core, act in numpy (models/numpy_policy.py: no
+torch import in an actor); other models (the CNN encoders) through the torch `ActorCritic`.
+Policy workers, inline inference, evaluation workers and `surge eval` all act through this.
+A recurrent policy keeps no state itself: the caller passes the state before the step and
+gets the state after it (models/recurrent_state.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surge.algos.normalize import ObsNormalizer, obs_stats_size
+from surge.algos.normalize import (
+    VALUE_STATS_SIZE,
+    ObsNormalizer,
+    denormalize_published,
+    obs_stats_size,
+)
 from surge.config.schema import ModelConfig
 from surge.models.numpy_policy import NumpyPolicy, acting_layout, layout_size
 
@@ -75,9 +81,13 @@ class FlatPolicy:
         else:
             n_weights = layout_size(layout)
         n_stats = obs_stats_size(obs_space, model.normalize_obs)
-        self.flat = np.zeros(n_weights + n_stats, np.float32)
-        """The published vector of the loaded version: weights, then observation statistics."""
-        self.weights, self.stats = self.flat[:n_weights], self.flat[n_weights:]
+        n_value = VALUE_STATS_SIZE if model.value_norm else 0
+        self.flat = np.zeros(n_weights + n_stats + n_value, np.float32)
+        """The published vector of the loaded version: weights, then observation statistics,
+        then value statistics (algos/normalize.py)."""
+        self.weights = self.flat[:n_weights]
+        self.stats = self.flat[n_weights : n_weights + n_stats]
+        self.value_stats = self.flat[n_weights + n_stats :] if n_value else None
         self.normalizer = ObsNormalizer(obs_space, model.clip_obs) if n_stats else None
         if layout is not None:  # its weights are views of self.weights: `reload` rebuilds
             self.policy = NumpyPolicy(layout, self.weights, np.random.default_rng(seed))
@@ -115,4 +125,7 @@ class FlatPolicy:
         the state after it last."""
         if self.normalizer is not None:
             obs = self.normalizer(obs)
-        return self.policy.act(obs, deterministic, core)
+        action, logp, value, *state = self.policy.act(obs, deterministic, core)
+        if self.value_stats is not None:  # the critic learns normalised values
+            value = denormalize_published(value, self.value_stats)
+        return (action, logp, value, *state)  # the state after the step last, if recurrent

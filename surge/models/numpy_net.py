@@ -24,11 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from surge.models.inputs import ACTION_MASK
 from surge.models.numpy_policy import (
     LOG_SQRT_2PI,
     NumpyLayout,
     flat_features,
     layout_size,
+    mask_logits,
     param_views,
 )
 
@@ -176,6 +178,7 @@ class Forward:
     critic: list[np.ndarray] | None  # None when the torso is shared
     head_terms: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
     gaussian_z: np.ndarray | None
+    legal: np.ndarray | None = None  # [B, n] bool: logits the action mask left (None: all)
 
 
 class NumpyActorCritic:
@@ -227,7 +230,7 @@ class NumpyActorCritic:
 
     def value(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """V(s) [B], no gradient."""
-        x = flat_features(self.layout, obs, self.dtype)
+        x = flat_features(self.layout, obs, self.dtype, critic=True)
         torso = "actor_torso" if self.layout.shared else "critic_torso"
         return mlp_forward(x, self._layers(self.w, torso, "value_head"), self.activation, True)[-1][
             :, 0
@@ -251,8 +254,13 @@ class NumpyActorCritic:
             actor = mlp_forward(
                 x, self._layers(self.w, "actor_torso", "action_head.linear"), act, True
             )
-            critic = mlp_forward(x, self._layers(self.w, "critic_torso", "value_head"), act, True)
+            xc = flat_features(lay, obs, self.dtype, critic=True) if lay.central_critic else x
+            critic = mlp_forward(xc, self._layers(self.w, "critic_torso", "value_head"), act, True)
             params, value = actor[-1], critic[-1][:, 0]
+        legal = None
+        if lay.masked:  # a masked logit is a constant: no gradient reaches it (backward)
+            legal = obs[ACTION_MASK].reshape(params.shape) != 0
+            params = mask_logits(params, obs[ACTION_MASK])
         if lay.head == "gaussian":
             log_std = self.w["action_head.log_std"]
             z = (action - params) * np.exp(-log_std)
@@ -273,7 +281,7 @@ class NumpyActorCritic:
             logp += lp
             entropy += ent
             terms.append((idx, probs, logp_all, ent, lp))
-        return logp, entropy, value, Forward(actor, critic, terms, None)
+        return logp, entropy, value, Forward(actor, critic, terms, None, legal)
 
     # ------------------------------------------------------------------ backward
 
@@ -302,6 +310,8 @@ class NumpyActorCritic:
                 for idx, probs, logp_all, ent, _ in fwd.head_terms
             ]
             g_params = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+            if fwd.legal is not None:
+                g_params = np.where(fwd.legal, g_params, 0.0)
         g_value = g_value[:, None].astype(self.dtype, copy=False)
         g_params = g_params.astype(self.dtype, copy=False)
         if lay.shared:

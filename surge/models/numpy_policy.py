@@ -25,6 +25,13 @@ import numpy as np
 from surge.config.schema import ModelConfig
 from surge.envs.spaces import flatten_obs_space
 from surge.models.images import choose_encoder
+from surge.models.inputs import (
+    ACTION_MASK,
+    MASKED_LOGIT,
+    check_action_mask,
+    input_fields,
+    subspace,
+)
 from surge.models.numpy_recurrent import step
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -35,15 +42,22 @@ class NumpyLayout:
     """Where each parameter sits in the flat vector, and how the network is wired."""
 
     params: list[tuple[str, tuple[int, ...]]]  # in ActorCritic.parameters() order
-    fields: list[tuple[str, int, int]]  # FlatEncoder: (key, one-hot n or 0, start)
+    fields: list[tuple[str, int, int]]  # the policy's FlatEncoder: (key, one-hot n or 0, start)
+    critic_fields: list[tuple[str, int, int]]  # the value function's (models/inputs.py)
     activation: str
     layers: int
     shared: bool
     head: str  # "categorical" | "multi_categorical" | "gaussian"
     nvec: tuple[int, ...]  # categorical sizes (one entry for Discrete)
     start: tuple[int, ...]  # action offsets per component
-    core: str = "none"  # a recurrent core between the features and the torsos (acting only)
+    masked: bool = False  # the observation's `action_mask` masks the logits
+    core: str = "none"  # a recurrent core on the policy's features (acting only)
     core_size: int = 0
+
+    @property
+    def central_critic(self) -> bool:
+        """The value function reads other fields than the policy."""
+        return self.critic_fields != self.fields
 
 
 def numpy_layout(
@@ -61,44 +75,51 @@ def acting_layout(
 ) -> NumpyLayout | None:
     """`numpy_layout`, and also for flat models with a recurrent core (`model.core`), which
     act in numpy (`NumpyPolicy`) and learn in torch: None only for the CNN encoders."""
-    if choose_encoder(obs_space, cfg) != "flat":
-        return None  # a CNN (an image, [C, H, W] or [H, W, C]): torch's job
+    actor_fields, critic_fields = input_fields(obs_space, cfg)
     leaves = flatten_obs_space(obs_space)
-    fields: list[tuple[str, int, int]] = []
-    in_dim = 0
-    for key in sorted(leaves):
-        space = leaves[key]
-        if isinstance(space, gym.spaces.Discrete):
-            fields.append((key, int(space.n), int(space.start)))
-            in_dim += int(space.n)
-        elif isinstance(space, gym.spaces.Box):
-            fields.append((key, 0, 0))
-            in_dim += math.prod(space.shape)
-        else:
-            return None
+    encoders = []
+    for names in (actor_fields, critic_fields):
+        if choose_encoder(subspace(obs_space, names), cfg) != "flat":
+            return None  # a CNN (an image, [C, H, W] or [H, W, C]): torch's job
+        fields: list[tuple[str, int, int]] = []
+        in_dim = 0
+        for key in names:
+            space = leaves[key]
+            if isinstance(space, gym.spaces.Discrete):
+                fields.append((key, int(space.n), int(space.start)))
+                in_dim += int(space.n)
+            elif isinstance(space, gym.spaces.Box):
+                fields.append((key, 0, 0))
+                in_dim += math.prod(space.shape)
+            else:
+                return None
+        encoders.append((fields, in_dim))
     params: list[tuple[str, tuple[int, ...]]] = []
     nvec: tuple[int, ...]
     start: tuple[int, ...]
-    if cfg.core != "none":  # ActorCritic registers the core after the encoder
+    actor_in, critic_in = encoders[0][1], encoders[1][1]
+    if cfg.core != "none":  # ActorCritic registers the core after the encoders
         gates = (3 if cfg.core == "gru" else 4) * cfg.core_size
         params += [
-            ("core.cell.weight_ih", (gates, in_dim)),
+            ("core.cell.weight_ih", (gates, actor_in)),
             ("core.cell.weight_hh", (gates, cfg.core_size)),
             ("core.cell.bias_ih", (gates,)),
             ("core.cell.bias_hh", (gates,)),
         ]
-        in_dim = cfg.core_size
+        # the torsos read the core's output; a central critic its own fields, feed-forward
+        critic_in = critic_in if critic_fields != actor_fields else cfg.core_size
+        actor_in = cfg.core_size
 
-    def torso(name: str) -> int:
+    def torso(name: str, in_dim: int) -> int:
         width = in_dim
         for i, h in enumerate(cfg.hidden_sizes):
             params.extend([(f"{name}.{2 * i}.weight", (h, width)), (f"{name}.{2 * i}.bias", (h,))])
             width = h
         return width
 
-    feat = torso("actor_torso")
+    feat = torso("actor_torso", actor_in)
     if not cfg.shared:
-        torso("critic_torso")
+        torso("critic_torso", critic_in)
     if isinstance(action_space, gym.spaces.Discrete):
         head, nvec, start = "categorical", (int(action_space.n),), (int(action_space.start),)
         out = nvec[0]
@@ -116,15 +137,18 @@ def acting_layout(
         params.append(("action_head.log_std", (out,)))
     params += [("action_head.linear.weight", (out, feat)), ("action_head.linear.bias", (out,))]
     params += [("value_head.weight", (1, feat)), ("value_head.bias", (1,))]
+    masked = check_action_mask(obs_space, action_space)
     return NumpyLayout(
         params,
-        fields,
+        encoders[0][0],
+        encoders[1][0],
         cfg.activation,
         len(cfg.hidden_sizes),
         cfg.shared,
         head,
         nvec,
         start,
+        masked,
         cfg.core,
         cfg.core_size if cfg.core != "none" else 0,
     )
@@ -146,11 +170,15 @@ def param_views(layout: NumpyLayout, buffer: np.ndarray) -> dict[str, np.ndarray
 
 
 def flat_features(
-    layout: NumpyLayout, obs: dict[str, np.ndarray], dtype: type[np.floating] = np.float32
+    layout: NumpyLayout,
+    obs: dict[str, np.ndarray],
+    dtype: type[np.floating] = np.float32,
+    critic: bool = False,
 ) -> np.ndarray:
-    """`FlatEncoder` in numpy: [B, features] of `dtype` from a dict of [B, ...] fields."""
+    """`FlatEncoder` in numpy: [B, features] of `dtype` from a dict of [B, ...] fields (the
+    policy's fields, or with `critic` the value function's)."""
     parts = []
-    for key, n, start in layout.fields:
+    for key, n, start in layout.critic_fields if critic else layout.fields:
         x = obs[key]
         if n:
             idx = x.reshape(len(x)).astype(np.int64) - start
@@ -158,6 +186,11 @@ def flat_features(
         else:
             parts.append(x.reshape(len(x), -1).astype(dtype, copy=False))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+
+def mask_logits(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Logits [B, n] with illegal actions (mask 0) set to `MASKED_LOGIT` (a new array)."""
+    return np.where(mask.reshape(logits.shape) != 0, logits, np.asarray(MASKED_LOGIT, logits.dtype))
 
 
 FUSE_MAX_WIDTH = 256
@@ -211,7 +244,8 @@ class NumpyPolicy:
             torso: list[tuple[np.ndarray, np.ndarray]] = []
             for i in range(lay.layers):
                 (wa, ba), (wc, bc) = layer("actor_torso", i), layer("critic_torso", i)
-                rows_a = 0 if i == 0 else wa.shape[0]  # layer 0 reads the shared input
+                # layer 0 reads the shared input, or [policy's | critic's] fields side by side
+                rows_a = 0 if i == 0 and not lay.central_critic else wa.shape[0]
                 fused = np.zeros((rows_a + wc.shape[0], wa.shape[1] + wc.shape[1]), np.float32)
                 fused[: wa.shape[0], : wa.shape[1]] = wa
                 fused[rows_a:, wa.shape[1] :] = wc
@@ -257,13 +291,18 @@ class NumpyPolicy:
         step(self.layout.core, xp, core, w_hh_t, b_hh, gates, extra, state)
         return state
 
-    def features(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        return flat_features(self.layout, obs)
+    def _inputs(self, obs: dict[str, np.ndarray], x: np.ndarray) -> list[np.ndarray]:
+        """One input per network of `_torsos`, given the policy's features `x`."""
+        lay = self.layout
+        if not lay.central_critic:
+            return [x] * len(self._torsos)
+        xc = flat_features(lay, obs, critic=True)
+        return [np.concatenate([x, xc], axis=-1)] if self._fused else [x, xc]
 
-    def _outputs(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _outputs(self, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """(action distribution parameters [B, out], value [B])."""
         outs = []
-        for torso, (wt, b) in zip(self._torsos, self._heads, strict=True):
+        for x, torso, (wt, b) in zip(xs, self._torsos, self._heads, strict=True):
             h = x
             for lw, lb in torso:
                 z = h @ lw
@@ -279,17 +318,20 @@ class NumpyPolicy:
     def act(
         self, obs: dict[str, np.ndarray], deterministic: bool = False, core: Any = None
     ) -> tuple[np.ndarray, ...]:
-        x = self.features(obs)
+        x = flat_features(self.layout, obs)
         if self.layout.core == "none":
-            return self._act_on(x, deterministic)
+            return self._act_on(obs, x, deterministic)
         state = self.core_step(x, core)
-        return (*self._act_on(state[:, : self.layout.core_size], deterministic), state)
+        return (*self._act_on(obs, state[:, : self.layout.core_size], deterministic), state)
 
     def _act_on(
-        self, x: np.ndarray, deterministic: bool
+        self, obs: dict[str, np.ndarray], x: np.ndarray, deterministic: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        params, value = self._outputs(x)
+        """(action, logp, value) from the policy's features (after the core, if any)."""
+        params, value = self._outputs(self._inputs(obs, x))
         lay = self.layout
+        if lay.masked:
+            params = mask_logits(params, obs[ACTION_MASK])
         if lay.head == "gaussian":
             assert self._log_std is not None
             if deterministic:

@@ -68,7 +68,10 @@ def ppo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
     subscribers = [p.name for p in policies] if remote else [a.name for a in actors]
     flow = VersionBound(cfg.max_policy_lag)
     params = params_block(POLICY)
+    rows = w.envs_per_group * env.rows_per_env  # per env group: an env's agents are rows
     group = f"{w.envs_per_group} envs"
+    if env.agents:
+        group += f" x {len(env.agents)} agents"
     streams = [
         StreamSpec(
             "inference",
@@ -102,7 +105,7 @@ def ppo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             env.action,
             POLICY_OUTPUTS,
             groups=cfg.total_groups,
-            group_size=w.envs_per_group,
+            group_size=rows,
             state=inference_state_fields(cfg.model),
         ),
         "samples": sample_layout(
@@ -111,8 +114,9 @@ def ppo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
             POLICY_OUTPUTS,
             depth=flow.depth,
             steps=cfg.ppo.rollout_len,
-            envs=cfg.total_envs,
+            envs=cfg.total_groups * rows,
             groups=cfg.total_groups,
+            active=bool(env.agents),
             state=segment_state_fields(cfg.model),
         ),
         params: params_layout(n_params),

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.normalize import obs_stats_size
+from surge.algos.normalize import published_stats_size
 from surge.config.load import dump_yaml, load_config
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import EnvInfo, probe_env
@@ -276,10 +276,11 @@ def _misfit(cfg: ExperimentConfig, env: EnvInfo, saved: dict[str, Any]) -> str:
 
 
 def _count_params(cfg: ExperimentConfig, env: EnvInfo) -> int:
-    """Size of the published flat vector: the weights, then the observation statistics
-    (algos/normalize.py). MLP policies are counted without importing torch (the controller
-    stays small: it only watches); other models are built once to count."""
-    stats = obs_stats_size(env.observation_space, cfg.model.normalize_obs)
+    """Size of the published flat vector: the weights, then the observation and value
+    statistics (algos/normalize.py). MLP policies are counted without importing torch (the
+    controller stays small: it only watches); other models are built once to count."""
+    m = cfg.model
+    stats = published_stats_size(env.observation_space, m.normalize_obs, m.value_norm)
     layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
     if layout is not None:
         return layout_size(layout) + stats

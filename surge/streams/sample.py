@@ -42,10 +42,13 @@ def sample_layout(
     steps: int,
     envs: int,
     groups: int,
+    active: bool = False,
     state: RowFields | None = None,
 ) -> BlockLayout:
-    """`state`: a recurrent policy's per-segment state fields, [depth, 1, N, *shape] each
-    (the state of each segment's first step: models/recurrent_state.py)."""
+    """`envs`: columns (envs, or a multi-agent env's agents); `active`: record which columns'
+    agents were in their episode at each step (envs/multiagent.py); `state`: a recurrent
+    policy's per-segment state fields, [depth, 1, N, *shape] each (the state of each
+    segment's first step: models/recurrent_state.py)."""
     fields: dict[str, Field] = {PROGRESS: Field((groups,), "<i8")}
     for k, s in obs.items():
         # obs[:, T] is the observation after the last step, for bootstrapping.
@@ -64,6 +67,8 @@ def sample_layout(
         ("episode_length", "<i8"),
     ]:
         fields[name] = Field((depth, steps, envs), dtype)
+    if active:
+        fields["active"] = Field((depth, steps, envs), "|b1")
     for name, (dtype, shape) in (state or {}).items():
         fields[name] = Field((depth, 1, envs, *shape), dtype)
     return BlockLayout(fields)

@@ -78,12 +78,11 @@ class ActorWorker:
         self.outputs = {
             k: v for k, v in arrays.items() if k not in _ANSWER and not k.startswith("obs/")
         }
-        # A recurrent policy's state per env: None for a feed-forward policy.
+        # A recurrent policy's state per row: None for a feed-forward policy.
         self.core = StateCarry.of(arrays)
-        self.producer = SampleProducer(
-            transport, samples, depth=self.flow.depth, group_size=cfg.workers.envs_per_group
-        )
-        G = cfg.workers.envs_per_group
+        G, rows = cfg.workers.envs_per_group, ctx.group_rows  # an env's agents are rows
+        self.producer = SampleProducer(transport, samples, depth=self.flow.depth, group_size=rows)
+        self._records_active = "active" in self.producer.arrays
         self.groups: list[Any] = []
         self.state: list[_GroupState] = []
         for g in self.ring:
@@ -95,8 +94,8 @@ class ActorWorker:
                 _GroupState(
                     segment=segment,
                     step=0,
-                    episode_return=np.zeros(G, np.float32),
-                    episode_length=np.zeros(G, np.int64),
+                    episode_return=np.zeros(rows, np.float32),
+                    episode_length=np.zeros(rows, np.int64),
                     columns=self.producer.columns(g, segment),
                 )
             )
@@ -143,6 +142,8 @@ class ActorWorker:
         clock = timers.now()
         for key, obs in self._obs_fields:
             seg[key][t] = obs[g]
+        if self._records_active:  # whose agents were in their episode for this observation
+            seg["active"][t] = group.active
         seg["action"][t] = self.action[g]
         for name, output in self.outputs.items():
             seg[name][t] = output[g]

@@ -40,6 +40,17 @@ class RunContext:
     model_dir: str | None = None
     """LLM runs: the Hugging Face directory every worker loads its model from."""
 
+    @property
+    def group_rows(self) -> int:
+        """Rows of an env group in the streams: its envs, times their agents (a multi-agent
+        env's agents are rows, surge/envs/multiagent.py)."""
+        return self.cfg.workers.envs_per_group * self.env.rows_per_env
+
+    @property
+    def total_rows(self) -> int:
+        """Columns of a sample-stream batch: every row of every env group."""
+        return self.cfg.total_groups * self.group_rows
+
 
 @dataclass(frozen=True)
 class Binding:

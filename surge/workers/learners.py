@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from surge.algos.batch import slot_batch
+from surge.algos.normalize import ValueNormalizer
 from surge.errors import ConfigError
 from surge.models.numpy_policy import numpy_layout
 from surge.workers.base import RunContext, derive_seed
@@ -20,6 +21,8 @@ from surge.workers.base import RunContext, derive_seed
 
 class LearnerBackend(Protocol):
     name: str
+    value_norm: ValueNormalizer | None
+    """`model.value_norm`'s statistics (published after the weights), or None."""
 
     def update(self, arrays: dict[str, np.ndarray], lr: float) -> dict[str, float]:
         """Train on the batch in a slot's arrays; the stats of the update."""
@@ -81,7 +84,8 @@ class NumpyBackend:
         self.net = NumpyActorCritic(layout, flat)
         rng = np.random.default_rng(derive_seed(cfg.seed, "trainer"))
         vtrace = cfg.appo if cfg.algo == "appo" else None
-        self.learner = NumpyPPOLearner(self.net, cfg.ppo, rng, vtrace)
+        self.value_norm = ValueNormalizer() if cfg.model.value_norm else None
+        self.learner = NumpyPPOLearner(self.net, cfg.ppo, rng, vtrace, self.value_norm)
 
     def update(self, arrays: dict[str, np.ndarray], lr: float) -> dict[str, float]:
         return self.learner.update(slot_batch(arrays, self.cfg.ppo.rollout_len), lr)
@@ -115,7 +119,8 @@ class TorchBackend:
         self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
         generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "trainer"))
         vtrace = cfg.appo if cfg.algo == "appo" else None
-        self.learner = PPOLearner(self.model, cfg.ppo, generator, vtrace)
+        self.value_norm = ValueNormalizer() if cfg.model.value_norm else None
+        self.learner = PPOLearner(self.model, cfg.ppo, generator, vtrace, self.value_norm)
 
     def update(self, arrays: dict[str, np.ndarray], lr: float) -> dict[str, float]:
         import torch

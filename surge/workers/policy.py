@@ -53,7 +53,7 @@ class PolicyEngine:
         self.policy = FlatPolicy(env.observation_space, env.action_space, cfg.model, seed)
         assert self.policy.flat.size == ctx.n_params, "the policy and the trainer disagree"
         self.loaded = -1  # version of the parameters in use; -1: none yet
-        self.group_size = cfg.workers.envs_per_group
+        self.group_size = ctx.group_rows
         self.obs = request_obs(arrays)
         self.action, self.version = arrays["action"], arrays["version"]
         self.outputs = [arrays[name] for name in POLICY_OUTPUTS]  # in `act`'s order

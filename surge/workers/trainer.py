@@ -52,7 +52,7 @@ class TrainerWorker(TrainerLoop):
         # Observation and return statistics (algos/normalize.py): published with the weights
         self.stats = TrainerStats(
             ctx.env.observation_space,
-            cfg.total_envs,
+            ctx.total_rows,
             normalize_obs=cfg.model.normalize_obs,
             clip_obs=cfg.model.clip_obs,
             normalize_reward=cfg.ppo.normalize_reward,
@@ -73,6 +73,7 @@ class TrainerWorker(TrainerLoop):
 
         self.version = 0  # = updates done; the parameters of version v trained batches 0..v-1
         self.env_steps = 0
+        self.agent_steps = 0  # multi-agent envs: steps of agents in their episodes
         self.episodes = 0
         self.wall_time_offset = 0.0
         self.recent_returns: deque[float] = deque(maxlen=cfg.return_window)
@@ -146,7 +147,7 @@ class TrainerWorker(TrainerLoop):
         """The sample stream's invariants (broken ones are bugs, never user errors): no
         segment mixes two lives of an actor, and the stream's version bound admits every
         step (its slots make older samples impossible, streams/flow.py)."""
-        if not lives_are_unmixed(arrays["life"], self.cfg.workers.envs_per_group):
+        if not lives_are_unmixed(arrays["life"], self.ctx.group_rows):
             raise RuntimeError(
                 f"batch {self.version} holds a segment written by two lives of an actor"
             )
@@ -164,6 +165,8 @@ class TrainerWorker(TrainerLoop):
         self._lag_sum += float(lag.mean())
         self._lag_max = max(self._lag_max, int(lag.max()))
         self._lag_count += 1
+        if "active" in arrays:
+            self.agent_steps += int(arrays["active"].sum())
         done = arrays["game_over"]
         if done.any():
             self.recent_returns.extend(arrays["episode_return"][done].tolist())
@@ -197,10 +200,14 @@ class TrainerWorker(TrainerLoop):
             self.control.set_progress(eval_return_mean=result["return_mean"])
 
     def _publish(self) -> None:
-        """Publish this version: the weights, then the observation statistics (if any)."""
+        """Publish this version: the weights, then the observation statistics and the value
+        statistics (each if the model has them; algos/normalize.py)."""
         flat = self.learner.flat_parameters()
-        if self.stats.obs is not None:
-            flat = np.concatenate([flat, self.stats.published()])
+        extra = [self.stats.published()] if self.stats.obs is not None else []
+        if self.learner.value_norm is not None:
+            extra.append(self.learner.value_norm.published())
+        if extra:
+            flat = np.concatenate([flat, *extra])
         self.params.publish(self.version, flat)
 
     def _log(self, now: float) -> None:
@@ -217,6 +224,7 @@ class TrainerWorker(TrainerLoop):
             else math.nan,
             "episodes": self.episodes,
             "steps_per_s": round(sps, 1),
+            **({"agent_steps": self.agent_steps} if self.ctx.env.agents else {}),
             "policy_lag_mean": lag,
             "policy_lag_max": self._lag_max,
             "policy_version": self.version,
@@ -243,6 +251,7 @@ class TrainerWorker(TrainerLoop):
             "backend": self.learner.name,
             "version": self.version,
             "env_steps": self.env_steps,
+            "agent_steps": self.agent_steps,
             "episodes": self.episodes,
             "wall_time_s": self.wall_time_s(),
             "recent_returns": list(self.recent_returns),
@@ -279,6 +288,7 @@ class TrainerWorker(TrainerLoop):
         restore_rng_state(state["rng"])
         self.version = int(state["version"])
         self.env_steps = int(state["env_steps"])
+        self.agent_steps = int(state.get("agent_steps", 0))
         self.episodes = int(state["episodes"])
         self.wall_time_offset = float(state["wall_time_s"])
         self.recent_returns.extend(float(x) for x in state["recent_returns"])

@@ -158,3 +158,41 @@ def test_restarted_actor_starts_from_zero_state(tmp_path: Path) -> None:
     np.testing.assert_array_equal(samples[CORE0][0], 0.0)  # segment 0, rewritten from zero
     for worker in workers:
         worker.close()
+
+
+ARRIVALS = "pettingzoo:surge.envs.testing_pettingzoo:arrivals_env"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # agents that join and leave: their rows are inactive (terminated) between, so the
+        # carry zeroes their state there and the learner leaves those steps out of the loss
+        [
+            f"env.id={ARRIVALS}",
+            "env.kwargs={}",
+            "env.multiagent.global_state=none",
+            "model.critic_inputs=[]",
+            "ppo.rollout_len=6",
+        ],
+        # MAPPO's centralised critic: the policy's fields go through the core, the critic's
+        # global state does not
+        [],
+    ],
+    ids=["arrivals", "spread-mappo"],
+)
+def test_recurrent_multiagent_rows_reproduce_the_acting_policy(
+    run_dir: Path, overrides: list[str]
+) -> None:
+    pytest.importorskip("mpe2")
+    cfg, name = load_config(
+        "spread-mappo",
+        [f"run_dir={run_dir}", "runtime=serial", "log.interval_s=0", "log.progress=false",
+         "workers.envs_per_group=2", "model.core=gru", "model.core_size=16", "algo=appo",
+         "max_policy_lag=0", "total_env_steps=1200", *overrides],
+    )  # fmt: skip
+    result = train(cfg, name)
+    assert result.reason == "budget"
+    records = read_metrics(run_dir)
+    assert_on_policy(records)
+    assert all(math.isfinite(r["policy_loss"]) for r in records)

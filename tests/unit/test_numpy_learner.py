@@ -326,3 +326,119 @@ print("torch" in sys.modules)
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+# --- multi-agent rows: a centralised critic, value normalisation, inactive samples -----------
+
+MA_OBS = gym.spaces.Dict(
+    {
+        "obs": gym.spaces.Box(-1, 1, (3,)),
+        "agent_id": gym.spaces.Box(0, 1, (2,)),
+        "global_state": gym.spaces.Box(-1, 1, (5,)),
+    }
+)
+MA_MODEL = ModelConfig(
+    hidden_sizes=[16, 16],
+    actor_inputs=["agent_id", "obs"],
+    critic_inputs=["agent_id", "global_state"],
+    value_norm=True,
+)
+
+
+def _ma_batch(model: ActorCritic) -> RolloutBatch:
+    """A [T, N] multi-agent batch: column 1's agent leaves after step 3, column 2's joins at
+    step 5 (inactive steps are recorded as terminated, as surge/envs/multiagent.py does)."""
+    g = torch.Generator().manual_seed(2)
+    dtype = next(model.parameters()).dtype
+
+    def obs(*lead: int) -> dict[str, torch.Tensor]:
+        return {
+            k: torch.rand((*lead, *s.shape), generator=g, dtype=dtype) * 2 - 1
+            for k, s in MA_OBS.spaces.items()
+        }
+
+    o = obs(T, N)
+    actions, logp, values = model.act(
+        {k: v.reshape(T * N, *v.shape[2:]) for k, v in o.items()}, generator=g
+    )
+    active = np.ones((T, N), bool)
+    active[4:, 1] = False
+    active[:5, 2] = False
+    terminated = torch.zeros(T, N, dtype=torch.bool)
+    terminated[3, 1] = True  # the agent's last step
+    terminated[torch.from_numpy(~active)] = True
+    return RolloutBatch(
+        obs=o,
+        last_obs=obs(N),
+        final_obs=obs(T, N),
+        actions=actions.reshape(T, N),
+        logp=logp.reshape(T, N) - 0.05,
+        values=values.reshape(T, N) * 3 + 1,  # recorded in reward units
+        rewards=torch.randn(T, N, generator=g, dtype=dtype) * 3,
+        terminated=terminated,
+        truncated=torch.zeros(T, N, dtype=torch.bool),
+        active=active,
+    )
+
+
+@pytest.mark.parametrize("algo", ["ppo", "appo"])
+def test_multiagent_update_matches_the_torch_learner(
+    algo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A centralised critic on other fields than the policy, value normalisation and
+    inactive samples: the two learners still agree in float64, and minibatches are cut from
+    the active samples only (23 of 32 here, so 4 minibatches of 5 or 6)."""
+    cfg = PPOConfig(epochs=2, minibatches=4, ent_coef=0.01, lr=1e-3)
+    vtrace = APPOConfig() if algo == "appo" else None
+    space = gym.spaces.Discrete(3)
+    model, net = _pair(MA_OBS, space, MA_MODEL)
+    layout = numpy_layout(MA_OBS, space, MA_MODEL)
+    assert layout is not None and layout.central_critic
+    batch = _ma_batch(model)
+    np_batch = batch.map(lambda t: t.numpy())
+    monkeypatch.setattr(torch, "randperm", lambda n, generator=None: torch.arange(n))
+    from surge.algos.normalize import ValueNormalizer
+
+    ref = PPOLearner(model, cfg, torch.Generator(), vtrace, ValueNormalizer())
+    mine = NumpyPPOLearner(net, cfg, _InOrder(), vtrace, ValueNormalizer())  # type: ignore[arg-type]
+    for _ in range(2):
+        ref_stats = ref.update(batch, lr=1e-3)
+        stats = mine.update(np_batch, lr=1e-3)
+    np.testing.assert_allclose(net.flat, _flat64(model), rtol=1e-9, atol=1e-12)
+    assert ref.value_norm is not None and mine.value_norm is not None
+    assert mine.value_norm.count == pytest.approx(ref.value_norm.count)
+    assert mine.value_norm.count == pytest.approx(2 * 23, abs=1e-3)  # active samples only
+    for key, value in ref_stats.items():
+        assert stats[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_inactive_samples_do_not_change_the_update(backend: str) -> None:
+    """Whatever an inactive sample holds (its agent was out of the episode), the update is
+    the same: it is left out of the minibatches, the value statistics and the advantages."""
+    from surge.algos.normalize import ValueNormalizer
+
+    space = gym.spaces.Discrete(3)
+    cfg = PPOConfig(epochs=2, minibatches=4, ent_coef=0.01, lr=1e-3)
+    results = []
+    for garbage in (False, True):
+        model, net = _pair(MA_OBS, space, MA_MODEL)
+        batch = _ma_batch(model)
+        if garbage:
+            off = torch.from_numpy(~batch.active)  # type: ignore[operator]
+            g = torch.Generator().manual_seed(9)
+            for x in (batch.rewards, batch.values, batch.logp):
+                x[off] = torch.randn(int(off.sum()), generator=g, dtype=x.dtype) * 100
+            for x in batch.obs.values():
+                x[off] = torch.rand(x[off].shape, generator=g, dtype=x.dtype)
+            batch.actions[off] = 0
+        if backend == "numpy":
+            learner = NumpyPPOLearner(net, cfg, np.random.default_rng(0), None, ValueNormalizer())
+            learner.update(batch.map(lambda t: t.numpy()), 1e-3)
+            results.append(net.flat.copy())
+        else:
+            ref = PPOLearner(model, cfg, torch.Generator().manual_seed(0), None, ValueNormalizer())
+            ref.update(batch, 1e-3)
+            results.append(_flat64(model))
+    np.testing.assert_array_equal(results[0], results[1])
+    assert not np.array_equal(results[0], _flat64(_pair(MA_OBS, space, MA_MODEL)[0]))

@@ -47,6 +47,31 @@ SPACES: list[tuple[str, gym.Space[Any], gym.Space[Any], ModelConfig]] = [
         gym.spaces.Discrete(3),
         ModelConfig(hidden_sizes=[16, 16]),
     ),
+    (  # MAPPO: the critic reads the global state, the policy its agent's observation
+        "central-critic",
+        gym.spaces.Dict(
+            {"obs": Box(-1, 1, (3,)), "agent_id": Box(0, 1, (2,)), "global_state": Box(-1, 1, (6,))}
+        ),
+        gym.spaces.Discrete(4),
+        ModelConfig(hidden_sizes=[16, 16], critic_inputs=["agent_id", "global_state"]),
+    ),
+    (  # the same, wider than FUSE_MAX_WIDTH: each torso reads its own input
+        "central-critic-wide",
+        gym.spaces.Dict({"obs": Box(-1, 1, (3,)), "global_state": Box(-1, 1, (6,))}),
+        gym.spaces.Discrete(4),
+        ModelConfig(hidden_sizes=[160, 8], critic_inputs=["global_state"]),
+    ),
+    (  # PettingZoo's classic games: illegal moves are masked, the mask is never encoded
+        "action-mask",
+        gym.spaces.Dict(
+            {
+                "observation": Box(0, 1, (2, 3), np.int8),
+                "action_mask": Box(0, 1, (5,), np.int8),
+            }
+        ),
+        gym.spaces.Discrete(5),
+        ModelConfig(hidden_sizes=[16]),
+    ),
 ]
 
 

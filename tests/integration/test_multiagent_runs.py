@@ -1,0 +1,90 @@
+"""Multi-agent runs end to end: the spread preset on serial, local and Ray, an env whose agents
+join and leave counted exactly, and a SIGKILLed actor survived."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mpe2")
+
+from tests.conftest import SURGE, metrics_so_far, run_surge, wait_for  # noqa: E402
+from tests.integration.test_eval_workers import RAY_ENV  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+ARRIVALS = "pettingzoo:surge.envs.testing_pettingzoo:arrivals_env"
+SHORT = ["log.interval_s=0", "log.progress=false", "workers.envs_per_group=2"]
+
+
+def _training_rows(run_dir: Path) -> list[dict[str, object]]:
+    return [r for r in metrics_so_far(run_dir) if "steps_per_s" in r]
+
+
+@pytest.mark.parametrize("runtime", ["serial", "local", "ray"])
+def test_spread_mappo_runs_on_every_runtime(runtime: str, run_dir: Path) -> None:
+    if runtime == "ray":
+        os.environ.update(RAY_ENV)  # inherited by `surge` and the Ray instance it starts
+    steps = 2 * 2 * 2 * 25 * 6  # 8 envs x 25 steps per update, 6 updates
+    result = run_surge(
+        "train", "spread-mappo", f"run_dir={run_dir}", f"runtime={runtime}",
+        f"total_env_steps={steps}", *SHORT, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    last = _training_rows(run_dir)[-1]
+    assert last["env_steps"] == steps and last["policy_version"] == 6
+    assert last["agent_steps"] == 3 * steps  # simple_spread's agents never leave early
+    assert last["episodes"] == steps // 25  # one team episode per env, counted once
+    assert -200 < float(last["episode_return_mean"]) < 0  # type: ignore[arg-type]
+    assert float(last["explained_variance"]) == float(last["explained_variance"])  # type: ignore[arg-type]
+
+
+def test_agents_that_join_and_leave_are_counted_exactly(run_dir: Path) -> None:
+    """Arrivals (surge/envs/testing_pettingzoo.py): every 6-step episode has 13 agent steps
+    (a0 6, a1 3, a2 4) and a team return of 24 plus 0.1 per action 1, at most 25.3."""
+    result = run_surge(
+        "train", "spread-ippo", f"run_dir={run_dir}", f"env.id={ARRIVALS}", "env.kwargs={}",
+        "runtime=serial",
+        "env.multiagent.global_state=none", "model.actor_inputs=[]", "model.critic_inputs=[]",
+        "ppo.rollout_len=6", "total_env_steps=480", *SHORT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    last = _training_rows(run_dir)[-1]
+    assert last["episodes"] == 480 // 6
+    assert last["agent_steps"] == 13 * 480 // 6
+    assert 24.0 <= float(last["episode_return_mean"]) <= 25.3  # type: ignore[arg-type]
+
+
+def test_a_killed_actor_of_a_multiagent_run_is_restarted(run_dir: Path) -> None:
+    proc = subprocess.Popen(
+        [*SURGE, "train", "spread-mappo", f"run_dir={run_dir}", "total_env_steps=60000",
+         "log.interval_s=0.5", "log.progress=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+
+    def workers() -> dict[str, dict[str, object]]:
+        rows = json.loads((run_dir / "workers.json").read_text())["workers"]
+        return {w["name"]: w for w in rows}
+
+    try:
+        assert wait_for(lambda: len(_training_rows(run_dir)) >= 3, timeout=120)
+        victim = workers()["actor-1"]["pid"]
+        assert isinstance(victim, int)
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    assert "actor-1 failed (process" in err and "restarting it (1/3)" in err
+    assert workers()["actor-1"]["restarts"] == 1
+    last = _training_rows(run_dir)[-1]
+    assert last["env_steps"] == 60000 and last["restarts"] == 1 and last["actor_life_max"] == 1
+    assert last["agent_steps"] == 3 * 60000
