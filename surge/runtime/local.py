@@ -34,6 +34,7 @@ from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.runtime.graph import Graph, WorkerSpec, drive, start_worker, write_timing
 from surge.runtime.supervisor import Supervisor
 from surge.runtime.warm import WarmProcess, child_env, thread_env
+from surge.streams.params import ParameterService
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.workers.base import RunContext
 
@@ -52,6 +53,11 @@ def run_local(
     transport = ShmTransport(shm)
     control = Control(transport)
     control.reset()
+    # An unwritten parameter block reads as version 0 of all-zero weights: mark it empty
+    # before any worker starts (as the Ray runtime's node agents do), or a policy worker that
+    # starts before the trainer has published acts on zeros as "version 0".
+    for block in (s.block for s in graph.streams if s.kind == "versions"):
+        ParameterService(transport, block).reset()
     supervisor = Supervisor(ctx.cfg, graph, ctx.run_dir)
     workers = _Processes(ctx, graph, shm, supervisor, warm)
     leader = graph.leader.name

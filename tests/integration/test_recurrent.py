@@ -67,6 +67,9 @@ def assert_on_policy(records: list[dict[str, float]]) -> None:
         ("serial", ["model.core=lstm", "workers.inference=inline", "ppo.burn_in=4"]),
         ("local", ["model.core=lstm"]),
         ("local", ["model.core=gru", "workers.inference=inline"]),
+        # Feed-forward on the torch learner, whose trainer starts last: the policy worker
+        # must not serve batch 0 from the fresh (all-zero) parameter block as "version 0"
+        ("local", ["model.core=none", "model.backend=torch"]),
     ],
 )
 def test_appo_learner_reproduces_the_acting_policy(
