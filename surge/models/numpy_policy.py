@@ -318,18 +318,15 @@ class NumpyPolicy:
     def act(
         self, obs: dict[str, np.ndarray], deterministic: bool = False, core: Any = None
     ) -> tuple[np.ndarray, ...]:
-        x = flat_features(self.layout, obs)
-        if self.layout.core == "none":
-            return self._act_on(obs, x, deterministic)
-        state = self.core_step(x, core)
-        return (*self._act_on(obs, state[:, : self.layout.core_size], deterministic), state)
-
-    def _act_on(
-        self, obs: dict[str, np.ndarray], x: np.ndarray, deterministic: bool
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(action, logp, value) from the policy's features (after the core, if any)."""
-        params, value = self._outputs(self._inputs(obs, x))
+        """(action, logp, value); for a recurrent core (given the state before the step
+        `core` [B, S]) also the state after it, last."""
         lay = self.layout
+        x = flat_features(lay, obs)
+        state = None
+        if lay.core != "none":
+            state = self.core_step(x, core)
+            x = state[:, : lay.core_size]
+        params, value = self._outputs(self._inputs(obs, x))
         if lay.masked:
             params = mask_logits(params, obs[ACTION_MASK])
         if lay.head == "gaussian":
@@ -341,30 +338,31 @@ class NumpyPolicy:
                 action = params + np.exp(self._log_std) * noise
             z = (action - params) * np.exp(-self._log_std)
             logp = (-0.5 * z * z - self._log_std - LOG_SQRT_2PI).sum(-1)
-            return action.astype(np.float32), logp.astype(np.float32), value
-        rows = len(params)
-        if len(self._arange) != rows:
-            self._arange = np.arange(rows)
-        idx_parts, logp = [], np.zeros(rows, np.float32)
-        col = 0
-        for n in lay.nvec:
-            logits = params[:, col : col + n]
-            col += n
-            shifted = logits - logits.max(-1, keepdims=True)
-            weights = np.exp(shifted)
-            total = weights.sum(-1)
-            if deterministic:
-                idx = logits.argmax(-1)
-            else:  # inverse CDF, one uniform per row, as surge.models.distributions does
-                u = self.rng.random(rows, dtype=np.float32) * total
-                idx = np.minimum((weights.cumsum(-1) < u[:, None]).sum(-1), n - 1)
-            logp += shifted[self._arange, idx] - np.log(total)
-            idx_parts.append(idx)
-        if lay.head == "categorical":
-            action = idx_parts[0] + lay.start[0]
-        else:
-            action = np.stack(idx_parts, axis=-1) + np.asarray(lay.start)
-        return action.astype(np.int64), logp, value
+            action, logp = action.astype(np.float32), logp.astype(np.float32)
+        else:  # one categorical per component of the logits
+            rows = len(params)
+            if len(self._arange) != rows:
+                self._arange = np.arange(rows)
+            idx_parts, logp = [], np.zeros(rows, np.float32)
+            col = 0
+            for n in lay.nvec:
+                logits = params[:, col : col + n]
+                col += n
+                shifted = logits - logits.max(-1, keepdims=True)
+                weights = np.exp(shifted)
+                total = weights.sum(-1)
+                if deterministic:
+                    idx = logits.argmax(-1)
+                else:  # inverse CDF, one uniform per row, as surge.models.distributions does
+                    u = self.rng.random(rows, dtype=np.float32) * total
+                    idx = np.minimum((weights.cumsum(-1) < u[:, None]).sum(-1), n - 1)
+                logp += shifted[self._arange, idx] - np.log(total)
+                idx_parts.append(idx)
+            if lay.head == "categorical":
+                action = (idx_parts[0] + lay.start[0]).astype(np.int64)
+            else:
+                action = (np.stack(idx_parts, axis=-1) + np.asarray(lay.start)).astype(np.int64)
+        return (action, logp, value) if state is None else (action, logp, value, state)
 
 
 def _relu(x: np.ndarray, out: np.ndarray) -> np.ndarray:
