@@ -363,6 +363,13 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("eval.every_s", _positive, "> 0"),
     ("eval.episodes", _at_least(1), ">= 1"),
     ("eval.nice", lambda v: 0 <= v <= 19, "in [0, 19]"),
+    *[(f"selfplay.{n}", _at_least(1), ">= 1") for n in ("snapshot_every", "pool_size")],
+    ("selfplay.latest_share", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    (
+        "selfplay.eval_opponents",
+        lambda v: set(v) <= {"random", "heuristic"} and len(set(v)) == len(v),
+        "a list of distinct players from [random, heuristic]",
+    ),
     # LLM RL (algo: grpo)
     *[
         (f"rollout.{n}", _at_least(1), ">= 1")

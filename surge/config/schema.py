@@ -440,6 +440,30 @@ class EvalConfig:
 
 
 @dataclass
+class SelfPlayConfig:
+    """Self-play (`env.id=selfplay:<game>`, docs/multiagent.md): the learner plays one seat
+    of a two-player game; the other seat's player is drawn for each episode from a league of
+    the learner's past versions, kept by the league worker."""
+
+    snapshot_every: int = 10
+    """Versions between two snapshots of the learner taken into the league (version 0 is
+    the first)."""
+
+    pool_size: int = 20
+    """Snapshots the league keeps; a new one replaces the oldest."""
+
+    latest_share: float = 0.5
+    """Share of episodes played against the newest snapshot; the others draw an opponent
+    uniformly from the whole pool."""
+
+    eval_opponents: list[str] = field(default_factory=lambda: ["random", "heuristic"])
+    """Fixed players the evaluation workers play (`eval.episodes` games each, seats
+    alternating), logged as `eval/win_rate_vs_<player>`, `eval/draw_rate_vs_<player>` and
+    `eval/loss_rate_vs_<player>`: `random` (a uniformly random legal move), `heuristic` (the
+    game's heuristic player: connect four's wins, blocks, and prefers the centre)."""
+
+
+@dataclass
 class ExperimentConfig:
     """One experiment: runs unchanged on every runtime."""
 
@@ -496,6 +520,9 @@ class ExperimentConfig:
 
     ray: RayConfig = field(default_factory=RayConfig)
     """The Ray cluster and the resources each worker declares (`runtime=ray` only)."""
+
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    """Self-play: the league of past versions the learner plays against (`selfplay:` envs)."""
 
     task: TaskConfig = field(default_factory=TaskConfig)
     """LLM RL: the prompts and their verifier (the environment of `algo: grpo`)."""

@@ -20,6 +20,7 @@ from surge.envs.atari import (
     make_atari_env,
     resolve_backend,
 )
+from surge.envs.selfplay import OpponentSource, is_selfplay_id, make_selfplay_env
 from surge.envs.spaces import ArraySpec, action_spec, flatten_obs_space, obs_specs, split_obs
 from surge.errors import ConfigError, EnvSpecError
 
@@ -48,13 +49,15 @@ class EnvInfo:
         return action_spec(self.action_space)
 
 
-def make_env(cfg: EnvConfig) -> gym.Env[Any, Any]:
+def make_env(cfg: EnvConfig, opponents: OpponentSource | None = None) -> gym.Env[Any, Any]:
     """`gymnasium.make(cfg.id)`; `module:Env-v0` imports `module` first (gymnasium's own syntax).
 
     `ALE/*` ids get the Atari preprocessing of `env.atari` (raw rewards, real game ends:
-    clipping and episodic life belong to the env group). Then `env.wrappers`, in order."""
+    clipping and episodic life belong to the env group). `selfplay:` ids are the learner's
+    seat of a two-player game against `opponents` (surge/envs/selfplay.py; None: a random
+    player). Then `env.wrappers`, in order."""
     wrappers = [load_wrapper(spec, i) for i, spec in enumerate(cfg.wrappers)]
-    env = _make(cfg)
+    env = _make(cfg, opponents)
     for i, wrapper in enumerate(wrappers):
         env = wrapper(env)
         if not isinstance(env, gym.Env):
@@ -99,9 +102,13 @@ def load_wrapper(spec: str, i: int = 0) -> Callable[[gym.Env[Any, Any]], Any]:
     return typing.cast(Callable[[gym.Env[Any, Any]], Any], obj)
 
 
-def _make(cfg: EnvConfig) -> gym.Env[Any, Any]:
+def _make(cfg: EnvConfig, opponents: OpponentSource | None) -> gym.Env[Any, Any]:
     if is_atari_id(cfg.id):
         return make_atari_env(cfg)
+    if is_selfplay_id(cfg.id):
+        kwargs = dict(cfg.kwargs)
+        render_mode = kwargs.pop("render_mode", None)
+        return make_selfplay_env(cfg.id, kwargs, opponents, render_mode)
     kwargs = dict(cfg.kwargs)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps

@@ -16,9 +16,9 @@ import numpy as np
 from surge.algos.normalize import ValueNormalizer, stats_vector
 from surge.config.load import load_config
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import make_env
 from surge.errors import UserError
-from surge.evaluation.episodes import eval_env_config, play_episodes, render_fps
+from surge.evaluation.episodes import render_fps
+from surge.evaluation.suite import EvalSuite
 from surge.models.flat_policy import FlatPolicy
 from surge.models.numpy_policy import numpy_layout
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
@@ -85,23 +85,18 @@ def evaluate(
     if checkpoint is None:
         raise UserError(f"{run_dir} has no checkpoint to evaluate")
     state = load_checkpoint(checkpoint)
-    env = make_env(eval_env_config(cfg.env, video))
+    suite = EvalSuite(cfg, video)
+    env = suite.env
     seed = cfg.seed if seed is None else seed
     policy = FlatPolicy(
         env.observation_space, env.action_space, cfg.model, derive_seed(seed, "eval")
     )
     policy.load(checkpoint_flat(cfg, env, state))
     limit_torch_threads(1)  # if a CNN (or a checkpoint's tensors) brought torch
-    played = play_episodes(
-        env,
-        policy,
-        episodes,
-        derive_seed(seed, "eval-env"),
-        deterministic,
-        clip_actions=cfg.env.clip_actions,
-        record_first=video,
+    played, rates = suite.play(
+        policy, episodes, derive_seed(seed, "eval-env"), deterministic, record_first=video
     )
-    env.close()
+    suite.close()
     version = int(state["version"])
     result = {
         "checkpoint": str(checkpoint),
@@ -113,6 +108,7 @@ def evaluate(
         "return_std": played.return_std,
         "length_mean": played.length_mean,
         "returns": played.returns,
+        **rates,  # self-play: win / draw / loss rates per fixed player
     }
     if video:
         path = run_dir / "videos" / f"eval-v{version:08d}.mp4"

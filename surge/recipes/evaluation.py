@@ -5,6 +5,7 @@ training never waits for them (surge/workers/evaluation.py)."""
 from __future__ import annotations
 
 from surge.config.schema import ExperimentConfig
+from surge.evaluation.suite import match_fields
 from surge.runtime.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 from surge.streams.results import results_layout
 
@@ -36,4 +37,5 @@ def add_evaluators(graph: Graph, cfg: ExperimentConfig, trainer: WorkerSpec, par
     for ev in evaluators:
         # Not woken by each publish: an evaluator looks for new versions on its own clock.
         graph = graph.with_worker(ev, {params: [Edge(trainer.name, ev.name, wake=False)]})
-    return graph.with_stream(stream, results_layout(e.workers, EVAL_FIELDS))
+    fields = EVAL_FIELDS + match_fields(cfg)  # self-play: win / draw / loss rates per player
+    return graph.with_stream(stream, results_layout(e.workers, fields))

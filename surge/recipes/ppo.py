@@ -4,7 +4,8 @@
     actor-i  --(samples: segments)---------->  trainer-0
     trainer-0 --(params.default: versions)--->  policy-* (or the actors, inline)
 
-plus evaluation workers when `eval.workers` > 0 (surge/recipes/evaluation.py).
+plus evaluation workers when `eval.workers` > 0 (surge/recipes/evaluation.py), and a league
+worker for self-play games (surge/recipes/selfplay.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from surge.algos.ppo_common import POLICY_OUTPUTS
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import EnvInfo
+from surge.envs.selfplay import is_selfplay_id
 from surge.recipes.evaluation import add_evaluators
+from surge.recipes.selfplay import add_league
 from surge.runtime.graph import Edge, Graph, StreamSpec, worker
 from surge.streams.flow import VersionBound
 from surge.streams.inference import inference_layout
@@ -119,4 +122,6 @@ def ppo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
         params: params_layout(n_params),
     }
     graph = Graph([trainer, *policies, *actors], layouts, streams)
+    if is_selfplay_id(cfg.env.id):
+        graph = add_league(graph, cfg, trainer, params, n_params)
     return add_evaluators(graph, cfg, trainer=trainer, params=params)

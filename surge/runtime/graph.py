@@ -37,6 +37,7 @@ WORKER_KINDS: dict[str, str] = {
     "policy": "surge.workers.policy:build",
     "actor": "surge.workers.actor:build",
     "evaluator": "surge.workers.evaluation:build",
+    "league": "surge.workers.league:build",
     "generator": "surge.workers.generator:build",
     "rewarder": "surge.workers.rewarder:build",
     "reference": "surge.workers.reference:build",
@@ -179,10 +180,11 @@ class Graph:
         unknown = set(edges) - {s.name for s in self.streams}
         if unknown:
             raise ValueError(f"no stream named {sorted(unknown)} in this graph")
-        return Graph(self.workers + [spec], self.layouts, streams)
+        return replace(self, workers=self.workers + [spec], streams=streams)
 
     def with_stream(self, stream: StreamSpec, layout: BlockLayout) -> Graph:
-        return Graph(self.workers, {**self.layouts, stream.block: layout}, self.streams + [stream])
+        layouts = {**self.layouts, stream.block: layout}
+        return replace(self, layouts=layouts, streams=self.streams + [stream])
 
     def all_layouts(self) -> dict[str, BlockLayout]:
         """The streams' blocks and the control block."""

@@ -24,6 +24,7 @@ import numpy as np
 
 from surge.envs.group import make_group
 from surge.streams.inference import InferenceClient, request_obs
+from surge.streams.league import LeaguePool
 from surge.streams.sample import SampleProducer, first_unfinished_segment
 from surge.tracking.timing import COPY, ENV
 from surge.workers.base import Binding, RunContext, derive_seed
@@ -79,13 +80,14 @@ class ActorWorker:
         G, rows = cfg.workers.envs_per_group, ctx.group_rows  # an env's agents are rows
         self.producer = SampleProducer(transport, samples, depth=self.flow.depth, group_size=rows)
         self._records_active = "active" in self.producer.arrays
+        opponents = _league_pool(ctx, b)  # self-play games: past versions from the league
         self.groups: list[Any] = []
         self.state: list[_GroupState] = []
         for g in self.ring:
             seeds = [derive_seed(cfg.seed, "env", ctx.resumes, self.life, g, i) for i in range(G)]
             segment = first_unfinished_segment(transport, samples.block, g, ctx.start_version)
             slot = {n: o[g] for n, o in self.slot_obs.items()}
-            self.groups.append(make_group(cfg.env, seeds, slot))
+            self.groups.append(make_group(cfg.env, seeds, slot, opponents))
             self.state.append(
                 _GroupState(
                     segment=segment,
@@ -178,3 +180,21 @@ class ActorWorker:
     def close(self) -> None:
         for group in self.groups:
             group.close()
+
+
+def _league_pool(ctx: RunContext, b: Binding) -> LeaguePool | None:
+    """The opponents of a self-play actor's games: snapshots from the league's stream, each
+    played by a policy of its own (numpy for MLPs, as the actor's inline policy)."""
+    snapshots = [p for p in b.ports.values() if p.kind == "snapshots"]
+    if not snapshots:
+        return None
+    from surge.models.flat_policy import FlatPolicy
+
+    env, cfg = ctx.env, ctx.cfg
+    seeds = iter(range(1_000_000))
+
+    def make_policy() -> FlatPolicy:
+        seed = derive_seed(cfg.seed, "opponent", ctx.resumes, b.index, b.life, next(seeds))
+        return FlatPolicy(env.observation_space, env.action_space, cfg.model, seed)
+
+    return LeaguePool(b.transport, snapshots[0].block, make_policy, cfg.selfplay.latest_share)

@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import make_env
-from surge.evaluation.episodes import eval_env_config, play_episodes, render_fps
+from surge.evaluation.episodes import render_fps
+from surge.evaluation.suite import EvalSuite
 from surge.models.flat_policy import FlatPolicy
 from surge.streams.params import NONE, ParameterService
 from surge.streams.results import ResultWriter
@@ -102,7 +102,8 @@ class EvalWorker(ScheduledEvaluations):
         self.results = ResultWriter(b.transport, b.port("evaluations"))
         self.video = cfg.eval.video_every > 0 and b.index == 0
         self.videos_recorded = 0  # number // video_every at the last video
-        self.env = make_env(eval_env_config(cfg.env, video=self.video))
+        self.suite = EvalSuite(cfg, video=self.video)
+        self.env = self.suite.env
         seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
         spaces = (self.env.observation_space, self.env.action_space)
         self.policy = FlatPolicy(*spaces, cfg.model, seed)
@@ -116,13 +117,11 @@ class EvalWorker(ScheduledEvaluations):
         version = self.params.read(self.policy.flat)
         self.policy.reload()
         record = self.video and video_due(number, e.video_every, self.videos_recorded)
-        played = play_episodes(
-            self.env,
+        played, rates = self.suite.play(
             self.policy,
             episodes=e.episodes,
             seed=derive_seed(self.cfg.seed, "eval-episodes", self.ctx.resumes, number),
             deterministic=e.deterministic,
-            clip_actions=self.cfg.env.clip_actions,
             record_first=record,
             on_step=self.control.beat,  # an episode may outlast workers.heartbeat_timeout_s
         )
@@ -137,6 +136,7 @@ class EvalWorker(ScheduledEvaluations):
                 "return_std": played.return_std,
                 "length_mean": played.length_mean,
                 "video": float(record),
+                **rates,  # self-play: win / draw / loss rates per fixed player
             }
         )
 
@@ -151,6 +151,6 @@ class EvalWorker(ScheduledEvaluations):
             self.board.add("eval/video", frames, version * self.cfg.batch_steps, fps)
 
     def close(self) -> None:
-        self.env.close()
+        self.suite.close()
         if self.board is not None:
             self.board.close()

@@ -185,18 +185,11 @@ class TrainerWorker(TrainerLoop):
         if self.evaluations is None:
             return
         for result in self.evaluations.new():
-            self.metrics.write(
-                {
-                    "env_steps": self.env_steps,
-                    "time": round(time.time(), 3),
-                    "eval/policy_version": int(result["version"]),
-                    "eval/episodes": int(result["episodes"]),
-                    "eval/return_mean": result["return_mean"],
-                    "eval/return_std": result["return_std"],
-                    "eval/length_mean": result["length_mean"],
-                    "eval/video": int(result["video"]),
-                }
-            )
+            record: dict[str, Any] = {"env_steps": self.env_steps, "time": round(time.time(), 3)}
+            for name, value in result.items():  # the fields recipes/evaluation.py declares
+                key = "eval/policy_version" if name == "version" else f"eval/{name}"
+                record[key] = int(value) if name in ("version", "episodes", "video") else value
+            self.metrics.write(record)
             self.control.set_progress(eval_return_mean=result["return_mean"])
 
     def _publish(self) -> None:

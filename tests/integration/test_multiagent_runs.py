@@ -88,3 +88,34 @@ def test_a_killed_actor_of_a_multiagent_run_is_restarted(run_dir: Path) -> None:
     last = _training_rows(run_dir)[-1]
     assert last["env_steps"] == 60000 and last["restarts"] == 1 and last["actor_life_max"] == 1
     assert last["agent_steps"] == 3 * 60000
+
+
+@pytest.mark.parametrize("runtime", ["serial", "local"])
+def test_connect4_selfplay_trains_against_its_league_and_reports_win_rates(
+    runtime: str, run_dir: Path
+) -> None:
+    result = run_surge(
+        "train", "connect4-selfplay", f"run_dir={run_dir}", f"runtime={runtime}",
+        "total_env_steps=40960", "workers.envs_per_group=4", "eval.every_versions=5",
+        "eval.every_s=1", "eval.episodes=6", "eval.nice=0", "selfplay.snapshot_every=2",
+        *SHORT[:2], timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = metrics_so_far(run_dir)
+    evals = [r for r in rows if "eval/win_rate_vs_random" in r]
+    assert evals, "no evaluation against the fixed players was logged"
+    for r in evals:
+        for player in ("random", "heuristic"):
+            rates = [float(r[f"eval/{o}_rate_vs_{player}"]) for o in ("win", "draw", "loss")]  # type: ignore[arg-type]
+            assert abs(sum(rates) - 1) < 1e-9 and all(0 <= x <= 1 for x in rates)
+        assert r["eval/episodes"] == 12  # 6 games against each player
+    last = _training_rows(run_dir)[-1]
+    assert last["env_steps"] == 40960 and -1 <= float(last["episode_return_mean"]) <= 1  # type: ignore[arg-type]
+    if runtime == "local":  # the serial runtime writes no worker table
+        table = json.loads((run_dir / "workers.json").read_text())["workers"]
+        assert "league-0" in {w["name"] for w in table}
+    # `surge eval` plays the same matches with the run's checkpoint.
+    out = run_surge("eval", str(run_dir), "episodes=4")
+    assert out.returncode == 0, out.stderr[-3000:]
+    result_json = json.loads((run_dir / "eval.json").read_text())
+    assert result_json["episodes"] == 4 and "win_rate_vs_heuristic" in result_json

@@ -1,0 +1,94 @@
+"""What one evaluation plays, for evaluation workers and `surge eval` alike.
+
+For most envs: whole episodes on one env instance. For a self-play game
+(`env.id=selfplay:<game>`): the same number of games against each fixed player of
+`selfplay.eval_opponents` (seats alternating), reported as win, draw and loss rates per
+player (`win_rate_vs_random`, ...) beside the return statistics over all games.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from surge.config.schema import ExperimentConfig
+from surge.envs.make import make_env
+from surge.envs.selfplay import Fixed, fixed_player, is_selfplay_id
+from surge.evaluation.episodes import EpisodeResults, eval_env_config, play_episodes
+from surge.models.flat_policy import FlatPolicy
+from surge.workers.base import derive_seed
+
+OUTCOMES = ("win_rate", "draw_rate", "loss_rate")
+
+
+def match_fields(cfg: ExperimentConfig) -> tuple[str, ...]:
+    """The per-player fields an evaluation of this config reports (none outside self-play)."""
+    if not is_selfplay_id(cfg.env.id):
+        return ()
+    return tuple(f"{o}_vs_{p}" for p in cfg.selfplay.eval_opponents for o in OUTCOMES)
+
+
+def outcome_rates(returns: list[float], player: str) -> dict[str, float]:
+    """Win, draw and loss rates from the signs of the games' returns."""
+    signs = np.sign(np.asarray(returns, np.float64))
+    return {
+        f"win_rate_vs_{player}": float((signs > 0).mean()),
+        f"draw_rate_vs_{player}": float((signs == 0).mean()),
+        f"loss_rate_vs_{player}": float((signs < 0).mean()),
+    }
+
+
+class EvalSuite:
+    def __init__(self, cfg: ExperimentConfig, video: bool) -> None:
+        self.cfg = cfg
+        env_cfg = eval_env_config(cfg.env, video)
+        self.envs: dict[str, gym.Env[Any, Any]]
+        if is_selfplay_id(cfg.env.id):
+            self.envs = {
+                name: make_env(env_cfg, Fixed(fixed_player(name, cfg.env.id)))
+                for name in cfg.selfplay.eval_opponents
+            }
+        else:
+            self.envs = {"": make_env(env_cfg)}
+
+    @property
+    def env(self) -> gym.Env[Any, Any]:
+        """The first env: its spaces are the policy's, its frames a video's."""
+        return next(iter(self.envs.values()))
+
+    def play(
+        self,
+        policy: FlatPolicy,
+        episodes: int,
+        seed: int,
+        deterministic: bool,
+        record_first: bool = False,
+        on_step: Callable[[], None] | None = None,
+    ) -> tuple[EpisodeResults, dict[str, float]]:
+        """(every episode's results, the per-player rates): `episodes` per env."""
+        combined = EpisodeResults()
+        rates: dict[str, float] = {}
+        for k, (player, env) in enumerate(self.envs.items()):
+            played = play_episodes(
+                env,
+                policy,
+                episodes,
+                derive_seed(seed, player) if player else seed,
+                deterministic,
+                clip_actions=self.cfg.env.clip_actions,
+                record_first=record_first and k == 0,
+                on_step=on_step,
+            )
+            combined.returns += played.returns
+            combined.lengths += played.lengths
+            combined.frames += played.frames
+            if player:
+                rates.update(outcome_rates(played.returns, player))
+        return combined, rates
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
