@@ -17,7 +17,6 @@ from surge.algos.normalize import ValueNormalizer, stats_vector
 from surge.config.load import load_config
 from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
-from surge.evaluation.episodes import render_fps
 from surge.evaluation.suite import EvalSuite
 from surge.models.flat_policy import FlatPolicy
 from surge.models.numpy_policy import numpy_layout
@@ -112,6 +111,6 @@ def evaluate(
     }
     if video:
         path = run_dir / "videos" / f"eval-v{version:08d}.mp4"
-        result["video"] = str(write_mp4(path, played.frames, render_fps(env)))
+        result["video"] = str(write_mp4(path, played.frames, suite.render_fps))
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
     return result

@@ -17,6 +17,7 @@ import numpy as np
 
 from surge.config.schema import EnvConfig
 from surge.envs.group import action_converter
+from surge.envs.multiagent import MultiAgentGroup
 from surge.envs.spaces import split_obs
 from surge.models.flat_policy import FlatPolicy
 from surge.tracking.video import require_av
@@ -94,5 +95,42 @@ def play_episodes(
     return results
 
 
-def render_fps(env: gym.Env[Any, Any]) -> float:
+def play_multiagent_episodes(
+    group: MultiAgentGroup,
+    policy: FlatPolicy,
+    episodes: int,
+    seed: int,
+    deterministic: bool,
+    record_first: bool = False,
+    on_step: Callable[[], None] | None = None,
+) -> EpisodeResults:
+    """`play_episodes` for a one-env multi-agent group (surge/envs/multiagent.py): the policy
+    acts for every agent's row at once, an episode's return is the team's (summed over the
+    agents), its length the env's steps."""
+    results = EpisodeResults()
+    env = group.envs[0]
+    for episode in range(episodes):
+        group.seeds = [derive_seed(seed, "episode", episode) % 2**31]
+        group.reset()
+        recording = record_first and episode == 0
+        if recording:
+            results.frames.append(env.render())
+        total, steps = 0.0, 0
+        while True:
+            action = policy.act(group.obs_out, deterministic)[0]
+            group.step(action)
+            total += float(group.score[0])
+            steps += 1
+            if recording and not group.game_over[0]:
+                results.frames.append(env.render())
+            if on_step is not None:
+                on_step()
+            if group.game_over[0]:
+                break
+        results.returns.append(total)
+        results.lengths.append(steps)
+    return results
+
+
+def render_fps(env: Any) -> float:
     return float(env.metadata.get("render_fps") or 30)

@@ -1,6 +1,7 @@
 """What one evaluation plays, for evaluation workers and `surge eval` alike.
 
-For most envs: whole episodes on one env instance. For a self-play game
+For most envs: whole episodes on one env instance; for a multi-agent env, one env whose
+agents all act through the policy (team returns, surge/envs/multiagent.py). For a self-play game
 (`env.id=selfplay:<game>`): the same number of games against each fixed player of
 `selfplay.eval_opponents` (seats alternating), reported as win, draw and loss rates per
 player (`win_rate_vs_random`, ...) beside the return statistics over all games.
@@ -11,13 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import make_env
+from surge.envs.make import make_env, probe_env
+from surge.envs.multiagent import MultiAgentGroup
+from surge.envs.pettingzoo import is_pettingzoo_id
 from surge.envs.selfplay import Fixed, fixed_player, is_selfplay_id
-from surge.evaluation.episodes import EpisodeResults, eval_env_config, play_episodes
+from surge.envs.spaces import obs_specs
+from surge.evaluation.episodes import (
+    EpisodeResults,
+    eval_env_config,
+    play_episodes,
+    play_multiagent_episodes,
+    render_fps,
+)
 from surge.models.flat_policy import FlatPolicy
 from surge.workers.base import derive_seed
 
@@ -45,8 +54,16 @@ class EvalSuite:
     def __init__(self, cfg: ExperimentConfig, video: bool) -> None:
         self.cfg = cfg
         env_cfg = eval_env_config(cfg.env, video)
-        self.envs: dict[str, gym.Env[Any, Any]]
-        if is_selfplay_id(cfg.env.id):
+        self.envs: dict[str, Any]
+        self.group: MultiAgentGroup | None = None
+        if is_pettingzoo_id(cfg.env.id):  # one env's agents as rows (envs/multiagent.py)
+            info = probe_env(env_cfg, cfg.seed)
+            specs = obs_specs(info.observation_space)
+            rows = info.rows_per_env
+            out = {k: np.zeros((rows, *spec.shape), spec.dtype) for k, spec in specs.items()}
+            self.group = MultiAgentGroup(env_cfg, [cfg.seed], out)
+            self.envs = {"": self.group}
+        elif is_selfplay_id(cfg.env.id):
             self.envs = {
                 name: make_env(env_cfg, Fixed(fixed_player(name, cfg.env.id)))
                 for name in cfg.selfplay.eval_opponents
@@ -55,9 +72,14 @@ class EvalSuite:
             self.envs = {"": make_env(env_cfg)}
 
     @property
-    def env(self) -> gym.Env[Any, Any]:
-        """The first env: its spaces are the policy's, its frames a video's."""
+    def env(self) -> Any:
+        """The first env (or multi-agent group): its spaces are the policy's."""
         return next(iter(self.envs.values()))
+
+    @property
+    def render_fps(self) -> float:
+        env = self.group.envs[0] if self.group is not None else self.env
+        return render_fps(env)
 
     def play(
         self,
@@ -71,6 +93,11 @@ class EvalSuite:
         """(every episode's results, the per-player rates): `episodes` per env."""
         combined = EpisodeResults()
         rates: dict[str, float] = {}
+        if self.group is not None:
+            played = play_multiagent_episodes(
+                self.group, policy, episodes, seed, deterministic, record_first, on_step
+            )
+            return played, rates
         for k, (player, env) in enumerate(self.envs.items()):
             played = play_episodes(
                 env,

@@ -24,7 +24,6 @@ import time
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.evaluation.episodes import render_fps
 from surge.evaluation.suite import EvalSuite
 from surge.models.flat_policy import FlatPolicy
 from surge.streams.params import NONE, ParameterService
@@ -143,7 +142,7 @@ class EvalWorker(ScheduledEvaluations):
     def _save_video(self, version: int, frames: list[np.ndarray]) -> None:
         """`videos/eval-v<version>.mp4`, the name `surge eval --video` uses, and TensorBoard
         (at the env steps of that version: version x batch steps)."""
-        fps = render_fps(self.env)
+        fps = self.suite.render_fps
         write_mp4(self.ctx.run_dir / "videos" / f"eval-v{version:08d}.mp4", frames, fps)
         if self.cfg.log.tensorboard:
             if self.board is None:

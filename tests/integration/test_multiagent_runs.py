@@ -119,3 +119,25 @@ def test_connect4_selfplay_trains_against_its_league_and_reports_win_rates(
     assert out.returncode == 0, out.stderr[-3000:]
     result_json = json.loads((run_dir / "eval.json").read_text())
     assert result_json["episodes"] == 4 and "win_rate_vs_heuristic" in result_json
+
+
+def test_multiagent_evaluation_during_training_and_after(run_dir: Path) -> None:
+    """Evaluation workers and `surge eval` play one env with every agent acting through the
+    policy: team returns of whole 25-step episodes, and a playable video of the agents."""
+    from surge.tracking.video import read_mp4
+
+    result = run_surge(
+        "train", "spread-mappo", f"run_dir={run_dir}", "total_env_steps=16000",
+        "eval.workers=1", "eval.every_versions=4", "eval.video_every=2", "eval.episodes=2",
+        "eval.nice=0", *SHORT[:2], timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    evals = [r for r in metrics_so_far(run_dir) if "eval/return_mean" in r]
+    assert evals and all(r["eval/length_mean"] == 25.0 for r in evals)
+    assert all(float(r["eval/return_mean"]) < 0 for r in evals)  # type: ignore[arg-type]
+    out = run_surge("eval", str(run_dir), "episodes=3", "--video")
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((run_dir / "eval.json").read_text())
+    assert summary["episodes"] == 3 and summary["length_mean"] == 25.0
+    frames = read_mp4(Path(summary["video"]))
+    assert len(frames) >= 20 and frames[0].ndim == 3
