@@ -405,6 +405,7 @@ def validate(cfg: ExperimentConfig) -> None:
                 f"{field}: must be {rule}, got {value!r}", f"change {field} so it is {rule}"
             )
     _check_inference_splits(cfg)
+    _check_policies(cfg)
     if cfg.algo == "grpo":
         _check_llm(cfg)
     else:
@@ -420,6 +421,41 @@ def _check_inference_splits(cfg: ExperimentConfig) -> None:
             f"workers.inference_splits: must be {rule}, got {splits!r}",
             f"change workers.inference_splits so it is {rule}",
         )
+
+
+def _check_policies(cfg: ExperimentConfig) -> None:
+    """`policies` and `policy_mapping`, as far as the config alone tells (that every agent
+    finds a policy is checked against the env: surge/envs/multiagent.py `route_agents`)."""
+    names, mapping = cfg.policies, cfg.policy_mapping
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_-]+", n)]
+    if bad or len(set(names)) != len(names):
+        raise ConfigError(
+            f"policies: {names!r} must be distinct names of letters, digits, _ and -",
+            "rename the policies",
+        )
+    if not names and not mapping:
+        return
+    if not cfg.env.id.startswith("pettingzoo:"):
+        raise ConfigError(
+            f"policies / policy_mapping route the agents of a multi-agent env; env.id="
+            f"{cfg.env.id!r} is not one (pettingzoo:<module>)",
+            "remove policies and policy_mapping, or train a PettingZoo env",
+        )
+    unknown = sorted(set(mapping.values()) - set(cfg.policy_names))
+    if unknown:
+        raise ConfigError(
+            f"policy_mapping routes agents to {unknown}, which policies does not declare "
+            f"({cfg.policy_names})",
+            "add them to policies, or fix policy_mapping",
+        )
+    if len(names) > 1 and not mapping:
+        raise ConfigError(
+            f"policies declares {len(names)} policies but policy_mapping is empty",
+            "map agent-name patterns to policies, e.g. policy_mapping={'adversary_*': "
+            f"{names[0]}, '*': {names[1]}}}",
+        )
+    if cfg.algo == "grpo":
+        raise ConfigError("policies: LLM RL (algo: grpo) has one policy", "remove policies")
 
 
 def _check_minibatches(cfg: ExperimentConfig) -> None:

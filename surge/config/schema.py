@@ -494,6 +494,18 @@ class ExperimentConfig:
     """How many versions older than the trainer's current one the acting policy may be.
     0: synchronous on-policy training (actors wait for every update)."""
 
+    policies: list[str] = field(default_factory=list)
+    """Named policies of a multi-agent run (`env.id=pettingzoo:...`, docs/multiagent.md), each
+    with its own parameter stream, version, trainer (`trainer-<i>` for the i-th) and
+    optimiser; `policy_mapping` routes every agent to one. Empty: one policy, `default`, for
+    every agent (parameter sharing). The first policy's trainer writes the run's
+    metrics.jsonl and checkpoints; the others' go to `policies/<name>/` in the run
+    directory."""
+
+    policy_mapping: dict[str, str] = field(default_factory=dict)
+    """Agent-name pattern (shell-style: `adversary_*`) -> policy, for `policies`; each agent
+    takes the first pattern it matches, and every agent must match one."""
+
     algo: AlgoName = "ppo"
     """The learning algorithm: `ppo` (GAE advantages from the behaviour policy's values),
     `appo` (V-trace targets and advantages, corrected for policy lag), or `grpo` (LLM RL:
@@ -540,6 +552,11 @@ class ExperimentConfig:
     """LLM RL: the built-in model's sizes (used without `model.path`)."""
 
     # Derived values: computed, never configured.
+    @property
+    def policy_names(self) -> list[str]:
+        """The run's policies, the first one leading (its trainer ends the run)."""
+        return list(self.policies) or ["default"]
+
     @property
     def total_envs(self) -> int:
         return self.workers.actors * self.workers.ring_size * self.workers.envs_per_group

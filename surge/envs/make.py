@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surge.config.schema import EnvConfig
+from surge.config.schema import EnvConfig, ExperimentConfig
 from surge.envs.atari import (
     AleGroup,
     atari_observation_space,
@@ -138,10 +138,10 @@ def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
     its spaces (for Atari: the preprocessed frame stack and the game's action set)."""
     from surge.envs.pettingzoo import is_pettingzoo_id
 
-    if is_pettingzoo_id(cfg.id):
+    if is_pettingzoo_id(cfg.id):  # every agent to one policy (several: probe_policies)
         from surge.envs.multiagent import probe_multiagent
 
-        return probe_multiagent(cfg, seed)
+        return next(iter(probe_multiagent(cfg, seed).values()))
     backend = resolve_backend(cfg)
     if cfg.wrappers and backend != "gymnasium":
         raise ConfigError(
@@ -218,6 +218,18 @@ def _probe_envpool(cfg: EnvConfig, seed: int) -> EnvInfo:
         return info
     finally:
         env.close()
+
+
+def probe_policies(cfg: ExperimentConfig) -> dict[str, EnvInfo]:
+    """Each policy's view of the env (`policies`, `policy_mapping`): for a multi-agent env its
+    agents' rows (surge/envs/multiagent.py), otherwise the one policy's `probe_env`."""
+    from surge.envs.pettingzoo import is_pettingzoo_id
+
+    if is_pettingzoo_id(cfg.env.id):
+        from surge.envs.multiagent import probe_multiagent
+
+        return probe_multiagent(cfg.env, cfg.seed, cfg.policy_names, cfg.policy_mapping)
+    return {cfg.policy_names[0]: probe_env(cfg.env, cfg.seed)}
 
 
 def check_observation(env_id: str, where: str, obs: Any, space: gym.Space[Any]) -> None:

@@ -97,17 +97,19 @@ def play_episodes(
 
 def play_multiagent_episodes(
     group: MultiAgentGroup,
-    policy: FlatPolicy,
+    policies: dict[str, FlatPolicy],
     episodes: int,
     seed: int,
     deterministic: bool,
     record_first: bool = False,
     on_step: Callable[[], None] | None = None,
-) -> EpisodeResults:
-    """`play_episodes` for a one-env multi-agent group (surge/envs/multiagent.py): the policy
-    acts for every agent's row at once, an episode's return is the team's (summed over the
-    agents), its length the env's steps."""
+) -> tuple[EpisodeResults, dict[str, list[float]]]:
+    """`play_episodes` for a one-env multi-agent group (surge/envs/multiagent.py): each
+    policy (by lane, in `group.lanes`' order) acts for its agents' rows at once. An episode's
+    return is the first policy's team return (summed over its agents), its length the env's
+    steps; the second value has every policy's team returns."""
     results = EpisodeResults()
+    returns: dict[str, list[float]] = {p: [] for p in group.lanes}
     env = group.envs[0]
     for episode in range(episodes):
         group.seeds = [derive_seed(seed, "episode", episode) % 2**31]
@@ -115,11 +117,16 @@ def play_multiagent_episodes(
         recording = record_first and episode == 0
         if recording:
             results.frames.append(env.render())
-        total, steps = 0.0, 0
+        totals = dict.fromkeys(group.lanes, 0.0)
+        steps = 0
         while True:
-            action = policy.act(group.obs_out, deterministic)[0]
-            group.step(action)
-            total += float(group.score[0])
+            actions = {
+                p: policy.act(group.lanes[p].obs_out, deterministic)[0]
+                for p, policy in zip(group.lanes, policies.values(), strict=True)
+            }
+            group.step(actions)
+            for p, lane in group.lanes.items():
+                totals[p] += float(lane.score[0])
             steps += 1
             if recording and not group.game_over[0]:
                 results.frames.append(env.render())
@@ -127,9 +134,11 @@ def play_multiagent_episodes(
                 on_step()
             if group.game_over[0]:
                 break
-        results.returns.append(total)
+        for p, total in totals.items():
+            returns[p].append(total)
+        results.returns.append(next(iter(totals.values())))
         results.lengths.append(steps)
-    return results
+    return results, returns
 
 
 def render_fps(env: Any) -> float:

@@ -10,12 +10,13 @@ player (`win_rate_vs_random`, ...) beside the return statistics over all games.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import make_env, probe_env
+from surge.envs.make import EnvInfo, make_env, probe_policies
 from surge.envs.multiagent import MultiAgentGroup
 from surge.envs.pettingzoo import is_pettingzoo_id
 from surge.envs.selfplay import Fixed, fixed_player, is_selfplay_id
@@ -34,10 +35,14 @@ OUTCOMES = ("win_rate", "draw_rate", "loss_rate")
 
 
 def match_fields(cfg: ExperimentConfig) -> tuple[str, ...]:
-    """The per-player fields an evaluation of this config reports (none outside self-play)."""
-    if not is_selfplay_id(cfg.env.id):
-        return ()
-    return tuple(f"{o}_vs_{p}" for p in cfg.selfplay.eval_opponents for o in OUTCOMES)
+    """The fields an evaluation of this config reports besides the return statistics:
+    self-play's rates per fixed player, or each policy's team return when a multi-agent run
+    has several."""
+    if is_selfplay_id(cfg.env.id):
+        return tuple(f"{o}_vs_{p}" for p in cfg.selfplay.eval_opponents for o in OUTCOMES)
+    if len(cfg.policy_names) > 1:
+        return tuple(f"return_mean_{p}" for p in cfg.policy_names)
+    return ()
 
 
 def outcome_rates(returns: list[float], player: str) -> dict[str, float]:
@@ -57,11 +62,13 @@ class EvalSuite:
         self.envs: dict[str, Any]
         self.group: MultiAgentGroup | None = None
         if is_pettingzoo_id(cfg.env.id):  # one env's agents as rows (envs/multiagent.py)
-            info = probe_env(env_cfg, cfg.seed)
-            specs = obs_specs(info.observation_space)
-            rows = info.rows_per_env
-            out = {k: np.zeros((rows, *spec.shape), spec.dtype) for k, spec in specs.items()}
-            self.group = MultiAgentGroup(env_cfg, [cfg.seed], out)
+            infos = probe_policies(replace(cfg, env=env_cfg))
+            outs = {p: _rows(info) for p, info in infos.items()}
+            if len(outs) == 1:
+                self.group = MultiAgentGroup(env_cfg, [cfg.seed], next(iter(outs.values())))
+            else:
+                policies, mapping = cfg.policy_names, cfg.policy_mapping
+                self.group = MultiAgentGroup(env_cfg, [cfg.seed], outs, policies, mapping)
             self.envs = {"": self.group}
         elif is_selfplay_id(cfg.env.id):
             self.envs = {
@@ -83,21 +90,27 @@ class EvalSuite:
 
     def play(
         self,
-        policy: FlatPolicy,
+        policy: FlatPolicy | dict[str, FlatPolicy],
         episodes: int,
         seed: int,
         deterministic: bool,
         record_first: bool = False,
         on_step: Callable[[], None] | None = None,
     ) -> tuple[EpisodeResults, dict[str, float]]:
-        """(every episode's results, the per-player rates): `episodes` per env."""
+        """(every episode's results, the extra fields: per-player rates or per-policy
+        returns): `episodes` per env. `policy`: one per policy, in the run's order, when a
+        multi-agent run has several."""
         combined = EpisodeResults()
         rates: dict[str, float] = {}
+        policies = policy if isinstance(policy, dict) else {"": policy}
         if self.group is not None:
-            played = play_multiagent_episodes(
-                self.group, policy, episodes, seed, deterministic, record_first, on_step
+            played, returns = play_multiagent_episodes(
+                self.group, policies, episodes, seed, deterministic, record_first, on_step
             )
+            if len(returns) > 1:
+                rates = {f"return_mean_{p}": float(np.mean(r)) for p, r in returns.items()}
             return played, rates
+        policy = next(iter(policies.values()))
         for k, (player, env) in enumerate(self.envs.items()):
             played = play_episodes(
                 env,
@@ -119,3 +132,9 @@ class EvalSuite:
     def close(self) -> None:
         for env in self.envs.values():
             env.close()
+
+
+def _rows(info: EnvInfo) -> dict[str, np.ndarray]:
+    """Observation arrays for the rows of one env of a policy."""
+    specs = obs_specs(info.observation_space)
+    return {k: np.zeros((info.rows_per_env, *s.shape), s.dtype) for k, s in specs.items()}

@@ -63,12 +63,44 @@ class LeagueWriter:
         return int(self._version[(self.count - 1) % len(self._version)])
 
     def add(self, version: int, flat: np.ndarray) -> None:
-        slot = self.count % len(self._version)
+        self.put(self.count, version, flat)
+
+    def put(self, number: int, version: int, flat: np.ndarray) -> None:
+        """Write snapshot `number` (0, 1, ...) into its slot; the pool then holds
+        `number + 1` snapshots (a forwarded copy on another node, surge/streams/ray_bridge.py,
+        is written with the number it had)."""
+        slot = number % len(self._version)
         self._seq[slot] |= 1  # odd: being written (already odd if a previous life died here)
         self._flat[slot] = flat
         self._version[slot] = version
         self._seq[slot] += 1  # even: complete
-        self._count[0] += 1
+        self._count[0] = max(self.count, number + 1)
+
+
+class LeagueReader:
+    """Whole snapshots out of the pool (the league's forwarder to other nodes)."""
+
+    def __init__(self, transport: Transport, block: str) -> None:
+        a = transport.block(block)
+        self._flat, self._version, self._seq, self._count = (
+            a["flat"], a["version"], a["seq"], a["count"],
+        )  # fmt: skip
+        self.pool_size = len(self._version)
+
+    @property
+    def count(self) -> int:
+        return int(self._count[0])
+
+    def read(self, slot: int) -> tuple[int, np.ndarray]:
+        """(version, a copy of the parameters) of the snapshot in `slot`."""
+        while True:
+            seq = int(self._seq[slot])
+            if seq % 2:
+                continue  # being written: the writer finishes in microseconds
+            flat = self._flat[slot].copy()
+            version = int(self._version[slot])
+            if int(self._seq[slot]) == seq:
+                return version, flat
 
 
 class PolicyPlayer:

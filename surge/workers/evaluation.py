@@ -94,7 +94,12 @@ class EvalWorker(ScheduledEvaluations):
         self.finished = False
         self.ctx = ctx
         self.control = b.control
-        self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
+        # One parameter stream per policy (several in multi-agent runs with `policies`): the
+        # schedule follows the first policy's versions.
+        versions = {p.policy: p for p in b.ports.values() if p.kind == "versions"}
+        names = [""] if "" in versions else cfg.policy_names
+        self.streams = {n: ParameterService(b.transport, versions[n].block) for n in names}
+        self.params = self.streams[names[0]]
         # Nobody writes here but the controller at shutdown: waiting on it is the poll clock
         # (drive's timeout, 0.5 s), so new versions cost the busy cores no wake-up each.
         self.inbox = b.transport.channel(b.inbox)
@@ -104,8 +109,12 @@ class EvalWorker(ScheduledEvaluations):
         self.suite = EvalSuite(cfg, video=self.video)
         self.env = self.suite.env
         seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
-        spaces = (self.env.observation_space, self.env.action_space)
-        self.policy = FlatPolicy(*spaces, cfg.model, seed)
+        self.policies = {}
+        for n in names:
+            env = ctx.for_policy(n).env
+            spaces = (env.observation_space, env.action_space)
+            self.policies[n] = FlatPolicy(*spaces, cfg.model, derive_seed(seed, n) if n else seed)
+        self.policy = self.policies[names[0]]
         limit_torch_threads(1)
         self.index, self.workers = b.index, cfg.eval.workers
         self._start_schedule()
@@ -113,11 +122,13 @@ class EvalWorker(ScheduledEvaluations):
 
     def _evaluate(self, number: int) -> None:
         e = self.cfg.eval
-        version = self.params.read(self.policy.flat)
-        self.policy.reload()
+        versions = {n: service.read(self.policies[n].flat) for n, service in self.streams.items()}
+        for policy in self.policies.values():
+            policy.reload()
+        version = versions[next(iter(versions))]
         record = self.video and video_due(number, e.video_every, self.videos_recorded)
         played, rates = self.suite.play(
-            self.policy,
+            self.policies if len(self.policies) > 1 else self.policy,
             episodes=e.episodes,
             seed=derive_seed(self.cfg.seed, "eval-episodes", self.ctx.resumes, number),
             deterministic=e.deterministic,

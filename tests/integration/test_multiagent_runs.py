@@ -141,3 +141,39 @@ def test_multiagent_evaluation_during_training_and_after(run_dir: Path) -> None:
     assert summary["episodes"] == 3 and summary["length_mean"] == 25.0
     frames = read_mp4(Path(summary["video"]))
     assert len(frames) >= 20 and frames[0].ndim == 3
+
+
+TWO_POLICIES = [
+    f"env.id={ARRIVALS}", "env.kwargs={}", "env.multiagent.global_state=none",
+    "model.actor_inputs=[]", "model.critic_inputs=[]", "ppo.rollout_len=6",
+    "policies=[solo, pair]", "policy_mapping={a0: solo, '*': pair}",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("runtime", ["serial", "local", "ray"])
+def test_two_policies_each_with_its_trainer_and_resume(runtime: str, run_dir: Path) -> None:
+    """a0 is one policy's, a1 and a2 the other's: two trainers, two parameter streams, the
+    second policy's metrics and checkpoints in policies/pair/, and a resume of both."""
+    if runtime == "ray":
+        os.environ.update(RAY_ENV)
+    common = [f"runtime={runtime}", *SHORT]
+    result = run_surge(
+        "train", "spread-ippo", f"run_dir={run_dir}", *TWO_POLICIES, *common,
+        "total_env_steps=480", timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "trainer-0, trainer-1" in result.stderr
+    pair_dir = run_dir / "policies" / "pair"
+    for rows, agent_steps, low, high in (
+        (_training_rows(run_dir), 6, 6.0, 6.6),  # a0: 6 steps of 1 (+0.1 per action 1)
+        (_training_rows(pair_dir), 7, 18.0, 18.7),  # a1: 3 of 2, a2: 4 of 3
+    ):
+        last = rows[-1]
+        assert last["env_steps"] == 480 and last["policy_version"] == 10
+        assert last["episodes"] == 80 and last["agent_steps"] == agent_steps * 80
+        assert low <= float(last["episode_return_mean"]) <= high  # type: ignore[arg-type]
+    assert list((pair_dir / "checkpoints").glob("ckpt-*.safetensors"))
+    again = run_surge("resume", str(run_dir), "total_env_steps=960", timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for rows in (_training_rows(run_dir), _training_rows(pair_dir)):
+        assert rows[-1]["env_steps"] == 960 and rows[-1]["policy_version"] == 20
