@@ -356,6 +356,7 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     *[(f"appo.{n}", _positive, "> 0") for n in ("rho_bar", "c_bar")],
     *[(n, _at_least(1), ">= 1") for n in ("total_env_steps", "return_window")],
     ("max_policy_lag", _at_least(0), ">= 0"),
+    ("max_train_time_s", lambda v: v is None or v > 0, "> 0 (or null)"),
     *[(f"log.{n}", _at_least(0), ">= 0") for n in ("interval_s", "checkpoint_interval_s")],
     ("log.first_checkpoint_s", _at_least(0), ">= 0"),
     ("log.keep_checkpoints", _at_least(1), ">= 1"),

@@ -484,6 +484,10 @@ class ExperimentConfig:
     total_env_steps: int = 500_000
     """Stop after this many environment steps (summed over all envs)."""
 
+    max_train_time_s: float | None = None
+    """Also stop once the trainer has trained this long (seconds on its clock, from its start,
+    resumed runs included): a time budget, as benchmarks use. None: no limit."""
+
     stop_return: float | None = None
     """Also stop once the mean return of the last `return_window` episodes reaches this."""
 

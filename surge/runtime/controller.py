@@ -44,7 +44,7 @@ CHANGEABLE_ON_RESUME = ("env.max_episode_steps", "env.clip_actions")
 @dataclass(frozen=True)
 class TrainResult:
     run_dir: Path
-    reason: str  # "solved" | "budget" | "interrupted"
+    reason: str  # "solved" | "budget" | "time" | "interrupted"
     env_steps: int
     episode_return_mean: float
     """Mean return of the last `return_window` episodes; NaN when none has ended."""
@@ -367,6 +367,7 @@ def _print_footer(result: TrainResult) -> None:
     summary = {
         "solved": "solved",
         "budget": "reached total_env_steps",
+        "time": "reached max_train_time_s",
         "interrupted": "interrupted; checkpoint saved, continue with `surge resume "
         f"{result.run_dir}`",
     }.get(result.reason, result.reason)
