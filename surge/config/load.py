@@ -358,6 +358,7 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     *[(f"appo.{n}", _positive, "> 0") for n in ("rho_bar", "c_bar")],
     *[(n, _at_least(1), ">= 1") for n in ("total_env_steps", "return_window")],
     ("max_policy_lag", _at_least(0), ">= 0"),
+    ("max_train_time_s", lambda v: v is None or v > 0, "> 0 (or null)"),
     *[(f"log.{n}", _at_least(0), ">= 0") for n in ("interval_s", "checkpoint_interval_s")],
     ("log.first_checkpoint_s", _at_least(0), ">= 0"),
     ("log.keep_checkpoints", _at_least(1), ">= 1"),
@@ -365,6 +366,13 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("eval.every_s", _positive, "> 0"),
     ("eval.episodes", _at_least(1), ">= 1"),
     ("eval.nice", lambda v: 0 <= v <= 19, "in [0, 19]"),
+    *[(f"selfplay.{n}", _at_least(1), ">= 1") for n in ("snapshot_every", "pool_size")],
+    ("selfplay.latest_share", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    (
+        "selfplay.eval_opponents",
+        lambda v: set(v) <= {"random", "heuristic"} and len(set(v)) == len(v),
+        "a list of distinct players from [random, heuristic]",
+    ),
     # LLM RL (algo: grpo)
     *[
         (f"rollout.{n}", _at_least(1), ">= 1")
@@ -400,6 +408,7 @@ def validate(cfg: ExperimentConfig) -> None:
                 f"{field}: must be {rule}, got {value!r}", f"change {field} so it is {rule}"
             )
     _check_inference_splits(cfg)
+    _check_policies(cfg)
     if cfg.algo == "grpo":
         _check_llm(cfg)
     else:
@@ -416,6 +425,41 @@ def _check_inference_splits(cfg: ExperimentConfig) -> None:
             f"workers.inference_splits: must be {rule}, got {splits!r}",
             f"change workers.inference_splits so it is {rule}",
         )
+
+
+def _check_policies(cfg: ExperimentConfig) -> None:
+    """`policies` and `policy_mapping`, as far as the config alone tells (that every agent
+    finds a policy is checked against the env: surge/envs/multiagent.py `route_agents`)."""
+    names, mapping = cfg.policies, cfg.policy_mapping
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_-]+", n)]
+    if bad or len(set(names)) != len(names):
+        raise ConfigError(
+            f"policies: {names!r} must be distinct names of letters, digits, _ and -",
+            "rename the policies",
+        )
+    if not names and not mapping:
+        return
+    if not cfg.env.id.startswith("pettingzoo:"):
+        raise ConfigError(
+            f"policies / policy_mapping route the agents of a multi-agent env; env.id="
+            f"{cfg.env.id!r} is not one (pettingzoo:<module>)",
+            "remove policies and policy_mapping, or train a PettingZoo env",
+        )
+    unknown = sorted(set(mapping.values()) - set(cfg.policy_names))
+    if unknown:
+        raise ConfigError(
+            f"policy_mapping routes agents to {unknown}, which policies does not declare "
+            f"({cfg.policy_names})",
+            "add them to policies, or fix policy_mapping",
+        )
+    if len(names) > 1 and not mapping:
+        raise ConfigError(
+            f"policies declares {len(names)} policies but policy_mapping is empty",
+            "map agent-name patterns to policies, e.g. policy_mapping={'adversary_*': "
+            f"{names[0]}, '*': {names[1]}}}",
+        )
+    if cfg.algo == "grpo":
+        raise ConfigError("policies: LLM RL (algo: grpo) has one policy", "remove policies")
 
 
 def _check_minibatches(cfg: ExperimentConfig) -> None:
@@ -462,6 +506,16 @@ def _check_recurrent(cfg: ExperimentConfig) -> None:
         raise ConfigError(
             f"model.backend=numpy covers feed-forward MLPs; model.core={m.core} is recurrent",
             "set model.backend to auto or torch (auto picks torch for recurrent models)",
+        )
+    from surge.envs.selfplay import is_selfplay_id  # only for recurrent configs: gymnasium
+
+    if is_selfplay_id(cfg.env.id):
+        # a league opponent is one player object per snapshot, shared by the games that
+        # drew it: it has nowhere to keep a per-game recurrent state (surge/streams/league.py)
+        raise ConfigError(
+            f"model.core={m.core} with a self-play env ({cfg.env.id}): league opponents play "
+            "feed-forward only",
+            "set model.core=none for self-play",
         )
 
 

@@ -462,6 +462,30 @@ class EvalConfig:
 
 
 @dataclass
+class SelfPlayConfig:
+    """Self-play (`env.id=selfplay:<game>`, docs/multiagent.md): the learner plays one seat
+    of a two-player game; the other seat's player is drawn for each episode from a league of
+    the learner's past versions, kept by the league worker."""
+
+    snapshot_every: int = 10
+    """Versions between two snapshots of the learner taken into the league (version 0 is
+    the first)."""
+
+    pool_size: int = 20
+    """Snapshots the league keeps; a new one replaces the oldest."""
+
+    latest_share: float = 0.5
+    """Share of episodes played against the newest snapshot; the others draw an opponent
+    uniformly from the whole pool."""
+
+    eval_opponents: list[str] = field(default_factory=lambda: ["random", "heuristic"])
+    """Fixed players the evaluation workers play (`eval.episodes` games each, seats
+    alternating), logged as `eval/win_rate_vs_<player>`, `eval/draw_rate_vs_<player>` and
+    `eval/loss_rate_vs_<player>`: `random` (a uniformly random legal move), `heuristic` (the
+    game's heuristic player: connect four's wins, blocks, and prefers the centre)."""
+
+
+@dataclass
 class ExperimentConfig:
     """One experiment: runs unchanged on every runtime."""
 
@@ -482,6 +506,10 @@ class ExperimentConfig:
     total_env_steps: int = 500_000
     """Stop after this many environment steps (summed over all envs)."""
 
+    max_train_time_s: float | None = None
+    """Also stop once the trainer has trained this long (seconds on its clock, from its start,
+    resumed runs included): a time budget, as benchmarks use. None: no limit."""
+
     stop_return: float | None = None
     """Also stop once the mean return of the last `return_window` episodes reaches this."""
 
@@ -491,6 +519,18 @@ class ExperimentConfig:
     max_policy_lag: int = 0
     """How many versions older than the trainer's current one the acting policy may be.
     0: synchronous on-policy training (actors wait for every update)."""
+
+    policies: list[str] = field(default_factory=list)
+    """Named policies of a multi-agent run (`env.id=pettingzoo:...`, docs/multiagent.md), each
+    with its own parameter stream, version, trainer (`trainer-<i>` for the i-th) and
+    optimiser; `policy_mapping` routes every agent to one. Empty: one policy, `default`, for
+    every agent (parameter sharing). The first policy's trainer writes the run's
+    metrics.jsonl and checkpoints; the others' go to `policies/<name>/` in the run
+    directory."""
+
+    policy_mapping: dict[str, str] = field(default_factory=dict)
+    """Agent-name pattern (shell-style: `adversary_*`) -> policy, for `policies`; each agent
+    takes the first pattern it matches, and every agent must match one."""
 
     algo: AlgoName = "ppo"
     """The learning algorithm: `ppo` (GAE advantages from the behaviour policy's values),
@@ -519,6 +559,9 @@ class ExperimentConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     """The Ray cluster and the resources each worker declares (`runtime=ray` only)."""
 
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    """Self-play: the league of past versions the learner plays against (`selfplay:` envs)."""
+
     task: TaskConfig = field(default_factory=TaskConfig)
     """LLM RL: the prompts and their verifier (the environment of `algo: grpo`)."""
 
@@ -535,6 +578,11 @@ class ExperimentConfig:
     """LLM RL: the built-in model's sizes (used without `model.path`)."""
 
     # Derived values: computed, never configured.
+    @property
+    def policy_names(self) -> list[str]:
+        """The run's policies, the first one leading (its trainer ends the run)."""
+        return list(self.policies) or ["default"]
+
     @property
     def total_envs(self) -> int:
         return self.workers.actors * self.workers.ring_size * self.workers.envs_per_group

@@ -16,6 +16,7 @@ import numpy as np
 from surge.config.schema import EnvConfig
 from surge.envs.atari import AleGroup, is_atari_id, resolve_backend
 from surge.envs.make import check_observation, make_env
+from surge.envs.selfplay import OpponentSource
 from surge.envs.spaces import split_obs
 from surge.errors import EnvSpecError
 
@@ -37,9 +38,10 @@ class EnvGroup:
         cfg: EnvConfig,
         seeds: list[int],
         obs_out: dict[str, np.ndarray],
+        opponents: OpponentSource | None = None,
     ) -> None:
         self.cfg = cfg
-        self.envs = [make_env(cfg) for _ in seeds]
+        self.envs = [make_env(cfg, opponents) for _ in seeds]
         self.seeds = seeds
         self.size = len(seeds)
         self.obs_out = obs_out  # [G, ...] per field
@@ -145,12 +147,18 @@ class Group(Protocol):
     def close(self) -> None: ...
 
 
-def make_group(cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray]) -> Group:
+def make_group(
+    cfg: EnvConfig,
+    seeds: list[int],
+    obs_out: dict[str, np.ndarray],
+    opponents: OpponentSource | None = None,
+) -> Group:
     """The env group for `cfg.backend` (see EnvGroup for the contract): `auto` is `ale` for
     `ALE/*` ids, else `gymnasium`; Atari ids on `gymnasium` get `GymAtariGroup`; `envpool`
     (surge/envs/envpool_group.py) takes Atari and EnvPool's other Box-observation envs.
     `pettingzoo:` ids get `MultiAgentGroup` (surge/envs/multiagent.py): `seeds` has one seed
-    per env, `obs_out` one row per agent of every env."""
+    per env, `obs_out` one row per agent of every env. `selfplay:` games play their other
+    seat against `opponents` (surge/envs/selfplay.py)."""
     from surge.envs.pettingzoo import is_pettingzoo_id
 
     if is_pettingzoo_id(cfg.id):
@@ -168,7 +176,7 @@ def make_group(cfg: EnvConfig, seeds: list[int], obs_out: dict[str, np.ndarray])
         return EnvpoolGroup(cfg, seeds, obs_out)
     if is_atari_id(cfg.id):
         return GymAtariGroup(cfg, seeds, obs_out)
-    return EnvGroup(cfg, seeds, obs_out)
+    return EnvGroup(cfg, seeds, obs_out, opponents)
 
 
 def action_converter(space: gym.Space[Any], clip: bool) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surge.config.schema import EnvConfig
+from surge.config.schema import EnvConfig, ExperimentConfig
 from surge.envs.atari import (
     AleGroup,
     atari_observation_space,
@@ -20,6 +20,7 @@ from surge.envs.atari import (
     make_atari_env,
     resolve_backend,
 )
+from surge.envs.selfplay import OpponentSource, is_selfplay_id, make_selfplay_env
 from surge.envs.spaces import ArraySpec, action_spec, flatten_obs_space, obs_specs, split_obs
 from surge.errors import ConfigError, EnvSpecError
 
@@ -48,13 +49,15 @@ class EnvInfo:
         return action_spec(self.action_space)
 
 
-def make_env(cfg: EnvConfig) -> gym.Env[Any, Any]:
+def make_env(cfg: EnvConfig, opponents: OpponentSource | None = None) -> gym.Env[Any, Any]:
     """`gymnasium.make(cfg.id)`; `module:Env-v0` imports `module` first (gymnasium's own syntax).
 
     `ALE/*` ids get the Atari preprocessing of `env.atari` (raw rewards, real game ends:
-    clipping and episodic life belong to the env group). Then `env.wrappers`, in order."""
+    clipping and episodic life belong to the env group). `selfplay:` ids are the learner's
+    seat of a two-player game against `opponents` (surge/envs/selfplay.py; None: a random
+    player). Then `env.wrappers`, in order."""
     wrappers = [load_wrapper(spec, i) for i, spec in enumerate(cfg.wrappers)]
-    env = _make(cfg)
+    env = _make(cfg, opponents)
     for i, wrapper in enumerate(wrappers):
         env = wrapper(env)
         if not isinstance(env, gym.Env):
@@ -99,9 +102,13 @@ def load_wrapper(spec: str, i: int = 0) -> Callable[[gym.Env[Any, Any]], Any]:
     return typing.cast(Callable[[gym.Env[Any, Any]], Any], obj)
 
 
-def _make(cfg: EnvConfig) -> gym.Env[Any, Any]:
+def _make(cfg: EnvConfig, opponents: OpponentSource | None) -> gym.Env[Any, Any]:
     if is_atari_id(cfg.id):
         return make_atari_env(cfg)
+    if is_selfplay_id(cfg.id):
+        kwargs = dict(cfg.kwargs)
+        render_mode = kwargs.pop("render_mode", None)
+        return make_selfplay_env(cfg.id, kwargs, opponents, render_mode)
     kwargs = dict(cfg.kwargs)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
@@ -131,10 +138,10 @@ def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
     its spaces (for Atari: the preprocessed frame stack and the game's action set)."""
     from surge.envs.pettingzoo import is_pettingzoo_id
 
-    if is_pettingzoo_id(cfg.id):
+    if is_pettingzoo_id(cfg.id):  # every agent to one policy (several: probe_policies)
         from surge.envs.multiagent import probe_multiagent
 
-        return probe_multiagent(cfg, seed)
+        return next(iter(probe_multiagent(cfg, seed).values()))
     backend = resolve_backend(cfg)
     if cfg.wrappers and backend != "gymnasium":
         raise ConfigError(
@@ -211,6 +218,18 @@ def _probe_envpool(cfg: EnvConfig, seed: int) -> EnvInfo:
         return info
     finally:
         env.close()
+
+
+def probe_policies(cfg: ExperimentConfig) -> dict[str, EnvInfo]:
+    """Each policy's view of the env (`policies`, `policy_mapping`): for a multi-agent env its
+    agents' rows (surge/envs/multiagent.py), otherwise the one policy's `probe_env`."""
+    from surge.envs.pettingzoo import is_pettingzoo_id
+
+    if is_pettingzoo_id(cfg.env.id):
+        from surge.envs.multiagent import probe_multiagent
+
+        return probe_multiagent(cfg.env, cfg.seed, cfg.policy_names, cfg.policy_mapping)
+    return {cfg.policy_names[0]: probe_env(cfg.env, cfg.seed)}
 
 
 def check_observation(env_id: str, where: str, obs: Any, space: gym.Space[Any]) -> None:

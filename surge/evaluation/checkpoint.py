@@ -16,14 +16,14 @@ import numpy as np
 from surge.algos.normalize import ValueNormalizer, stats_vector
 from surge.config.load import load_config
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import make_env
+from surge.envs.make import probe_policies
 from surge.errors import UserError
-from surge.evaluation.episodes import eval_env_config, play_episodes, render_fps
+from surge.evaluation.suite import EvalSuite
 from surge.models.flat_policy import FlatPolicy
 from surge.models.numpy_policy import numpy_layout
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
 from surge.tracking.video import write_mp4
-from surge.workers.base import derive_seed, limit_torch_threads
+from surge.workers.base import derive_seed, limit_torch_threads, policy_home
 
 
 def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
@@ -85,23 +85,21 @@ def evaluate(
     if checkpoint is None:
         raise UserError(f"{run_dir} has no checkpoint to evaluate")
     state = load_checkpoint(checkpoint)
-    env = make_env(eval_env_config(cfg.env, video))
+    suite = EvalSuite(cfg, video)
+    env = suite.env
     seed = cfg.seed if seed is None else seed
-    policy = FlatPolicy(
+    first = FlatPolicy(
         env.observation_space, env.action_space, cfg.model, derive_seed(seed, "eval")
     )
-    policy.load(checkpoint_flat(cfg, env, state))
+    first.load(checkpoint_flat(cfg, env, state))
+    policy: FlatPolicy | dict[str, FlatPolicy] = first
+    if len(cfg.policy_names) > 1:  # every policy from its own newest checkpoint
+        policy = {cfg.policy_names[0]: first, **_other_policies(cfg, run_dir, seed)}
     limit_torch_threads(1)  # if a CNN (or a checkpoint's tensors) brought torch
-    played = play_episodes(
-        env,
-        policy,
-        episodes,
-        derive_seed(seed, "eval-env"),
-        deterministic,
-        clip_actions=cfg.env.clip_actions,
-        record_first=video,
+    played, rates = suite.play(
+        policy, episodes, derive_seed(seed, "eval-env"), deterministic, record_first=video
     )
-    env.close()
+    suite.close()
     version = int(state["version"])
     result = {
         "checkpoint": str(checkpoint),
@@ -113,9 +111,28 @@ def evaluate(
         "return_std": played.return_std,
         "length_mean": played.length_mean,
         "returns": played.returns,
+        **rates,  # self-play: win / draw / loss rates per fixed player
     }
     if video:
         path = run_dir / "videos" / f"eval-v{version:08d}.mp4"
-        result["video"] = str(write_mp4(path, played.frames, render_fps(env)))
+        result["video"] = str(write_mp4(path, played.frames, suite.render_fps))
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def _other_policies(cfg: ExperimentConfig, run_dir: Path, seed: int) -> dict[str, FlatPolicy]:
+    """The policies but the first of a multi-agent run, each loaded from the newest
+    checkpoint in its home (surge/workers/base.py `policy_home`)."""
+    envs = probe_policies(cfg)
+    policies = {}
+    for name in cfg.policy_names[1:]:
+        checkpoint = latest_checkpoint(policy_home(run_dir, name))
+        if checkpoint is None:
+            raise UserError(f"policy {name} of {run_dir} has no checkpoint to evaluate")
+        env = envs[name]
+        policy = FlatPolicy(
+            env.observation_space, env.action_space, cfg.model, derive_seed(seed, "eval", name)
+        )
+        policy.load(checkpoint_flat(cfg, env, load_checkpoint(checkpoint)))
+        policies[name] = policy
+    return policies

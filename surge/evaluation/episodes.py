@@ -19,8 +19,10 @@ import numpy as np
 
 from surge.config.schema import EnvConfig
 from surge.envs.group import action_converter
+from surge.envs.multiagent import MultiAgentGroup
 from surge.envs.spaces import split_obs
 from surge.models.flat_policy import FlatPolicy
+from surge.models.recurrent_state import carry
 from surge.tracking.video import require_av
 from surge.workers.base import derive_seed
 
@@ -100,5 +102,60 @@ def play_episodes(
     return results
 
 
-def render_fps(env: gym.Env[Any, Any]) -> float:
+def play_multiagent_episodes(
+    group: MultiAgentGroup,
+    policies: dict[str, FlatPolicy],
+    episodes: int,
+    seed: int,
+    deterministic: bool,
+    record_first: bool = False,
+    on_step: Callable[[], None] | None = None,
+) -> tuple[EpisodeResults, dict[str, list[float]]]:
+    """`play_episodes` for a one-env multi-agent group (surge/envs/multiagent.py): each
+    policy (by lane, in `group.lanes`' order) acts for its agents' rows at once. An episode's
+    return is the first policy's team return (summed over its agents), its length the env's
+    steps; the second value has every policy's team returns."""
+    results = EpisodeResults()
+    returns: dict[str, list[float]] = {p: [] for p in group.lanes}
+    env = group.envs[0]
+    for episode in range(episodes):
+        group.seeds = [derive_seed(seed, "episode", episode) % 2**31]
+        group.reset()
+        recording = record_first and episode == 0
+        if recording:
+            results.frames.append(env.render())
+        totals = dict.fromkeys(group.lanes, 0.0)
+        steps = 0
+        lanes = list(zip(group.lanes, policies.values(), strict=True))
+        # a recurrent policy's state per row of its lane: zero at the episode's start,
+        # carried from step to step, zeroed where the row's agent is out (as the actors do)
+        cores = {p: policy.initial_state(group.lanes[p].size) for p, policy in lanes}
+        while True:
+            actions = {}
+            for p, policy in lanes:
+                out = policy.act(group.lanes[p].obs_out, deterministic, cores[p])
+                actions[p] = out[0]
+                if cores[p] is not None:
+                    cores[p] = out[-1]
+            group.step(actions)
+            for p, lane in group.lanes.items():
+                totals[p] += float(lane.score[0])
+                core = cores[p]
+                if core is not None:
+                    carry(core, lane.terminated | lane.truncated, core)
+            steps += 1
+            if recording and not group.game_over[0]:
+                results.frames.append(env.render())
+            if on_step is not None:
+                on_step()
+            if group.game_over[0]:
+                break
+        for p, total in totals.items():
+            returns[p].append(total)
+        results.returns.append(next(iter(totals.values())))
+        results.lengths.append(steps)
+    return results, returns
+
+
+def render_fps(env: Any) -> float:
     return float(env.metadata.get("render_fps") or 30)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import EnvInfo
 from surge.runtime.graph import Graph
+from surge.workers.base import PolicyContext
 
 Recipe = Callable[[ExperimentConfig, EnvInfo, int], Graph]
 
@@ -30,6 +31,15 @@ def recipe_for(cfg: ExperimentConfig) -> Recipe:
     return recipe
 
 
-def build_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
-    """The graph of this config's algorithm family."""
-    return recipe_for(cfg)(cfg, env, n_params)
+def build_graph(
+    cfg: ExperimentConfig,
+    env: EnvInfo,
+    n_params: int,
+    policies: dict[str, PolicyContext] | None = None,
+) -> Graph:
+    """The graph of this config's algorithm family; `policies`: every policy's env view and
+    size in a multi-agent run with several (PPO's recipe takes them)."""
+    recipe = recipe_for(cfg)
+    if policies and len(policies) > 1:
+        return recipe(cfg, env, n_params, policies=policies)  # type: ignore[call-arg]
+    return recipe(cfg, env, n_params)

@@ -5,6 +5,7 @@ training never waits for them (surge/workers/evaluation.py)."""
 from __future__ import annotations
 
 from surge.config.schema import ExperimentConfig
+from surge.evaluation.suite import match_fields
 from surge.runtime.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 from surge.streams.results import results_layout
 
@@ -14,9 +15,17 @@ EVAL_FIELDS = ("version", "episodes", "return_mean", "return_std", "length_mean"
 EVALUATIONS = "evaluations"
 
 
-def add_evaluators(graph: Graph, cfg: ExperimentConfig, trainer: WorkerSpec, params: str) -> Graph:
-    """`graph` plus `eval.workers` evaluators of the policy published on stream `params`,
-    reporting to `trainer` (and running on its node: its pod)."""
+def add_evaluators(
+    graph: Graph,
+    cfg: ExperimentConfig,
+    trainer: WorkerSpec,
+    params: str,
+    more_params: list[str] | None = None,
+) -> Graph:
+    """`graph` plus `eval.workers` evaluators of the policy published on stream `params`
+    (and, in a multi-agent run with several policies, of those on `more_params`: the
+    evaluators play every policy's agents), reporting to `trainer` (and running on its node:
+    its pod)."""
     e = cfg.eval
     if e.workers == 0:
         return graph
@@ -33,7 +42,12 @@ def add_evaluators(graph: Graph, cfg: ExperimentConfig, trainer: WorkerSpec, par
         tuple(Edge(ev.name, trainer.name, (ev.index,)) for ev in evaluators),
         note=f"{e.episodes} {mode} episode(s) every {every}, logged as eval/* by the trainer",
     )
+    publishers = {s.name: s.edges[0].source for s in graph.streams if s.kind == "versions"}
     for ev in evaluators:
         # Not woken by each publish: an evaluator looks for new versions on its own clock.
-        graph = graph.with_worker(ev, {params: [Edge(trainer.name, ev.name, wake=False)]})
-    return graph.with_stream(stream, results_layout(e.workers, EVAL_FIELDS))
+        edges = {
+            p: [Edge(publishers[p], ev.name, wake=False)] for p in [params, *(more_params or [])]
+        }
+        graph = graph.with_worker(ev, edges)
+    fields = EVAL_FIELDS + match_fields(cfg)  # self-play: win / draw / loss rates per player
+    return graph.with_stream(stream, results_layout(e.workers, fields))

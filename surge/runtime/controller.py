@@ -20,7 +20,7 @@ import numpy as np
 from surge.algos.normalize import published_stats_size
 from surge.config.load import dump_yaml, load_config
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo, probe_env
+from surge.envs.make import EnvInfo, probe_policies
 from surge.errors import ConfigError, UserError
 from surge.models.images import choose_encoder
 from surge.models.numpy_policy import layout_size, numpy_layout
@@ -31,7 +31,7 @@ from surge.runtime.warm import WarmProcess
 from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress
 from surge.tracking.run_dir import create_run_dir
-from surge.workers.base import RunContext
+from surge.workers.base import PolicyContext, RunContext, policy_home
 from surge.workers.learners import backend_name
 
 # Sections and keys that define what a checkpoint holds: changing them on resume cannot work.
@@ -44,7 +44,7 @@ CHANGEABLE_ON_RESUME = ("env.max_episode_steps", "env.clip_actions")
 @dataclass(frozen=True)
 class TrainResult:
     run_dir: Path
-    reason: str  # "solved" | "budget" | "interrupted"
+    reason: str  # "solved" | "budget" | "time" | "interrupted"
     env_steps: int
     episode_return_mean: float
     """Mean return of the last `return_window` episodes; NaN when none has ended."""
@@ -63,16 +63,17 @@ def train(
     `warm`: a trainer process already started (surge/runtime/warm.py), used by the `local`
     runtime; the caller closes it whatever happens. `recipe`: builds the graph instead of the
     algorithm's own recipe (surge/recipes), e.g. to add a worker of a new kind."""
-    env = None
+    envs = None
     if cfg.algo == "grpo":
         from surge.llm.setup import task_of
 
         task_of(cfg)  # fail on a bad task before creating anything
     else:
-        env = probe_env(cfg.env, cfg.seed)  # fail on a bad env before creating anything
-        choose_encoder(env.observation_space, cfg.model)  # and on images no encoder fits
+        envs = probe_policies(cfg)  # fail on a bad env before creating anything
+        for env in envs.values():
+            choose_encoder(env.observation_space, cfg.model)  # and on images no encoder fits
     run_dir = create_run_dir(cfg, name)
-    return _run(cfg, run_dir, checkpoint=None, env=env, warm=warm, recipe=recipe)
+    return _run(cfg, run_dir, checkpoint=None, envs=envs, warm=warm, recipe=recipe)
 
 
 def resume(run_dir: Path, overrides: list[str], warm: WarmProcess | None = None) -> TrainResult:
@@ -109,25 +110,31 @@ def _run(
     run_dir: Path,
     checkpoint: Path | None,
     save_config_to: Path | None = None,
-    env: EnvInfo | None = None,
+    envs: dict[str, EnvInfo] | None = None,
     warm: WarmProcess | None = None,
     recipe: Recipe | None = None,
 ) -> TrainResult:
     """Build the graph, launch it on the configured runtime, report."""
     model_dir = None
+    policies: dict[str, PolicyContext] = {}
     if cfg.algo == "grpo":
         from surge.llm import setup
 
         model_dir, env, n_params = setup.prepare(cfg, run_dir, resuming=checkpoint is not None)
         start_version, resumes = _llm_resume_point(checkpoint)
     else:
-        if env is None:
-            env = probe_env(cfg.env, cfg.seed)
-        n_params = _count_params(cfg, env)
+        envs = envs or probe_policies(cfg)
+        first = next(iter(envs))
+        env, n_params = envs[first], _count_params(cfg, envs[first])
         start_version, resumes = _resume_point(cfg, env, checkpoint)
+        if len(envs) > 1:  # several policies: each its own size, home and resume point
+            policies = _policy_contexts(cfg, envs, run_dir, checkpoint)
     if save_config_to is not None:
         dump_yaml(cfg, save_config_to)  # only once the config is known to work
-    graph = (recipe or build_graph)(cfg, env, n_params)
+    if policies:
+        graph = (recipe or build_graph)(cfg, env, n_params, policies=policies)  # type: ignore[call-arg]
+    else:
+        graph = (recipe or build_graph)(cfg, env, n_params)
     ctx = RunContext(
         cfg=cfg,
         env=env,
@@ -137,6 +144,7 @@ def _run(
         checkpoint=str(checkpoint) if checkpoint else None,
         resumes=resumes,
         model_dir=str(model_dir) if model_dir else None,
+        policies=policies,
     )
     learner = (
         "torch" if cfg.algo == "grpo" else backend_name(ctx)
@@ -169,6 +177,31 @@ def _resume_point(cfg: ExperimentConfig, env: EnvInfo, checkpoint: Path | None) 
             "resume with the env and model settings the run was trained with",
         )
     return int(state["version"]), int(state["resumes"]) + 1
+
+
+def _policy_contexts(
+    cfg: ExperimentConfig, envs: dict[str, EnvInfo], run_dir: Path, checkpoint: Path | None
+) -> dict[str, PolicyContext]:
+    """Every policy's view, size and resume point; a resumed run finds each policy's newest
+    checkpoint in its home (the first policy's is `checkpoint`)."""
+    from surge.tracking.checkpoint import latest_checkpoint
+
+    contexts = {}
+    for k, (name, env) in enumerate(envs.items()):
+        own = checkpoint
+        if checkpoint is not None and k > 0:
+            own = latest_checkpoint(policy_home(run_dir, name))
+            if own is None:
+                raise UserError(
+                    f"{run_dir} has a checkpoint of policy {cfg.policy_names[0]} but none of "
+                    f"policy {name} (in {policy_home(run_dir, name)})",
+                    "resume a run whose trainers all wrote a checkpoint",
+                )
+        start, _ = _resume_point(cfg, env, own)
+        contexts[name] = PolicyContext(
+            env, _count_params(cfg, env), start, str(own) if own else None
+        )
+    return contexts
 
 
 def _llm_resume_point(checkpoint: Path | None) -> tuple[int, int]:
@@ -334,6 +367,7 @@ def _print_footer(result: TrainResult) -> None:
     summary = {
         "solved": "solved",
         "budget": "reached total_env_steps",
+        "time": "reached max_train_time_s",
         "interrupted": "interrupted; checkpoint saved, continue with `surge resume "
         f"{result.run_dir}`",
     }.get(result.reason, result.reason)

@@ -37,6 +37,7 @@ WORKER_KINDS: dict[str, str] = {
     "policy": "surge.workers.policy:build",
     "actor": "surge.workers.actor:build",
     "evaluator": "surge.workers.evaluation:build",
+    "league": "surge.workers.league:build",
     "generator": "surge.workers.generator:build",
     "rewarder": "surge.workers.rewarder:build",
     "reference": "surge.workers.reference:build",
@@ -81,6 +82,9 @@ class WorkerSpec:
     nice: int = 0
     """Raise its OS scheduling niceness by this much: background work (evaluation) yields the
     CPU to training."""
+    policy: str = ""
+    """The policy it serves, for a trainer or policy worker of a run with several policies
+    (its `Binding.policy`); "" otherwise."""
 
     @property
     def name(self) -> str:
@@ -120,6 +124,8 @@ class StreamSpec:
     flow: VersionBound | None = None
     note: str = ""
     """What a reader of `surge graph` should know about it, in words."""
+    policy: str = ""
+    """The policy whose data it carries (runs with several policies); "" otherwise."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +142,16 @@ class Graph:
 
     @property
     def leader(self) -> WorkerSpec:
-        """The worker whose finishing ends the run (the trainer)."""
-        return next(spec for spec in self.workers if spec.ends_run)
+        """The first of `leaders` (the first policy's trainer): the run's progress and result
+        are its."""
+        return self.leaders[0]
+
+    @property
+    def leaders(self) -> list[WorkerSpec]:
+        """The workers whose finishing ends the run (the trainers, one per policy): the run
+        ends once all have finished; when one finishes, the runtime asks the others to save a
+        checkpoint and finish too."""
+        return [spec for spec in self.workers if spec.ends_run]
 
     @property
     def channels(self) -> list[str]:
@@ -164,13 +178,15 @@ class Graph:
                     (e.target if e.source == name else e.source, e.slots) for e in out + into
                 ),
                 flow=s.flow,
+                policy=s.policy,
             )
         return ports
 
     def binding(
         self, spec: WorkerSpec, transport: Transport, control: Control, life: int
     ) -> Binding:
-        return Binding(spec.name, spec.index, self.ports(spec.name), transport, control, life)
+        ports = self.ports(spec.name)
+        return Binding(spec.name, spec.index, ports, transport, control, life, spec.policy)
 
     def with_worker(self, spec: WorkerSpec, edges: dict[str, list[Edge]]) -> Graph:
         """This graph plus a worker and its edges on existing streams (a test or a user adds a
@@ -179,10 +195,11 @@ class Graph:
         unknown = set(edges) - {s.name for s in self.streams}
         if unknown:
             raise ValueError(f"no stream named {sorted(unknown)} in this graph")
-        return Graph(self.workers + [spec], self.layouts, streams)
+        return replace(self, workers=self.workers + [spec], streams=streams)
 
     def with_stream(self, stream: StreamSpec, layout: BlockLayout) -> Graph:
-        return Graph(self.workers, {**self.layouts, stream.block: layout}, self.streams + [stream])
+        layouts = {**self.layouts, stream.block: layout}
+        return replace(self, layouts=layouts, streams=self.streams + [stream])
 
     def all_layouts(self) -> dict[str, BlockLayout]:
         """The streams' blocks and the control block."""
@@ -199,6 +216,8 @@ def describe(graph: Graph) -> list[str]:
         if not spec.ends_run and not spec.restartable:
             role = "never restarted"
         extra = f", niceness +{spec.nice}" if spec.nice else ""
+        if spec.policy:
+            extra = f", policy {spec.policy}{extra}"
         lines.append(
             f"  {spec.name:<{width}}  {spec.kind:<{kind_width}}  {spec.threads} thread(s), "
             f"{role}{extra}"

@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 from surge.config.load import DEFAULT_PRESET, list_presets, load_config
-from surge.envs.make import probe_env
+from surge.envs.make import probe_policies
 from surge.recipes import build_graph
 from surge.runtime.controller import _count_params
 from surge.runtime.graph import describe
+from surge.workers.base import PolicyContext
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "graphs.md"
 
@@ -30,8 +31,10 @@ def graph_text(source: str | None, overrides: list[str]) -> list[str]:
         graph = build_graph(cfg, env, n_params)
         header = f"{name}: {cfg.algo} on {cfg.task.name} (runtime {cfg.runtime})"
         return [header, *describe(graph)]
-    env = probe_env(cfg.env, cfg.seed)
-    graph = build_graph(cfg, env, _count_params(cfg, env))
+    envs = probe_policies(cfg)
+    env = next(iter(envs.values()))
+    policies = {p: PolicyContext(e, _count_params(cfg, e)) for p, e in envs.items()}
+    graph = build_graph(cfg, env, _count_params(cfg, env), policies)
     header = f"{name}: {cfg.algo} on {cfg.env.id} ({cfg.total_envs} envs, runtime {cfg.runtime})"
     return [header, *describe(graph)]
 
@@ -58,6 +61,19 @@ def render() -> str:
 
 
 VARIANTS = [
+    (
+        "spread-ippo",
+        [
+            "env.id=pettingzoo:mpe2.simple_adversary_v3",
+            "env.kwargs={N: 2, max_cycles: 25, continuous_actions: false}",
+            "env.multiagent.global_state=none",
+            "policies=[adversary, good]",
+            "policy_mapping={adversary_*: adversary, '*': good}",
+        ],
+        "Two policies (docs/multiagent.md): the adversary and the good agents of MPE's "
+        "simple_adversary each get their own streams, parameters and trainer; every actor "
+        "steps its envs once for both.",
+    ),
     (
         "cartpole-ppo",
         ["eval.workers=2", "eval.every_versions=10"],

@@ -60,17 +60,18 @@ def run_local(
         ParameterService(transport, block).reset()
     supervisor = Supervisor(ctx.cfg, graph, ctx.run_dir)
     workers = _Processes(ctx, graph, shm, supervisor, warm)
-    leader = graph.leader.name
+    leaders = [spec.name for spec in graph.leaders]
     try:
         for spec in graph.workers:
             workers.start(spec)
         try:
             return _watch(graph, workers, supervisor, control, transport, on_tick)
         except WorkerFailure as failure:
-            if failure.worker != leader and _checkpoint_now(
-                workers.procs[leader], leader, control, transport
+            if failure.worker not in leaders and _checkpoint_now(
+                {n: workers.procs[n] for n in leaders if supervisor.running(n)}, control, transport
             ):
-                supervisor.record(leader, "stopped")
+                for name in leaders:
+                    supervisor.record(name, "stopped")
                 failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
             raise
     finally:
@@ -162,7 +163,8 @@ def _watch(
 ) -> str:
     procs = workers.procs
     by_sentinel = {p.sentinel: name for name, p in procs.items()}
-    leader = graph.leader.name
+    leaders = [spec.name for spec in graph.leaders]
+    finished: dict[str, str] = {}  # leader -> its finish reason, in the order they finished
 
     def fail_or_restart(name: str, state: str, cause: str, raised: bool) -> None:
         """Restart the worker in place if allowed, else stop the run with its failure."""
@@ -181,10 +183,16 @@ def _watch(
                 name = by_sentinel.pop(sentinel)  # type: ignore[arg-type]
                 proc = procs[name]
                 proc.join()
-                if name == leader and proc.exitcode == 0:
+                if name in leaders and proc.exitcode == 0:
                     supervisor.record(name, "finished")
-                    on_tick(control)
-                    return Path(transport.error_path(name)).with_suffix(".done").read_text()
+                    done = Path(transport.error_path(name)).with_suffix(".done")
+                    finished[name] = done.read_text()
+                    if len(finished) == len(leaders):
+                        on_tick(control)
+                        return next(iter(finished.values()))  # the first to finish
+                    # One trainer is done: the others save a checkpoint and finish too.
+                    _wake_to_stop([n for n in leaders if n not in finished], control, transport)
+                    continue
                 raised = Path(transport.error_path(name)).exists()
                 fail_or_restart(name, "failed", _failure_detail(transport, name, proc), raised)
             now = time.monotonic()
@@ -199,22 +207,28 @@ def _watch(
         except KeyboardInterrupt:
             if not supervisor.interrupt():
                 raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
-            control.request_stop(CHECKPOINT_AND_STOP)
-            with contextlib.suppress(OSError):
-                transport.channel(leader).send(WAKE)
+            _wake_to_stop([n for n in leaders if n not in finished], control, transport)
+
+
+def _wake_to_stop(names: list[str], control: Control, transport: ShmTransport) -> None:
+    """Ask the trainers `names` to save a checkpoint and finish."""
+    control.request_stop(CHECKPOINT_AND_STOP)
+    for name in names:
+        with contextlib.suppress(OSError):
+            transport.channel(name).send(WAKE)
 
 
 def _checkpoint_now(
-    trainer: BaseProcess, name: str, control: Control, transport: ShmTransport
+    trainers: dict[str, BaseProcess], control: Control, transport: ShmTransport
 ) -> bool:
-    """Ask a healthy trainer to save a checkpoint and stop; True once it has."""
-    if not trainer.is_alive():
+    """Ask healthy trainers to save a checkpoint and stop; True once all have."""
+    if not trainers or not all(t.is_alive() for t in trainers.values()):
         return False
-    control.request_stop(CHECKPOINT_AND_STOP)
-    with contextlib.suppress(OSError):
-        transport.channel(name).send(WAKE)
-    trainer.join(CHECKPOINT_TIMEOUT_S)
-    return trainer.exitcode == 0
+    _wake_to_stop(list(trainers), control, transport)
+    deadline = time.monotonic() + CHECKPOINT_TIMEOUT_S
+    for trainer in trainers.values():
+        trainer.join(max(0.0, deadline - time.monotonic()))
+    return all(t.exitcode == 0 for t in trainers.values())
 
 
 def _failure_detail(transport: ShmTransport, name: str, proc: BaseProcess) -> str:

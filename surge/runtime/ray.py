@@ -125,6 +125,8 @@ class _Run:
         self.info: dict[str, Any] = {}  # worker name -> its pending `info` call
         self.supervisor = Supervisor(ctx.cfg, graph, ctx.run_dir)
         self.leader = graph.leader.name
+        self.leaders = [spec.name for spec in graph.leaders]  # one trainer per policy
+        self.finished: dict[str, str] = {}  # leader -> its finish reason, in finishing order
         self.trainer_node = self.placement.node_of[self.leader]
         # The controller's copy of the control block: the trainer's progress for `on_tick`,
         # the workers' timing rows at the end.
@@ -147,7 +149,7 @@ class _Run:
             try:
                 return self._watch()
             except WorkerFailure as failure:
-                if failure.worker != self.leader and self._checkpoint_now():
+                if failure.worker not in self.leaders and self._checkpoint_now():
                     failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
                 raise
         finally:
@@ -188,6 +190,7 @@ class _Run:
             "segments": self._bridge_segments,
             "versions": self._bridge_versions,
             "groups": self._bridge_groups,
+            "snapshots": self._bridge_snapshots,
         }
         calls = []
         for stream in self.graph.streams:
@@ -222,7 +225,7 @@ class _Run:
             reader=reader,
             depth=stream.flow.depth,
             group_size=layout.fields["version"].shape[2] // groups,
-            first=self.ctx.start_version,
+            first=self.ctx.for_policy(stream.policy).start_version,
         )
         home = self.agents[self._node(reader)]
         calls = [home.serve_segments.remote(spec)]
@@ -249,6 +252,15 @@ class _Run:
         calls = [home.serve_groups.remote(spec)]
         calls += [self.agents[n].start_group_forwarder.remote(home, spec) for n in away]
         return calls
+
+    def _bridge_snapshots(self, stream: StreamSpec) -> list[Any]:
+        """On the league's node: a forwarder of its new snapshots to the nodes of the actors
+        elsewhere."""
+        (league,) = {e.source for e in stream.edges}
+        home = self._node(league)
+        away = sorted({self._node(e.target) for e in stream.edges} - {home})
+        remote = [self.agents[n] for n in away]
+        return [self.agents[home].start_snapshot_forwarder.remote(stream.block, remote)]
 
     def _bridge_versions(self, stream: StreamSpec) -> list[Any]:
         """On the publisher's node: a forwarder of new versions to every node with
@@ -315,11 +327,15 @@ class _Run:
                 for ref in ready:
                     name = self.runs.pop(ref)
                     outcome, detail = self._outcome(ref, name)
-                    if name == self.leader and outcome == "finished":
+                    if name in self.leaders and outcome == "finished":
                         self.supervisor.record(name, "finished")
-                        self._refresh()
-                        self.on_tick(self.mirror)
-                        return detail
+                        self.finished[name] = detail
+                        if len(self.finished) == len(self.leaders):
+                            self._refresh()
+                            self.on_tick(self.mirror)
+                            return next(iter(self.finished.values()))  # the first to finish
+                        self._ask_trainer_to_checkpoint()  # the other trainers finish too
+                        continue
                     self._fail_or_restart(name, "failed", detail, raised=outcome == "failed")
                 self._refresh()
                 self.supervisor.check_interrupt(time.monotonic())
@@ -338,7 +354,7 @@ class _Run:
             info = self.supervisor.columns.get(name, {})
             where = f"pid {info.get('pid')} on node {str(info.get('node_id', '?'))[:8]}"
             return "died", f"its Ray actor ({where}) died: {e}"
-        if outcome == "finished" and name != self.leader:
+        if outcome == "finished" and name not in self.leaders:
             return "stopped", f"stopped before the run ended ({detail or 'no reason given'})"
         return outcome, detail
 
@@ -420,26 +436,32 @@ class _Run:
     # ------------------------------------------------------------------ stop
 
     def _ask_trainer_to_checkpoint(self) -> None:
-        with contextlib.suppress(Exception):
-            self.agents[self.trainer_node].request_stop.remote(CHECKPOINT_AND_STOP, [self.leader])
+        """Ask every trainer still running to save a checkpoint and finish (on its node)."""
+        for name in self.leaders:
+            if name in self.finished:
+                continue
+            with contextlib.suppress(Exception):
+                node = self.agents[self.placement.node_of[name]]
+                node.request_stop.remote(CHECKPOINT_AND_STOP, [name])
 
     def _checkpoint_now(self) -> bool:
-        """Ask a healthy trainer to save a checkpoint and stop; True once it has."""
+        """Ask healthy trainers to save a checkpoint and stop; True once all have."""
         import ray
 
-        trainer_ref = next((ref for ref, name in self.runs.items() if name == self.leader), None)
-        if trainer_ref is None:
-            return False
+        refs = {ref: name for ref, name in self.runs.items() if name in self.leaders}
+        if len(refs) + len(self.finished) < len(self.leaders):
+            return False  # a trainer is gone
         self._ask_trainer_to_checkpoint()
-        ready, _ = ray.wait([trainer_ref], timeout=CHECKPOINT_TIMEOUT_S)
-        if not ready:
-            return False
-        del self.runs[trainer_ref]
-        try:
-            saved = ray.get(trainer_ref)[0] == "finished"
-        except ray.exceptions.RayError:
-            saved = False
-        self.supervisor.record(self.leader, "stopped" if saved else "failed")
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=CHECKPOINT_TIMEOUT_S)
+        saved = len(ready) == len(refs)
+        for ref in ready:
+            del self.runs[ref]
+            try:
+                ok = ray.get(ref)[0] == "finished"
+            except ray.exceptions.RayError:
+                ok = False
+            self.supervisor.record(refs[ref], "stopped" if ok else "failed")
+            saved &= ok
         return saved
 
     def _stop_all(self) -> None:

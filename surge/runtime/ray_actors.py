@@ -103,6 +103,21 @@ class NodeAgent:
         announce = [self.transport.channel(name) for name in announced_on]
         self._start(ray_bridge.ParamsForwarder(self.transport, block, n_params, announce, ship))
 
+    def start_snapshot_forwarder(self, block: str, remote_agents: list[Any]) -> None:
+        """On the league's node: new snapshots in `block` go to the agents of the nodes
+        with actors."""
+        import ray
+
+        def ship(number: int, version: int, flat: Any) -> None:
+            ref = ray.put(flat)
+            calls = [a.receive_snapshot.remote(block, number, version, ref) for a in remote_agents]
+            ray.get(calls)
+
+        self._start(ray_bridge.SnapshotForwarder(self.transport, block, ship))
+
+    def receive_snapshot(self, block: str, number: int, version: int, flat: Any) -> None:
+        ray_bridge.write_snapshot(self.transport, block, number, version, flat)
+
     def serve_segments(self, stream: ray_bridge.SegmentStream) -> None:
         """On the reader's node: accept forwarded segments of `stream`."""
         self.segment_streams[stream.block] = stream

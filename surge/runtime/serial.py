@@ -22,8 +22,9 @@ T = TypeVar("T")
 
 
 def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
-    """Run until the graph's leader (the trainer) finishes; returns its reason ("solved",
-    "budget", "interrupted")."""
+    """Run until the graph's leaders (the trainers) finish; returns the reason of the first
+    to finish ("solved", "budget", "interrupted"). When one finishes, the others are asked
+    to save a checkpoint and finish too."""
     transport = InlineTransport(graph.all_layouts(), graph.channels)
     control = Control(transport)
     control.reset()
@@ -32,13 +33,20 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
         for slot, spec in enumerate(graph.workers):
             _, _, worker = _guarded(spec.name, start_worker, ctx, graph, slot, transport)
             workers.append(worker)
-        trainer = workers[graph.workers.index(graph.leader)]  # its finishing ends the run
+        trainers = [workers[graph.workers.index(spec)] for spec in graph.leaders]
+        first: Worker | None = None  # the leader that finished first: the run's reason
         last_tick = 0.0
         try:
-            while not trainer.finished:
+            while not all(t.finished for t in trainers):
                 progressed = False
                 for worker in workers:
-                    progressed |= _guarded(worker.name, worker.poll, 0.0)
+                    if not worker.finished:
+                        progressed |= _guarded(worker.name, worker.poll, 0.0)
+                if first is None:
+                    first = next((t for t in trainers if t.finished), None)
+                    if first is not None and not all(t.finished for t in trainers):
+                        control.request_stop(CHECKPOINT_AND_STOP)
+                        progressed = True
                 if not progressed:
                     raise RuntimeError("serial runtime: no worker can make progress (deadlock)")
                 now = time.monotonic()
@@ -47,15 +55,19 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
                     last_tick = now
         except KeyboardInterrupt:
             control.request_stop(CHECKPOINT_AND_STOP)
-            trainer.poll(0.0)
+            for trainer in trainers:
+                if not trainer.finished:
+                    trainer.poll(0.0)
         except WorkerFailure as failure:
-            if failure.worker != trainer.name:  # the trainer is fine: keep its progress
+            if failure.worker not in {t.name for t in trainers}:  # the trainers are fine
                 control.request_stop(CHECKPOINT_AND_STOP)
-                trainer.poll(0.0)
+                for trainer in trainers:
+                    if not trainer.finished:
+                        trainer.poll(0.0)
                 failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
             raise
         on_tick(control)
-        return str(getattr(trainer, "finish_reason", ""))
+        return str(getattr(first or trainers[0], "finish_reason", ""))
     finally:
         for worker in workers:
             worker.close()

@@ -95,6 +95,10 @@ class InferenceClient:
             self._policy.send(*self._outbox)
             self._outbox.clear()
 
+    def answered(self, group: int) -> bool:
+        """Whether the group's latest request has its answer."""
+        return bool(self._response_id[group] == self._request_id[group])
+
     def ready(self, timeout: float) -> list[int]:
         """Groups whose answers to their latest request arrived (waits up to `timeout`)."""
         self.flush()  # never block on an answer to a request not yet sent

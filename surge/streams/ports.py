@@ -32,6 +32,8 @@ class Port:
     peer_slots: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """(peer, rows of the edge with that peer), for every edge of this worker."""
     flow: VersionBound | None = None
+    policy: str = ""
+    """The policy whose data the stream carries (multi-agent runs with several policies)."""
 
     def slots_of(self, peer: str) -> tuple[int, ...]:
         return tuple(k for name, rows in self.peer_slots if name == peer for k in rows)

@@ -2,7 +2,7 @@
 
 In a `runtime=ray` run every node has its own shared-memory directory with the same blocks and
 channels as a `local` run, and workers on a node use it exactly as in `local`. Placement keeps
-the inference stream inside a node, so only three kinds of stream cross nodes:
+the inference stream inside a node, so only four kinds of stream cross nodes:
 
 - **sample stream** (actors -> trainer). On a node without the trainer, actors write segments
   into that node's sample block, count them in its `published` array and wake the trainer's
@@ -20,6 +20,9 @@ the inference stream inside a node, so only three kinds of stream cross nodes:
   waking the workers there that run the policy. Versions are never reloaded from disk, and a
   slow node just gets the newest version (intermediate ones are skipped, as a local reader
   would).
+- **league snapshots** (self-play: the league worker -> actors). On the league's node a
+  forwarder ships each new snapshot of the pool to the nodes with actors, where it is
+  written into the same slot under the slot's seqlock.
 - **finished groups** (LLM RL: generation workers -> reward worker -> (reference) -> trainer,
   streams/rollouts.py). A writer on a node without the stream's reader fills its row there,
   sets the row's state to the one that hands it over (GENERATED for `rollouts`, ...) and wakes
@@ -48,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from surge.streams import params, sample
+from surge.streams import league, params, sample
 from surge.streams.rollouts import GENERATED, GENERATING, REFERENCED, SCORED
 from surge.streams.transport import PARAMS_UPDATED, Channel, Transport
 
@@ -244,3 +247,35 @@ def write_groups(transport: Transport, stream: GroupStream, rows: list[Row]) -> 
             arrays[k][r] = v
         state[r] = stream.handed_over  # after the data, as the writer does
     transport.channel(stream.reader).send(*(r for r, _ in rows))
+
+
+class SnapshotForwarder(Forwarder):
+    """On the league's node: ships each new snapshot of the league's pool (self-play,
+    surge/streams/league.py) to the other nodes with actors, where `write_snapshot` puts it
+    into the same slot. Snapshots come every few seconds, so it looks twice a second (a
+    blocking wait on its stop event, not a spin)."""
+
+    def __init__(
+        self, transport: Transport, block: str, ship: Callable[[int, int, np.ndarray], None]
+    ) -> None:
+        super().__init__("league forwarder")
+        self._league = league.LeagueReader(transport, block)
+        self._sent = 0  # snapshots shipped (the pool's `count` when they were written)
+        self._ship = ship
+
+    def step(self) -> None:
+        self.stopping.wait(WAIT_S)
+        count = self._league.count
+        # Only the pool's newest `pool_size` snapshots still exist.
+        self._sent = max(self._sent, count - self._league.pool_size)
+        while self._sent < count:
+            version, flat = self._league.read(self._sent % self._league.pool_size)
+            self._ship(self._sent, version, flat)
+            self._sent += 1
+
+
+def write_snapshot(
+    transport: Transport, block: str, number: int, version: int, flat: np.ndarray
+) -> None:
+    """On a node with actors: put forwarded snapshot `number` of the league into its slot."""
+    league.LeagueWriter(transport, block).put(number, version, flat)

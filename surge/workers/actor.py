@@ -10,6 +10,12 @@ segment, steps the envs (which write the next observations straight into the inf
 records rewards and episode ends, and posts the next request. After `rollout_len` steps the
 segment is published to the trainer.
 
+A multi-agent run with several policies gives the actor one lane per policy (its inference
+and sample streams, surge/envs/multiagent.py routes the agents): a group is ready once every
+lane has answered it, and one env step feeds every lane's segment. A restarted actor resumes
+each group at the first segment some lane has not published; a lane that already published
+it (its previous life died between two lanes' publishes) writes that segment aside, unread.
+
 With remote inference the actor never imports torch; with `workers.inference: inline` it runs
 the policy itself (workers/policy.py `InlineInference`) behind the same post/ready calls.
 """
@@ -23,9 +29,13 @@ from typing import Any
 import numpy as np
 
 from surge.envs.group import make_group
+from surge.envs.multiagent import MultiAgentGroup
 from surge.models.recurrent_state import CORE_IN, CORE_OUT, StateCarry
 from surge.streams.inference import InferenceClient, request_obs
-from surge.streams.sample import SampleProducer, first_unfinished_segment
+from surge.streams.league import LeaguePool
+from surge.streams.ports import Port
+from surge.streams.sample import PROGRESS, SampleProducer
+from surge.streams.transport import Channel
 from surge.tracking.timing import COPY, ENV
 from surge.workers.base import Binding, RunContext, derive_seed
 
@@ -41,11 +51,89 @@ def build(ctx: RunContext, b: Binding) -> ActorWorker:
 
 @dataclass
 class _GroupState:
+    """One group's segment in one lane."""
+
     segment: int  # index of the segment being filled (= the batch that will train on it)
-    step: int  # position inside the segment
     episode_return: np.ndarray  # of the reported episode (raw score until game over)
     episode_length: np.ndarray
     columns: dict[str, np.ndarray]  # views of this segment's slot in the sample stream
+    aside: bool = False  # a segment this lane published in a previous life: not published
+
+
+class _Lane:
+    """One policy's side of the actor: its inference slots and its sample stream."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        b: Binding,
+        inference: Port,
+        samples: Port,
+        params: Port | None,
+        policy: str,
+    ) -> None:
+        cfg = ctx.cfg
+        transport = b.transport
+        assert samples.flow is not None, "the sample stream has a version bound"
+        self.flow = samples.flow
+        self.start = ctx.start_version
+        arrays = transport.block(inference.block)
+        self.client: Any
+        if cfg.workers.inference == "inline":
+            from surge.workers.policy import InlineInference  # torch only in this mode
+
+            self.client = InlineInference(ctx, b, arrays, params, policy)
+        else:
+            ring = len(inference.slots)
+            splits = cfg.workers.inference_splits or ring
+            self.client = InferenceClient(transport, inference, b.inbox, ring // splits)
+        self.slot_obs = request_obs(arrays)  # [groups, rows, ...] per field
+        self.action, self.version = arrays["action"], arrays["version"]
+        # The algorithm's per-step outputs (e.g. PPO's logp, value), copied as they come.
+        self.outputs = {
+            k: v for k, v in arrays.items() if k not in _ANSWER and not k.startswith("obs/")
+        }
+        # A recurrent policy's state per row: None for a feed-forward policy.
+        self.core = StateCarry.of(arrays)
+        self.rows = ctx.group_rows  # an env's agents of this policy are rows
+        self.producer = SampleProducer(transport, samples, self.flow.depth, self.rows)
+        self.published = transport.block(samples.block)[PROGRESS]
+        self.records_active = "active" in self.producer.arrays
+        # (segment field, inference slot array) per observation field, for the per-step copy.
+        self.obs_fields = [(f"obs/{n}", o) for n, o in self.slot_obs.items()]
+        self.states: list[_GroupState] = []
+        self.policy = policy
+        self.ring = list(inference.slots)
+
+    def begin(self, g: int, done_in_run: int) -> None:
+        """Group g's state at the actor's start: segment `done_in_run` of this run (counted
+        from the lane's start version), written aside if the lane already published it."""
+        segment = self.start + done_in_run
+        aside = done_in_run < int(self.published[g])
+        self.states.append(
+            _GroupState(
+                segment=segment,
+                episode_return=np.zeros(self.rows, np.float32),
+                episode_length=np.zeros(self.rows, np.int64),
+                columns=self._columns(g, segment, aside),
+                aside=aside,
+            )
+        )
+
+    def _columns(self, g: int, segment: int, aside: bool) -> dict[str, np.ndarray]:
+        columns = self.producer.columns(g, segment)
+        return {k: v.copy() for k, v in columns.items()} if aside else columns
+
+    def post(self, k: int, g: int) -> None:
+        self.client.post(g, self.flow.min_version(self.states[k].segment))
+
+    def next_segment(self, k: int, g: int) -> None:
+        st = self.states[k]
+        if not st.aside:
+            self.producer.publish(g)
+        st.segment += 1
+        st.aside = False
+        st.columns = self.producer.columns(g, st.segment)
 
 
 class ActorWorker:
@@ -55,72 +143,54 @@ class ActorWorker:
         self.life = b.life  # 0, then 1, 2, ... when the runtime restarts this actor in place
         self.finished = False
         self.timers = b.control.timers
-        transport = b.transport
-        inference, samples = b.port("inference"), b.port("samples")
-        assert samples.flow is not None, "the sample stream has a version bound"
-        self.flow = samples.flow
-        self.ring = list(inference.slots)  # this actor's env groups (global ids)
-        self.ring_size = len(self.ring)
         self.rollout_len = cfg.ppo.rollout_len
-        arrays = transport.block(inference.block)
-        self.client: Any
+        self.lanes = _lanes(ctx, b)
+        first = self.lanes[0]
+        self.ring = first.ring  # this actor's env groups (global ids), the same in every lane
+        self.ring_size = len(self.ring)
+        self.head = 0
         self._remote = cfg.workers.inference == "remote"
-        if not self._remote:
-            from surge.workers.policy import InlineInference  # torch only in this mode
-
-            self.client = InlineInference(ctx, b, arrays)
-        else:
-            splits = cfg.workers.inference_splits or self.ring_size
-            self.client = InferenceClient(transport, inference, b.inbox, self.ring_size // splits)
-        self.slot_obs = request_obs(arrays)  # [groups, G, ...] per field
-        self.action, self.version = arrays["action"], arrays["version"]
-        # The algorithm's per-step outputs (e.g. PPO's logp, value), copied as they come.
-        self.outputs = {
-            k: v for k, v in arrays.items() if k not in _ANSWER and not k.startswith("obs/")
-        }
-        # A recurrent policy's state per row: None for a feed-forward policy.
-        self.core = StateCarry.of(arrays)
-        G, rows = cfg.workers.envs_per_group, ctx.group_rows  # an env's agents are rows
-        self.producer = SampleProducer(transport, samples, depth=self.flow.depth, group_size=rows)
-        self._records_active = "active" in self.producer.arrays
+        self._inbox: Channel = b.transport.channel(b.inbox)
+        G = cfg.workers.envs_per_group
+        opponents = _league_pool(ctx, b)  # self-play games: past versions from the league
+        policies = [lane.policy for lane in self.lanes]
         self.groups: list[Any] = []
-        self.state: list[_GroupState] = []
+        self.views: list[list[Any]] = []  # per group, per lane: the lane's env arrays
+        self.step = [0] * self.ring_size  # position inside the current segments
         for g in self.ring:
             seeds = [derive_seed(cfg.seed, "env", ctx.resumes, self.life, g, i) for i in range(G)]
-            segment = first_unfinished_segment(transport, samples.block, g, ctx.start_version)
-            slot = {n: o[g] for n, o in self.slot_obs.items()}
-            self.groups.append(make_group(cfg.env, seeds, slot))
-            self.state.append(
-                _GroupState(
-                    segment=segment,
-                    step=0,
-                    episode_return=np.zeros(rows, np.float32),
-                    episode_length=np.zeros(rows, np.int64),
-                    columns=self.producer.columns(g, segment),
-                )
-            )
-        # (segment field, inference slot array) per observation field, for the per-step copy.
-        self._obs_fields = [(f"obs/{n}", o) for n, o in self.slot_obs.items()]
-        self.head = 0
+            # Every lane resumes at the first segment one of them has not published.
+            done = min(int(lane.published[g]) for lane in self.lanes)
+            for lane in self.lanes:
+                lane.begin(g, done)
+            if len(self.lanes) == 1:
+                slot = {n: o[g] for n, o in first.slot_obs.items()}
+                group = make_group(cfg.env, seeds, slot, opponents)
+                self.views.append([group])
+            else:  # the agents routed to each policy write into its lane's slots
+                slots = {
+                    lane.policy: {n: o[g] for n, o in lane.slot_obs.items()} for lane in self.lanes
+                }
+                group = MultiAgentGroup(cfg.env, seeds, slots, policies, cfg.policy_mapping)
+                self.views.append([group.lanes[p] for p in policies])
+            self.groups.append(group)
         self._ready: set[int] = set()
         for k, group in enumerate(self.groups):
             group.reset()
-            if self.core is not None:
-                self.core.start(self.ring[k])  # fresh episodes start from zero state
+            for lane in self.lanes:
+                if lane.core is not None:
+                    lane.core.start(self.ring[k])  # fresh episodes start from zero state
             self._post(k)
-        self.client.flush()
+        for lane in self.lanes:
+            lane.client.flush()
 
     def _post(self, k: int) -> None:
-        self.client.post(self.ring[k], self.flow.min_version(self.state[k].segment))
+        for lane in self.lanes:
+            lane.post(k, self.ring[k])
 
     def poll(self, timeout: float) -> bool:
         if not self._ready:
-            if self._remote:
-                waited = time.perf_counter()
-                self._ready.update(self.client.ready(timeout))
-                self.timers.add_wait(waited)
-            else:
-                self._ready.update(self.client.ready(timeout))  # times itself
+            self._ready.update(self._answered(timeout))
             if not self._ready:
                 return False
         # The first ready group in ring order from the head. Normally that is the head
@@ -135,56 +205,127 @@ class ActorWorker:
                 return True
         return False
 
+    def _answered(self, timeout: float) -> list[int]:
+        """Groups every lane has answered (waits up to `timeout` for one)."""
+        if len(self.lanes) == 1:
+            client = self.lanes[0].client
+            if not self._remote:
+                return list(client.ready(timeout))  # times itself
+            waited = time.perf_counter()
+            ready = client.ready(timeout)
+            self.timers.add_wait(waited)
+            return list(ready)
+        # Several lanes share the actor's one inbox: records only wake it, the slots say
+        # which groups every lane has answered.
+        if self._remote:
+            for lane in self.lanes:
+                lane.client.flush()
+        else:
+            for lane in self.lanes:
+                lane.client.answer_servable()
+        ready = [g for g in self.ring if all(lane.client.answered(g) for lane in self.lanes)]
+        if ready or timeout <= 0:
+            return ready
+        waited = time.perf_counter()
+        self._inbox.recv(timeout)  # answers (remote) or new versions (inline)
+        self.timers.add_wait(waited)
+        if not self._remote:
+            for lane in self.lanes:
+                lane.client.answer_servable()
+        return [g for g in self.ring if all(lane.client.answered(g) for lane in self.lanes)]
+
     def _advance(self, k: int) -> None:
         g = self.ring[k]
-        st, group, timers = self.state[k], self.groups[k], self.timers
-        seg, t = st.columns, st.step
+        group, views, timers, t = self.groups[k], self.views[k], self.timers, self.step[k]
         clock = timers.now()
-        for key, obs in self._obs_fields:
-            seg[key][t] = obs[g]
-        if self._records_active:  # whose agents were in their episode for this observation
-            seg["active"][t] = group.active
-        seg["action"][t] = self.action[g]
-        for name, output in self.outputs.items():
-            seg[name][t] = output[g]
-        seg["version"][t] = self.version[g]
-        seg["life"][t] = self.life
-        if self.core is not None:
-            self.core.record(g, t, seg)  # core0: the state step 0 of the segment used
+        for lane, view in zip(self.lanes, views, strict=True):
+            seg = lane.states[k].columns
+            for key, obs in lane.obs_fields:
+                seg[key][t] = obs[g]
+            if lane.records_active:  # whose agents were in their episode for this observation
+                seg["active"][t] = view.active
+            seg["action"][t] = lane.action[g]
+            for name, output in lane.outputs.items():
+                seg[name][t] = output[g]
+            seg["version"][t] = lane.version[g]
+            seg["life"][t] = self.life
+            if lane.core is not None:
+                lane.core.record(g, t, seg)  # core0: the state step 0 of the segment used
         clock = timers.add(COPY, clock)
 
-        group.step(self.action[g])  # next observations land in the inference slot
+        if len(self.lanes) == 1:  # next observations land in the inference slots
+            group.step(self.lanes[0].action[g])
+        else:
+            group.step({lane.policy: lane.action[g] for lane in self.lanes})
         clock = timers.add(ENV, clock)
 
-        seg["reward"][t] = group.rewards
-        seg["terminated"][t] = group.terminated
-        seg["truncated"][t] = group.truncated
-        st.episode_return += group.score
-        st.episode_length += 1
-        over = group.game_over
-        seg["episode_return"][t] = st.episode_return
-        seg["episode_length"][t] = st.episode_length
-        seg["game_over"][t] = over
-        ended = group.terminated | group.truncated
-        if ended.any():
-            for name, final in group.final_obs.items():
-                seg["final_obs/" + name][t][ended] = final[ended]
-            st.episode_return[over] = 0.0
-            st.episode_length[over] = 0
+        for lane, view in zip(self.lanes, views, strict=True):
+            st = lane.states[k]
+            seg = st.columns
+            seg["reward"][t] = view.rewards
+            seg["terminated"][t] = view.terminated
+            seg["truncated"][t] = view.truncated
+            st.episode_return += view.score
+            st.episode_length += 1
+            over = view.game_over
+            seg["episode_return"][t] = st.episode_return
+            seg["episode_length"][t] = st.episode_length
+            seg["game_over"][t] = over
+            ended = view.terminated | view.truncated
+            if ended.any():
+                for name, final in view.final_obs.items():
+                    seg["final_obs/" + name][t][ended] = final[ended]
+                st.episode_return[over] = 0.0
+                st.episode_length[over] = 0
+            if lane.core is not None:
+                lane.core.advance(g, ended)  # the next request's state: reset where ended
 
-        st.step += 1
-        if st.step == self.rollout_len:
-            for key, obs in self._obs_fields:
-                seg[key][self.rollout_len] = obs[g]  # bootstrap observation
-            self.producer.publish(g)
-            st.segment += 1
-            st.step = 0
-            st.columns = self.producer.columns(g, st.segment)
-        if self.core is not None:
-            self.core.advance(g, ended)  # the next request's state: reset where episodes ended
+        self.step[k] = t + 1
+        if self.step[k] == self.rollout_len:
+            for lane in self.lanes:
+                seg = lane.states[k].columns
+                for key, obs in lane.obs_fields:
+                    seg[key][self.rollout_len] = obs[g]  # bootstrap observation
+                lane.next_segment(k, g)
+            self.step[k] = 0
         timers.add(COPY, clock)
         self._post(k)
 
     def close(self) -> None:
         for group in self.groups:
             group.close()
+
+
+def _lanes(ctx: RunContext, b: Binding) -> list[_Lane]:
+    """One lane per policy, in the run's policy order (one lane when the run has one)."""
+    by_policy: dict[str, dict[str, Port]] = {}
+    for port in b.ports.values():
+        by_policy.setdefault(port.policy, {})[port.kind] = port
+    names = [""] if "" in by_policy else ctx.cfg.policy_names
+    inline = ctx.cfg.workers.inference == "inline"
+    lanes = []
+    for name in names:
+        ports = by_policy[name]
+        params = ports.get("versions") if inline else None
+        inference = ports["request/response"]
+        lane = _Lane(ctx.for_policy(name), b, inference, ports["segments"], params, name)
+        lanes.append(lane)
+    return lanes
+
+
+def _league_pool(ctx: RunContext, b: Binding) -> LeaguePool | None:
+    """The opponents of a self-play actor's games: snapshots from the league's stream, each
+    played by a policy of its own (numpy for MLPs, as the actor's inline policy)."""
+    snapshots = [p for p in b.ports.values() if p.kind == "snapshots"]
+    if not snapshots:
+        return None
+    from surge.models.flat_policy import FlatPolicy
+
+    env, cfg = ctx.env, ctx.cfg
+    seeds = iter(range(1_000_000))
+
+    def make_policy() -> FlatPolicy:
+        seed = derive_seed(cfg.seed, "opponent", ctx.resumes, b.index, b.life, next(seeds))
+        return FlatPolicy(env.observation_space, env.action_space, cfg.model, seed)
+
+    return LeaguePool(b.transport, snapshots[0].block, make_policy, cfg.selfplay.latest_share)

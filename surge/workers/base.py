@@ -8,7 +8,7 @@ one worker per process with a blocking timeout. Workers never know which runtime
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,8 +24,23 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class PolicyContext:
+    """What differs between the policies of a multi-agent run (`policies`)."""
+
+    env: EnvInfo
+    """The policy's rows: its agents' spaces (surge/envs/multiagent.py)."""
+    n_params: int
+    start_version: int = 0
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True)
 class RunContext:
-    """Everything a worker is built from (picklable, sent to worker processes)."""
+    """Everything a worker is built from (picklable, sent to worker processes).
+
+    `env`, `n_params`, `start_version` and `checkpoint` describe the run's first policy (its
+    only one, but in multi-agent runs with several `policies`); a worker of another policy
+    builds from `for_policy(name)`."""
 
     cfg: ExperimentConfig
     env: EnvInfo
@@ -39,6 +54,21 @@ class RunContext:
     """How many times this run was resumed; mixed into seeds so resumed envs differ."""
     model_dir: str | None = None
     """LLM runs: the Hugging Face directory every worker loads its model from."""
+    policies: dict[str, PolicyContext] = field(default_factory=dict)
+    """Every policy's context, by name, when the run has several; empty otherwise."""
+
+    def for_policy(self, name: str) -> RunContext:
+        """The context of policy `name`'s workers: its env view, parameter count, resume
+        point, and, for all but the first policy, its own home for the trainer's metrics and
+        checkpoints (`policy_home`). The first policy's (or "") is this context."""
+        if not self.policies or name in ("", self.cfg.policy_names[0]):
+            return self
+        p = self.policies[name]
+        home = policy_home(self.run_dir, name)
+        return replace(
+            self, env=p.env, n_params=p.n_params, start_version=p.start_version,
+            checkpoint=p.checkpoint, run_dir=home,
+        )  # fmt: skip
 
     @property
     def group_rows(self) -> int:
@@ -64,6 +94,9 @@ class Binding:
     control: Control
     life: int = 0
     """0, then 1, 2, ... when the runtime restarts this worker in place."""
+    policy: str = ""
+    """The policy a trainer or policy worker serves (`RunContext.for_policy`); "" for
+    workers of every policy (actors) or the only one."""
 
     @property
     def inbox(self) -> str:
@@ -92,6 +125,12 @@ class Worker(Protocol):
     def poll(self, timeout: float) -> bool: ...
 
     def close(self) -> None: ...
+
+
+def policy_home(run_dir: Path, policy: str) -> Path:
+    """Where the trainer of a multi-agent run's policy other than the first writes its
+    metrics and checkpoints."""
+    return run_dir / "policies" / policy
 
 
 def limit_torch_threads(n: int) -> None:

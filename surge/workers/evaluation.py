@@ -24,8 +24,7 @@ import time
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import make_env
-from surge.evaluation.episodes import eval_env_config, play_episodes, render_fps
+from surge.evaluation.suite import EvalSuite
 from surge.models.flat_policy import FlatPolicy
 from surge.streams.params import NONE, ParameterService
 from surge.streams.results import ResultWriter
@@ -95,17 +94,27 @@ class EvalWorker(ScheduledEvaluations):
         self.finished = False
         self.ctx = ctx
         self.control = b.control
-        self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
+        # One parameter stream per policy (several in multi-agent runs with `policies`): the
+        # schedule follows the first policy's versions.
+        versions = {p.policy: p for p in b.ports.values() if p.kind == "versions"}
+        names = [""] if "" in versions else cfg.policy_names
+        self.streams = {n: ParameterService(b.transport, versions[n].block) for n in names}
+        self.params = self.streams[names[0]]
         # Nobody writes here but the controller at shutdown: waiting on it is the poll clock
         # (drive's timeout, 0.5 s), so new versions cost the busy cores no wake-up each.
         self.inbox = b.transport.channel(b.inbox)
         self.results = ResultWriter(b.transport, b.port("evaluations"))
         self.video = cfg.eval.video_every > 0 and b.index == 0
         self.videos_recorded = 0  # number // video_every at the last video
-        self.env = make_env(eval_env_config(cfg.env, video=self.video))
+        self.suite = EvalSuite(cfg, video=self.video)
+        self.env = self.suite.env
         seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
-        spaces = (self.env.observation_space, self.env.action_space)
-        self.policy = FlatPolicy(*spaces, cfg.model, seed)
+        self.policies = {}
+        for n in names:
+            env = ctx.for_policy(n).env
+            spaces = (env.observation_space, env.action_space)
+            self.policies[n] = FlatPolicy(*spaces, cfg.model, derive_seed(seed, n) if n else seed)
+        self.policy = self.policies[names[0]]
         limit_torch_threads(1)
         self.index, self.workers = b.index, cfg.eval.workers
         self._start_schedule()
@@ -113,16 +122,16 @@ class EvalWorker(ScheduledEvaluations):
 
     def _evaluate(self, number: int) -> None:
         e = self.cfg.eval
-        version = self.params.read(self.policy.flat)
-        self.policy.reload()
+        versions = {n: service.read(self.policies[n].flat) for n, service in self.streams.items()}
+        for policy in self.policies.values():
+            policy.reload()
+        version = versions[next(iter(versions))]
         record = self.video and video_due(number, e.video_every, self.videos_recorded)
-        played = play_episodes(
-            self.env,
-            self.policy,
+        played, rates = self.suite.play(
+            self.policies if len(self.policies) > 1 else self.policy,
             episodes=e.episodes,
             seed=derive_seed(self.cfg.seed, "eval-episodes", self.ctx.resumes, number),
             deterministic=e.deterministic,
-            clip_actions=self.cfg.env.clip_actions,
             record_first=record,
             on_step=self.control.beat,  # an episode may outlast workers.heartbeat_timeout_s
         )
@@ -137,13 +146,14 @@ class EvalWorker(ScheduledEvaluations):
                 "return_std": played.return_std,
                 "length_mean": played.length_mean,
                 "video": float(record),
+                **rates,  # self-play: win / draw / loss rates per fixed player
             }
         )
 
     def _save_video(self, version: int, frames: list[np.ndarray]) -> None:
         """`videos/eval-v<version>.mp4`, the name `surge eval --video` uses, and TensorBoard
         (at the env steps of that version: version x batch steps)."""
-        fps = render_fps(self.env)
+        fps = self.suite.render_fps
         write_mp4(self.ctx.run_dir / "videos" / f"eval-v{version:08d}.mp4", frames, fps)
         if self.cfg.log.tensorboard:
             if self.board is None:
@@ -151,6 +161,6 @@ class EvalWorker(ScheduledEvaluations):
             self.board.add("eval/video", frames, version * self.cfg.batch_steps, fps)
 
     def close(self) -> None:
-        self.env.close()
+        self.suite.close()
         if self.board is not None:
             self.board.close()

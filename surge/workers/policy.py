@@ -33,7 +33,7 @@ from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_thr
 
 
 def build(ctx: RunContext, b: Binding) -> PolicyWorker:
-    return PolicyWorker(ctx, b)
+    return PolicyWorker(ctx.for_policy(b.policy), b)
 
 
 class PolicyEngine:
@@ -99,7 +99,7 @@ class PolicyWorker:
         self.name = b.name
         self.finished = False
         self.timers = b.control.timers
-        self.server = InferenceServer(b.transport, b.port("inference"), b.inbox)
+        self.server = InferenceServer(b.transport, b.port_of_kind("request/response"), b.inbox)
         seed = derive_seed(cfg.seed, "policy", ctx.resumes, b.index)
         params = b.port_of_kind("versions")
         self.engine = PolicyEngine(ctx, self.server.arrays, b.transport, params, seed)
@@ -135,9 +135,20 @@ class InlineInference:
     the trainer's next publish in this actor's inbox (the trainer notifies it directly).
     """
 
-    def __init__(self, ctx: RunContext, b: Binding, arrays: dict[str, np.ndarray]) -> None:
-        seed = derive_seed(ctx.cfg.seed, "inline-policy", ctx.resumes, b.index)
-        self.engine = PolicyEngine(ctx, arrays, b.transport, b.port_of_kind("versions"), seed)
+    def __init__(
+        self,
+        ctx: RunContext,
+        b: Binding,
+        arrays: dict[str, np.ndarray],
+        params: Port | None = None,
+        policy: str = "",
+    ) -> None:
+        """`params`: the parameter stream of the policy it runs (default: the actor's one);
+        `policy`: its name when the actor runs several (mixed into the sampling seed)."""
+        keys = (policy,) if policy else ()
+        seed = derive_seed(ctx.cfg.seed, "inline-policy", ctx.resumes, b.index, *keys)
+        params = params or b.port_of_kind("versions")
+        self.engine = PolicyEngine(ctx, arrays, b.transport, params, seed)
         limit_torch_threads(ctx.cfg.workers.actor_threads)
         self._published = b.transport.channel(b.inbox)  # the trainer announces versions here
         self._pending: set[int] = set()
@@ -150,6 +161,22 @@ class InlineInference:
 
     def flush(self) -> None:
         pass  # nothing is sent anywhere
+
+    def answered(self, group: int) -> bool:
+        """Whether the group's latest request has its answer."""
+        return bool(self.engine.response_id[group] == self.engine.request_id[group])
+
+    def answer_servable(self) -> list[int]:
+        """Answer every posted group the loaded (or newly published) parameters can serve,
+        without waiting; the groups answered."""
+        self.engine.refresh()
+        serve = self.engine.servable(self._pending)
+        if serve:
+            t = self.timers.now()
+            self._pending.difference_update(serve)
+            self.engine.infer(serve)
+            self.timers.add(INFERENCE, t)
+        return serve
 
     def ready(self, timeout: float) -> list[int]:
         self.engine.refresh()

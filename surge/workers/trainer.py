@@ -34,7 +34,7 @@ CHECKPOINT_FORMAT = 2  # the state's layout (2: FusedAdam's optimizer state, alg
 
 
 def build(ctx: RunContext, b: Binding) -> TrainerWorker:
-    return TrainerWorker(ctx, b)
+    return TrainerWorker(ctx.for_policy(b.policy), b)
 
 
 class TrainerWorker(TrainerLoop):
@@ -59,7 +59,12 @@ class TrainerWorker(TrainerLoop):
             clip_reward=cfg.ppo.clip_reward,
             gamma=cfg.ppo.gamma,
         )
-        self.consumer = SampleConsumer(transport, b.port("samples"), b.inbox, ctx.start_version)
+        samples = b.port_of_kind("segments")
+        self.consumer = SampleConsumer(transport, samples, b.inbox, ctx.start_version)
+        # The first policy's trainer shows the run's progress and logs its evaluations; the
+        # others (multi-agent runs with several policies) log into their own home.
+        self.primary = b.policy in ("", cfg.policy_names[0])
+        ctx.run_dir.mkdir(parents=True, exist_ok=True)
         self.flow = self.consumer.flow
         alone = cfg.workers.trainer_threads_alone
         if alone and alone != cfg.workers.trainer_threads:
@@ -84,9 +89,8 @@ class TrainerWorker(TrainerLoop):
             self._restore(load_checkpoint(Path(ctx.checkpoint)))
         resumed_at = self.env_steps if ctx.checkpoint is not None else None
         self.checkpoints = CheckpointWriter(ctx.run_dir, cfg.log.keep_checkpoints)
-        self.metrics = MetricsWriter(
-            ctx.run_dir, cfg.log.tensorboard, resumed_at, wandb_options(cfg)
-        )
+        wandb = wandb_options(cfg) if self.primary else None
+        self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at, wandb)
         self._start_clock()
         self._last_log = (self._started, self.env_steps)
         self._lag_sum = 0.0
@@ -134,12 +138,13 @@ class TrainerWorker(TrainerLoop):
         self.env_steps += self.cfg.batch_steps
         self._publish()
         self.timers.add(COPY, clock)
-        self.control.set_progress(  # every update, for a live display; rates come with logs
-            env_steps=self.env_steps,
-            episode_return_mean=self.return_mean,
-            policy_version=self.version,
-            episodes=self.episodes,
-        )
+        if self.primary:
+            self.control.set_progress(  # every update, for a live display; rates come with logs
+                env_steps=self.env_steps,
+                episode_return_mean=self.return_mean,
+                policy_version=self.version,
+                episodes=self.episodes,
+            )
         self._log_evaluations()
         self._after_update(time.monotonic())
 
@@ -185,18 +190,11 @@ class TrainerWorker(TrainerLoop):
         if self.evaluations is None:
             return
         for result in self.evaluations.new():
-            self.metrics.write(
-                {
-                    "env_steps": self.env_steps,
-                    "time": round(time.time(), 3),
-                    "eval/policy_version": int(result["version"]),
-                    "eval/episodes": int(result["episodes"]),
-                    "eval/return_mean": result["return_mean"],
-                    "eval/return_std": result["return_std"],
-                    "eval/length_mean": result["length_mean"],
-                    "eval/video": int(result["video"]),
-                }
-            )
+            record: dict[str, Any] = {"env_steps": self.env_steps, "time": round(time.time(), 3)}
+            for name, value in result.items():  # the fields recipes/evaluation.py declares
+                key = "eval/policy_version" if name == "version" else f"eval/{name}"
+                record[key] = int(value) if name in ("version", "episodes", "video") else value
+            self.metrics.write(record)
             self.control.set_progress(eval_return_mean=result["return_mean"])
 
     def _publish(self) -> None:
@@ -235,7 +233,8 @@ class TrainerWorker(TrainerLoop):
         record.update(timing.shares_since(self.control.timing, self._timing_at_last_log))
         self._timing_at_last_log = self.control.timing.sum(axis=0)
         self.metrics.write(record)
-        self.control.set_progress(steps_per_s=sps, policy_lag_mean=lag)
+        if self.primary:
+            self.control.set_progress(steps_per_s=sps, policy_lag_mean=lag)
         self._last_log = (now, self.env_steps)
         self._lag_sum, self._lag_count, self._lag_max = 0.0, 0, 0
 

@@ -85,13 +85,17 @@ class TrainerLoop:
             and self.return_mean >= cfg.stop_return
         )
         out_of_budget = self.env_steps >= cfg.total_env_steps
-        if now - self._last_log[0] >= cfg.log.interval_s or solved or out_of_budget:
+        out_of_time = (
+            cfg.max_train_time_s is not None and self.wall_time_s() >= cfg.max_train_time_s
+        )
+        done = solved or out_of_budget or out_of_time
+        if now - self._last_log[0] >= cfg.log.interval_s or done:
             self._log(now)
         if now >= self._next_checkpoint and not self.checkpoints.busy:
             self.save_checkpoint()  # a checkpoint never queues behind one still being written
-        if solved or out_of_budget:
+        if done:
             self.save_checkpoint(wait=True)
-            self._finish("solved" if solved else "budget")
+            self._finish("solved" if solved else "budget" if out_of_budget else "time")
 
     @property
     def return_mean(self) -> float:

@@ -203,3 +203,17 @@ def test_graph_draws_workers_and_streams() -> None:
     assert "trainer-0 --> policy-0, policy-1" in out and "(max_policy_lag 0)" in out
     inline = run_surge("graph").stdout  # the default: the policy runs inside the actor
     assert "actor-0 answers its own requests" in inline and "policy-0" not in inline
+
+
+def test_a_time_budget_ends_the_run(tmp_path: Path) -> None:
+    """max_train_time_s stops training on the trainer's clock, with a checkpoint."""
+    run_dir = tmp_path / "timed"
+    result = run_surge(
+        "train", "cartpole-ppo", f"run_dir={run_dir}", "runtime=serial", "max_train_time_s=2",
+        "stop_return=null", "total_env_steps=100000000", *QUICK,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "reached max_train_time_s" in result.stderr
+    rows = [r for r in read_metrics(run_dir) if "wall_time_s" in r]
+    assert 2.0 <= rows[-1]["wall_time_s"] < 30 and rows[-1]["env_steps"] < 100000000
+    assert list((run_dir / "checkpoints").glob("ckpt-*"))

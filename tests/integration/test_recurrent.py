@@ -199,3 +199,23 @@ def test_recurrent_multiagent_rows_reproduce_the_acting_policy(
     records = read_metrics(run_dir)
     assert_on_policy(records)
     assert all(math.isfinite(r["policy_loss"]) for r in records)
+
+
+def test_two_recurrent_policies_each_reproduce_their_acting_policy(run_dir: Path) -> None:
+    """Two policies (a0 is one's, a1 and a2 the other's): each lane carries its own rows'
+    states through its own inference stream, and each trainer unrolls its own segments."""
+    pytest.importorskip("pettingzoo")
+    cfg, name = load_config(
+        "spread-ippo",
+        [f"run_dir={run_dir}", "runtime=serial", "log.interval_s=0", "log.progress=false",
+         "workers.envs_per_group=2", f"env.id={ARRIVALS}", "env.kwargs={}",
+         "env.multiagent.global_state=none", "model.actor_inputs=[]", "model.critic_inputs=[]",
+         "policies=[solo, pair]", "policy_mapping={a0: solo, '*': pair}", "ppo.rollout_len=6",
+         "model.core=lstm", "model.core_size=8", "algo=appo", "max_policy_lag=0",
+         "total_env_steps=480"],
+    )  # fmt: skip
+    assert train(cfg, name).reason == "budget"
+    for home in (run_dir, run_dir / "policies" / "pair"):
+        records = [r for r in read_metrics(home) if "steps_per_s" in r]
+        assert records[-1]["policy_version"] == 10
+        assert_on_policy(records)

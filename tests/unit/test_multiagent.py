@@ -138,3 +138,67 @@ def test_errors_name_what_to_fix() -> None:
         probe_env(
             _cfg("pettingzoo:surge.envs.testing_pettingzoo:stateless_env", global_state="env"), 0
         )
+
+
+def test_route_agents_first_matching_pattern_wins() -> None:
+    from surge.envs.multiagent import route_agents
+
+    agents = ("adversary_0", "adversary_1", "agent_0", "agent_1")
+    assert route_agents(agents, ["default"], {}) == {"default": agents}
+    mapping = {"adversary_*": "red", "agent_1": "red", "*": "blue"}
+    assert route_agents(agents, ["red", "blue"], mapping) == {
+        "red": ("adversary_0", "adversary_1", "agent_1"),
+        "blue": ("agent_0",),
+    }
+    with pytest.raises(EnvSpecError, match="agent 'agent_0' matches none"):
+        route_agents(agents, ["red"], {"adversary_*": "red"})
+    with pytest.raises(ConfigError, match=r"policies \['green'\] get no agent"):
+        route_agents(agents, ["red", "green"], {"*": "red"})
+
+
+def test_policy_settings_are_checked_against_the_config() -> None:
+    from surge.config.load import load_config
+
+    with pytest.raises(ConfigError, match="is not one"):
+        load_config("cartpole-ppo", ["policies=[a, b]", "policy_mapping={'*': a}"])
+    with pytest.raises(ConfigError, match=r"routes agents to \['c'\]"):
+        load_config("spread-ippo", ["policies=[a, b]", "policy_mapping={'*': c}"])
+    with pytest.raises(ConfigError, match="policy_mapping is empty"):
+        load_config("spread-ippo", ["policies=[a, b]"])
+    with pytest.raises(ConfigError, match="distinct names"):
+        load_config("spread-ippo", ["policies=[a, a]", "policy_mapping={'*': a}"])
+
+
+def test_lanes_of_two_policies_by_hand() -> None:
+    """Arrivals with a0 in one policy and a1, a2 in another: each lane has its own rows,
+    rewards, team score and activity."""
+    from surge.config.load import load_config
+    from surge.envs.make import probe_policies
+
+    cfg, _ = load_config(
+        "spread-ippo",
+        [f"env.id={ARRIVALS}", "env.kwargs={}", "env.multiagent.global_state=none",
+         "model.actor_inputs=[]", "model.critic_inputs=[]",
+         "policies=[solo, pair]", "policy_mapping={a0: solo, '*': pair}"],
+    )  # fmt: skip
+    infos = probe_policies(cfg)
+    assert [i.agents for i in infos.values()] == [("a0",), ("a1", "a2")]
+    outs = {
+        p: {k: np.zeros((2 * i.rows_per_env, *s.shape), s.dtype)
+            for k, s in obs_specs(i.observation_space).items()}
+        for p, i in infos.items()
+    }  # fmt: skip
+    group = MultiAgentGroup(cfg.env, [0, 1], outs, cfg.policy_names, cfg.policy_mapping)
+    solo, pair = group.lanes["solo"], group.lanes["pair"]
+    group.reset()
+    np.testing.assert_array_equal(pair.obs_out[AGENT_ID][:2], [[0, 1, 0], [0, 0, 1]])
+    assert solo.active.tolist() == [True, True] and pair.active.tolist() == [True, False] * 2
+    group.step({"solo": np.zeros(2, np.int64), "pair": np.ones(4, np.int64)})
+    group.step({"solo": np.zeros(2, np.int64), "pair": np.ones(4, np.int64)})
+    group.step({"solo": np.zeros(2, np.int64), "pair": np.ones(4, np.int64)})
+    # step 3: a2 (joined after step 2) and a1 (leaving now) both act
+    np.testing.assert_allclose(solo.rewards, [1.0, 1.0])
+    np.testing.assert_allclose(pair.rewards, [2.1, 3.1, 2.1, 3.1], rtol=1e-6)
+    np.testing.assert_allclose(pair.score, [5.2, 0, 5.2, 0], rtol=1e-6)
+    assert pair.terminated.tolist() == [True, False] * 2
+    assert pair.active.tolist() == [False, True] * 2

@@ -175,3 +175,56 @@ def test_a_cnn_with_a_core_acts_in_torch_and_trains_on_sequences() -> None:
             resets,
         )
     np.testing.assert_allclose(new_logp.view(T, B).numpy(), np.stack(logps), atol=1e-5)
+
+
+def test_self_play_with_a_core_is_refused() -> None:
+    with pytest.raises(ConfigError, match="league opponents play feed-forward only"):
+        load_config("connect4-selfplay", ["model.core=gru"])
+
+
+@pytest.mark.parametrize("core", ["gru", "lstm"])
+def test_multiagent_player_carries_each_rows_state(core: str) -> None:
+    """The evaluation player of multi-agent envs: every row starts an episode from zero,
+    then gets the state its previous step returned, zeroed while its agent is out."""
+    pytest.importorskip("pettingzoo")
+    from surge.envs.make import probe_policies
+    from surge.envs.multiagent import MultiAgentGroup
+    from surge.envs.spaces import obs_specs
+    from surge.evaluation.episodes import play_multiagent_episodes
+
+    cfg, _ = load_config(
+        "spread-ippo",
+        ["env.id=pettingzoo:surge.envs.testing_pettingzoo:arrivals_env", "env.kwargs={}",
+         "env.multiagent.global_state=none", "model.actor_inputs=[]", "model.critic_inputs=[]",
+         f"model.core={core}", "model.core_size=4"],
+    )  # fmt: skip
+    ((name, info),) = probe_policies(cfg).items()
+    outs = {
+        name: {k: np.zeros((info.rows_per_env, *s.shape), s.dtype)
+               for k, s in obs_specs(info.observation_space).items()}
+    }  # fmt: skip
+    group = MultiAgentGroup(cfg.env, [0], outs, cfg.policy_names, cfg.policy_mapping)
+    policy = FlatPolicy(info.observation_space, info.action_space, cfg.model, seed=0)
+    policy.load(np.random.default_rng(0).normal(0, 0.5, policy.flat.size).astype(np.float32))
+    calls: list[tuple[np.ndarray, np.ndarray]] = []
+    act = policy.act
+
+    def recording(obs, deterministic=False, core=None):  # type: ignore[no-untyped-def]
+        out = act(obs, deterministic, core)
+        calls.append((core.copy(), out[-1].copy()))
+        return out
+
+    policy.act = recording  # type: ignore[method-assign]
+    played, _ = play_multiagent_episodes(group, {name: policy}, 2, seed=3, deterministic=True)
+    starts = np.cumsum([0, *played.lengths])
+    assert len(calls) == starts[-1]
+    zeroed = 0
+    for k, (given, _) in enumerate(calls):
+        if k in starts:
+            np.testing.assert_array_equal(given, 0.0)
+        else:  # the previous step's state, with the rows of agents that were out zeroed
+            kept = np.abs(given).sum(axis=1) > 0
+            assert kept.any()
+            np.testing.assert_array_equal(given[kept], calls[k - 1][1][kept])
+            zeroed += int((~kept).sum())
+    assert zeroed > 0  # arrivals: agents join late and leave early

@@ -1,0 +1,165 @@
+"""The league stream: a pool of the learner's past versions, for self-play opponents.
+
+The league worker (surge/workers/league.py) writes a snapshot of the learner's parameters
+every `selfplay.snapshot_every` versions into slot `count % pool_size` of the block (the
+oldest is replaced once the pool is full); actors read it for the opponents of their
+self-play games (surge/envs/selfplay.py). Each slot has a sequence counter, odd while being
+written (a seqlock, as in the parameter service): a reader that raced the writer copies
+again, so an opponent never plays with torn weights, and nobody waits for anybody.
+
+Which opponent an episode gets (`choose_snapshot`): the newest snapshot with probability
+`latest_share`, else one drawn uniformly from the pool (the newest included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from surge.envs.selfplay import Opponent, RandomPlayer
+from surge.streams.transport import BlockLayout, Field, Transport
+
+
+def league_layout(pool_size: int, n_params: int) -> BlockLayout:
+    return BlockLayout(
+        {
+            "flat": Field((pool_size, n_params), "<f4"),
+            "version": Field((pool_size,), "<i8"),
+            "seq": Field((pool_size,), "<i8"),
+            "count": Field((1,), "<i8"),  # snapshots written so far
+        }
+    )
+
+
+def choose_snapshot(
+    rng: np.random.Generator, count: int, pool_size: int, latest_share: float
+) -> int:
+    """The slot of an episode's opponent, given `count` snapshots written into a pool of
+    `pool_size` slots: the newest with probability `latest_share`, else a uniform one."""
+    stored = min(count, pool_size)
+    newest = (count - 1) % pool_size
+    if rng.random() < latest_share:
+        return newest
+    return int(rng.integers(stored))
+
+
+class LeagueWriter:
+    def __init__(self, transport: Transport, block: str) -> None:
+        a = transport.block(block)
+        self._flat, self._version, self._seq, self._count = (
+            a["flat"], a["version"], a["seq"], a["count"],
+        )  # fmt: skip
+
+    @property
+    def count(self) -> int:
+        return int(self._count[0])
+
+    def newest_version(self) -> int:
+        """The version of the newest snapshot (-1: none yet)."""
+        if self.count == 0:
+            return -1
+        return int(self._version[(self.count - 1) % len(self._version)])
+
+    def add(self, version: int, flat: np.ndarray) -> None:
+        self.put(self.count, version, flat)
+
+    def put(self, number: int, version: int, flat: np.ndarray) -> None:
+        """Write snapshot `number` (0, 1, ...) into its slot; the pool then holds
+        `number + 1` snapshots (a forwarded copy on another node, surge/streams/ray_bridge.py,
+        is written with the number it had)."""
+        slot = number % len(self._version)
+        self._seq[slot] |= 1  # odd: being written (already odd if a previous life died here)
+        self._flat[slot] = flat
+        self._version[slot] = version
+        self._seq[slot] += 1  # even: complete
+        self._count[0] = max(self.count, number + 1)
+
+
+class LeagueReader:
+    """Whole snapshots out of the pool (the league's forwarder to other nodes)."""
+
+    def __init__(self, transport: Transport, block: str) -> None:
+        a = transport.block(block)
+        self._flat, self._version, self._seq, self._count = (
+            a["flat"], a["version"], a["seq"], a["count"],
+        )  # fmt: skip
+        self.pool_size = len(self._version)
+
+    @property
+    def count(self) -> int:
+        return int(self._count[0])
+
+    def read(self, slot: int) -> tuple[int, np.ndarray]:
+        """(version, a copy of the parameters) of the snapshot in `slot`."""
+        while True:
+            seq = int(self._seq[slot])
+            if seq % 2:
+                continue  # being written: the writer finishes in microseconds
+            flat = self._flat[slot].copy()
+            version = int(self._version[slot])
+            if int(self._seq[slot]) == seq:
+                return version, flat
+
+
+class PolicyPlayer:
+    """An opponent that samples its moves from one snapshot's policy."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy  # a FlatPolicy (models/flat_policy.py): act on numpy batches
+        self.version = -1
+
+    @property
+    def name(self) -> str:
+        return f"v{self.version}"
+
+    def act(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> int:
+        batch = {k: np.asarray(v)[None] for k, v in obs.items()}
+        return int(self.policy.act(batch, deterministic=False)[0][0])
+
+
+class LeaguePool:
+    """An actor's view of the league: `sample` draws an episode's opponent (an
+    `OpponentSource`, surge/envs/selfplay.py). A random player stands in until the league
+    holds a snapshot."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        block: str,
+        make_policy: Callable[[], Any],
+        latest_share: float,
+    ) -> None:
+        a = transport.block(block)
+        self._flat, self._version, self._seq, self._count = (
+            a["flat"], a["version"], a["seq"], a["count"],
+        )  # fmt: skip
+        self._make_policy = make_policy
+        self._players: dict[int, PolicyPlayer] = {}  # by slot
+        self._latest_share = latest_share
+        self._random = RandomPlayer()
+
+    def sample(self, rng: np.random.Generator) -> Opponent:
+        count = int(self._count[0])
+        if count == 0:
+            return self._random
+        slot = choose_snapshot(rng, count, len(self._version), self._latest_share)
+        player = self._players.get(slot)
+        if player is None:
+            player = self._players[slot] = PolicyPlayer(self._make_policy())
+        if player.version != int(self._version[slot]) or int(self._seq[slot]) % 2:
+            self._load(slot, player)
+        return player
+
+    def _load(self, slot: int, player: PolicyPlayer) -> None:
+        while True:
+            seq = int(self._seq[slot])
+            if seq % 2:
+                continue  # being written: the writer finishes in microseconds
+            np.copyto(player.policy.flat, self._flat[slot])
+            version = int(self._version[slot])
+            if int(self._seq[slot]) == seq:
+                break
+        player.policy.reload()
+        player.version = version
