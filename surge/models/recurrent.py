@@ -14,8 +14,10 @@ unrolls each column by hand with explicit resets.
 
 On CPU float32 a core unrolls through `FusedUnroll`: the same maths with torch's cell
 equations written out in numpy (models/numpy_recurrent.py), forward and backward through time
-as one autograd node, about ten times cheaper than a loop of torch cells on the small batches
-of a CPU learner. Elsewhere (a GPU, float64) it loops over torch's cells.
+as one autograd node: about half the time of a loop of torch cells on the small batches of a
+CPU learner (32 steps of 8-16 sequences; benchmarks/results/recurrent_speed.md). Elsewhere (a
+GPU, float64) it loops over torch's cells. torch's fused nn.GRU / nn.LSTM cannot zero the
+state of one sequence mid-way, so they would need the segments split at every reset.
 """
 
 from __future__ import annotations
