@@ -4,7 +4,7 @@ A batch's column is one env's segment, already a sequence ([T, N] time-major). A
 model is unrolled over it from the state stored at its start (`core0`), with the state zeroed
 before each step whose previous step ended an episode (`resets_before`), so the learner sees
 the states the actor's policy saw (exactly so when the parameters are the behaviour
-version's: tests/integration/test_recurrent.py). Minibatches are whole columns, never
+version's: tests/integration/test_recurrent_runs.py). Minibatches are whole columns, never
 shuffled time steps; `ppo.burn_in` steps at the start of each column only rebuild the state
 (without gradient) and are left out of the loss.
 

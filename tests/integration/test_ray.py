@@ -263,8 +263,8 @@ def test_recurrent_appo_across_nodes_reproduces_the_acting_policy(
     worker, the trainer on the head, so every segment and its stored state (`core0`) crosses
     nodes through the segment forwarder. APPO at lag 0 logs a V-trace ratio of 1 only if the
     trainer unrolled exactly the states the policy workers acted with
-    (tests/integration/test_recurrent.py has the same check on serial and local)."""
-    from tests.integration.test_recurrent import MEMORY, assert_on_policy
+    (tests/integration/test_recurrent_runs.py has the same check on serial and local)."""
+    from tests.integration.test_recurrent_runs import MEMORY, assert_on_policy
 
     proc = _start(
         run_dir, f"ray.address={cluster}", *TWO_PODS, *MEMORY, "model.core=gru", "algo=appo",
