@@ -213,7 +213,7 @@ def test_grid_cnn_needs_one_grid() -> None:
     from surge.models.images import choose_encoder
 
     cfg = ModelConfig(encoder="grid_cnn")
-    assert choose_encoder(Box(0, 1, (3, 3, 2), np.int8), cfg) == "grid_cnn"
+    assert choose_encoder(Box(0, 1, (5, 5, 2), np.int8), cfg) == "grid_cnn"
     with pytest.raises(EnvSpecError, match="needs one grid observation"):
         choose_encoder(Box(-1, 1, (6,)), cfg)
     with pytest.raises(EnvSpecError, match="smaller than 3x3"):
