@@ -255,7 +255,8 @@ class GridCNN(Encoder):
         self.out_dim = c * h * w
 
     def forward(self, obs: dict[str, Tensor]) -> Tensor:
-        x = obs[self.key].to(self.convs[0].weight.dtype)  # float32 (float64 in reference tests)
+        dtype = next(self.parameters()).dtype  # float32 (float64 in reference tests)
+        x = obs[self.key].to(dtype)
         for conv in self.convs:
             x = nn.functional.relu(conv(x))
         return x.flatten(1)
