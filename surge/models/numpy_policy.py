@@ -205,21 +205,60 @@ def _grid_layout(
     )
 
 
-def grid_features(grid: GridLayout, convs: list[tuple[np.ndarray, np.ndarray]], x: Any) -> Any:
-    """`GridCNN` in numpy: [B, features] from the grid field [B, H, W, C] (or [B, C, H, W]).
-    Each 3x3 convolution with zero padding is one matmul over the cells' 3x3 patches (im2col)
-    with the weights as a [C * 9, out] matrix (`convs`: (that matrix, bias) per layer)."""
-    x = np.asarray(x, np.float32)
-    if not grid.hwc:
-        x = x.transpose(0, 2, 3, 1)
-    b, h, w, _ = x.shape
-    for matrix, bias in convs:
-        padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
-        patches = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(1, 2))
-        z = patches.reshape(b * h * w, -1) @ matrix  # [B*H*W, C, 3, 3] in torch's order
-        z += bias
-        x = np.maximum(z, 0.0, out=z).reshape(b, h, w, -1)
-    return x.transpose(0, 3, 1, 2).reshape(b, -1)  # flattened as torch flattens NCHW
+class GridFeatures:
+    """`GridCNN` in numpy (acting): [B, features] from the grid field [B, H, W, C] (or [B, C,
+    H, W]). Each 3x3 convolution with zero padding reads a padded copy of its input (the
+    buffers are kept per batch size, their borders stay zero). One row (an opponent's move)
+    is one matmul over the cells' 3x3 patches (im2col); batches of `SHIFTED_FROM` rows and
+    more sum nine matmuls of shifted views, which copies no patches: measured on this
+    machine, 213 vs 301 us for one row and 1.4 vs 0.57 ms for 16 rows (connect four, 32 and
+    32 channels)."""
+
+    SHIFTED_FROM = 8
+
+    def __init__(self, grid: GridLayout) -> None:
+        self.grid = grid
+        self._padded: dict[tuple[int, int], np.ndarray] = {}
+        self.layers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def load(self, weights: dict[str, np.ndarray]) -> None:
+        """Arrange a version's convolution weights: per layer, [C * 9, out] for im2col,
+        [9, C, out] for the shifted sums, and the bias."""
+        g = self.grid
+        self.layers = []
+        for i, out in enumerate(g.channels):
+            w = weights[f"{g.prefix}.{i}.weight"]  # [out, C, 3, 3]
+            self.layers.append(
+                (
+                    w.reshape(out, -1).T.copy(),
+                    np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(9, -1, out)),
+                    weights[f"{g.prefix}.{i}.bias"],
+                )
+            )
+
+    def __call__(self, x: Any) -> np.ndarray:
+        x = np.asarray(x, np.float32)
+        if not self.grid.hwc:
+            x = x.transpose(0, 2, 3, 1)
+        b, h, w, _ = x.shape
+        for k, (matrix, shifted, bias) in enumerate(self.layers):
+            padded = self._padded.get((b, k))
+            if padded is None:
+                padded = self._padded[(b, k)] = np.zeros((b, h + 2, w + 2, x.shape[-1]), np.float32)
+            padded[:, 1:-1, 1:-1] = x
+            if b < self.SHIFTED_FROM:
+                patches = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(1, 2))
+                z = patches.reshape(b * h * w, -1) @ matrix  # [B*H*W, C, 3, 3]: torch's order
+                z += bias
+                x = np.maximum(z, 0.0, out=z).reshape(b, h, w, -1)
+            else:
+                z = np.empty((b, h, w, len(bias)), np.float32)
+                z[:] = bias
+                for j in range(9):
+                    dy, dx = divmod(j, 3)
+                    z += padded[:, dy : dy + h, dx : dx + w] @ shifted[j]
+                x = np.maximum(z, 0.0, out=z)
+        return x.transpose(0, 3, 1, 2).reshape(b, -1)  # flattened as torch flattens NCHW
 
 
 def layout_size(layout: NumpyLayout) -> int:
@@ -289,6 +328,7 @@ class NumpyPolicy:
         self.rng = rng
         self.flat = flat
         self._w = param_views(layout, flat)
+        self._grid = GridFeatures(layout.grid) if layout.grid is not None else None
         widths = [shape[0] for name, shape in layout.params if name.startswith("actor_torso")]
         widths = widths[0::2]  # weight, bias, weight, ...
         self._fused = not layout.shared and 2 * max(widths, default=0) <= FUSE_MAX_WIDTH
@@ -333,15 +373,8 @@ class NumpyPolicy:
                 (w["value_head.weight"].T, w["value_head.bias"]),
             ]
         self._log_std = w.get("action_head.log_std")
-        if lay.grid is not None:  # [out, C, 3, 3] -> [C * 9, out], once per version
-            g = lay.grid
-            self._convs = [
-                (
-                    w[f"{g.prefix}.{i}.weight"].reshape(out, -1).T.copy(),
-                    w[f"{g.prefix}.{i}.bias"],
-                )
-                for i, out in enumerate(g.channels)
-            ]
+        if self._grid is not None:
+            self._grid.load(w)
         if lay.core != "none":  # transposed once per version, for [B, F] @ [F, G*H]
             self._core = (
                 w["core.cell.weight_ih"].T.copy(),
@@ -398,11 +431,7 @@ class NumpyPolicy:
         """(action, logp, value); for a recurrent core (given the state before the step
         `core` [B, S]) also the state after it, last."""
         lay = self.layout
-        x = (
-            flat_features(lay, obs)
-            if lay.grid is None
-            else grid_features(lay.grid, self._convs, obs[lay.grid.key])
-        )
+        x = flat_features(lay, obs) if self._grid is None else self._grid(obs[self._grid.grid.key])
         state = None
         if lay.core != "none":
             state = self.core_step(x, core)

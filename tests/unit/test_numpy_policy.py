@@ -206,6 +206,10 @@ def test_grid_cnn_acts_in_numpy_as_torch_does(hwc: bool) -> None:
     assert action[0] == 1
     assert_float32_close(logp, t_logp, accumulations, "logp")
     assert_float32_close(value, t_value, accumulations, "value")
+    # Fewer rows take the other way to convolve (numpy_policy.GridFeatures): the same values.
+    few = policy.act({k: v[:3] for k, v in np_obs.items()}, deterministic=True)
+    np.testing.assert_array_equal(few[0], action[:3])
+    assert_float32_close(few[2], t_value[:3], accumulations, "value of 3 rows")
 
 
 def test_grid_cnn_needs_one_grid() -> None:
