@@ -25,7 +25,7 @@ RuntimeName = Literal["serial", "local", "ray"]
 AlgoName = Literal["ppo", "appo", "grpo"]
 Activation = Literal["tanh", "relu"]
 EnvBackend = Literal["auto", "gymnasium", "ale", "envpool"]
-EncoderName = Literal["auto", "flat", "nature_cnn", "small_cnn"]
+EncoderName = Literal["auto", "flat", "nature_cnn", "small_cnn", "grid_cnn"]
 ImageLayout = Literal["auto", "chw", "hwc"]
 Precision = Literal["auto", "float32", "bfloat16"]
 Backend = Literal["auto", "torch", "numpy"]
@@ -250,7 +250,14 @@ class ModelConfig:
     field of 7x7 to 35x35, raw values: conv 16 2x2, max-pool 2x2, conv 32 2x2, conv 64 2x2,
     ReLU; the MLP torso sits on its features). `auto`: for one uint8 image observation,
     `nature_cnn` if its height and width are at least 36, `small_cnn` from 7, an error below
-    7 (use `flat`); else `flat`."""
+    7 (use `flat`); else `flat`. `grid_cnn` (never chosen by `auto`): for board games' small
+    grids of any dtype ([H, W, C] or [C, H, W], at least 3x3, e.g. connect four's 6x7x2):
+    3x3 convolutions with zero padding that keep the grid's size (`model.grid_channels`),
+    ReLU, flattened; the MLP torso sits on them, and an `action_mask` field is left to the
+    logits."""
+
+    grid_channels: list[int] = field(default_factory=lambda: [32, 32])
+    """Channels of the `grid_cnn` encoder's 3x3 convolutions, one entry per layer."""
 
     image_layout: ImageLayout = "auto"
     """Axis order of an image observation for the CNN encoders. `auto`: `hwc` when the last

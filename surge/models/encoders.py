@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from surge.config.schema import ModelConfig
 from surge.envs.spaces import OBS_KEY, flatten_obs_space
 from surge.errors import EnvSpecError
-from surge.models.images import SIZE_RULE, choose_encoder, image_field, image_layout
+from surge.models.images import SIZE_RULE, choose_encoder, grid_field, image_field, image_layout
 from surge.models.images import is_image_space as is_image_space  # re-exported
 
 
@@ -229,6 +229,39 @@ class SmallCNN(Encoder):
         return x.flatten(1)
 
 
+class GridCNN(Encoder):
+    """A board game's grid (`model.encoder: grid_cnn`): 3x3 convolutions with zero padding of
+    one, so every layer keeps the grid's size and each cell sees its neighbours (rows,
+    columns and diagonals alike), ReLU after each, flattened. Not a torso: the MLP torso(s)
+    sit on its features. Input: one field [B, C, H, W] of any dtype, cast to float32 (raw
+    values: boards are 0/1 planes or small piece codes). Orthogonal init with gain sqrt(2).
+    """
+
+    def __init__(self, obs_space: gym.Space[Any], channels: list[int]) -> None:
+        super().__init__()
+        field = grid_field(obs_space)
+        assert field is not None  # choose_encoder checked it
+        self.key = field[0]
+        c, h, w = field[1].shape
+        convs = []
+        for out in channels:
+            conv = nn.Conv2d(c, out, 3, 1, padding=1)
+            nn.init.orthogonal_(conv.weight, math.sqrt(2.0))
+            assert conv.bias is not None
+            nn.init.constant_(conv.bias, 0.0)
+            convs.append(conv)
+            c = out
+        self.convs = nn.ModuleList(convs)
+        self.out_dim = c * h * w
+
+    def forward(self, obs: dict[str, Tensor]) -> Tensor:
+        dtype = next(self.parameters()).dtype  # float32 (float64 in reference tests)
+        x = obs[self.key].to(dtype)
+        for conv in self.convs:
+            x = nn.functional.relu(conv(x))
+        return x.flatten(1)
+
+
 class ChannelsFirst(Encoder):
     """Runs a [C, H, W] image encoder on an [H, W, C] field: permutes the field to [B, C, H,
     W] (a view, no copy; an NHWC batch viewed so is already in channels_last memory format).
@@ -252,6 +285,16 @@ def make_encoder(obs_space: gym.Space[Any], cfg: ModelConfig) -> Encoder:
     name = choose_encoder(obs_space, cfg)
     if name == "flat":
         return FlatEncoder(obs_space)
+    if name == "grid_cnn":
+        grid = grid_field(obs_space)
+        assert grid is not None
+        key, space = grid
+        if image_layout(space.shape, cfg.image_layout) == "hwc":
+            t = (2, 0, 1)
+            low, high = space.low.transpose(t), space.high.transpose(t)
+            chw_space = gym.spaces.Box(low, high, None, space.dtype)  # type: ignore[arg-type]
+            return ChannelsFirst(GridCNN(chw_space, cfg.grid_channels), key)
+        return GridCNN(gym.spaces.Dict({key: space}), cfg.grid_channels)
     field = image_field(obs_space)
     assert field is not None  # choose_encoder checked it
     key, space = field

@@ -65,11 +65,39 @@ def image_field(obs_space: gym.Space[Any]) -> tuple[str, gym.spaces.Box] | None:
     return None
 
 
+GRID_MIN = 3
+
+
+def grid_field(obs_space: gym.Space[Any]) -> tuple[str, gym.spaces.Box] | None:
+    """The key and space of the observation's one three-dimensional Box field of any dtype (a
+    board game's grid), ignoring an `action_mask`; None if there is not exactly one."""
+    leaves = {k: v for k, v in flatten_obs_space(obs_space).items() if k != "action_mask"}
+    grids = [
+        (k, v) for k, v in leaves.items() if isinstance(v, gym.spaces.Box) and len(v.shape) == 3
+    ]
+    return grids[0] if len(grids) == 1 and len(leaves) == 1 else None
+
+
 def choose_encoder(obs_space: gym.Space[Any], cfg: ModelConfig) -> str:
     """The encoder `cfg.encoder` resolves to: `flat`, `nature_cnn` or `small_cnn`.
 
     `auto`: a CNN by image size for one image field, else `flat`. Raises EnvSpecError when
     the image is too small for the CNN (chosen or named)."""
+    if cfg.encoder == "grid_cnn":
+        grid = grid_field(obs_space)
+        if grid is None:
+            raise EnvSpecError(
+                f"model.encoder=grid_cnn needs one grid observation (a 3-D Box, [H, W, C] or "
+                f"[C, H, W], beside at most an action_mask); got {obs_space}",
+                "use model.encoder=flat (or auto) for this env",
+            )
+        _, h, w = chw(grid[1].shape, image_layout(grid[1].shape, cfg.image_layout))
+        if min(h, w) < GRID_MIN:
+            raise EnvSpecError(
+                f"model.encoder=grid_cnn: a {h}x{w} grid is smaller than {GRID_MIN}x{GRID_MIN}",
+                "use model.encoder=flat, or model.image_layout if the layout is read wrongly",
+            )
+        return "grid_cnn"
     field = image_field(obs_space)
     if cfg.encoder == "flat" or (cfg.encoder == "auto" and field is None):
         return "flat"

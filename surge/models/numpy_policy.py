@@ -16,7 +16,7 @@ space.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
@@ -24,7 +24,7 @@ import numpy as np
 
 from surge.config.schema import ModelConfig
 from surge.envs.spaces import flatten_obs_space
-from surge.models.images import choose_encoder
+from surge.models.images import choose_encoder, chw, grid_field, image_layout
 from surge.models.inputs import (
     ACTION_MASK,
     MASKED_LOGIT,
@@ -35,6 +35,16 @@ from surge.models.inputs import (
 from surge.models.numpy_recurrent import step
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+@dataclass(frozen=True)
+class GridLayout:
+    """The `grid_cnn` encoder (models/encoders.py `GridCNN`) as the numpy policy runs it."""
+
+    key: str
+    hwc: bool  # the field is [H, W, C] (else [C, H, W])
+    prefix: str  # its parameters' names: `encoder.convs` or `encoder.inner.convs`
+    channels: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,7 @@ class NumpyLayout:
     masked: bool = False  # the observation's `action_mask` masks the logits
     core: str = "none"  # a recurrent core on the policy's features (acting only)
     core_size: int = 0
+    grid: GridLayout | None = None  # a grid_cnn encoder for both heads (acting only)
 
     @property
     def central_critic(self) -> bool:
@@ -67,7 +78,8 @@ def numpy_layout(
     numpy learner, models/numpy_net.py) does not cover it."""
     if cfg.core != "none":
         return None  # a recurrent core: the numpy learner does not train it
-    return acting_layout(obs_space, action_space, cfg)
+    layout = acting_layout(obs_space, action_space, cfg)
+    return None if layout is None or layout.grid is not None else layout  # nor convolutions
 
 
 def acting_layout(
@@ -77,6 +89,8 @@ def acting_layout(
     act in numpy (`NumpyPolicy`) and learn in torch: None only for the CNN encoders."""
     actor_fields, critic_fields = input_fields(obs_space, cfg)
     leaves = flatten_obs_space(obs_space)
+    if choose_encoder(subspace(obs_space, actor_fields), cfg) == "grid_cnn":
+        return _grid_layout(obs_space, action_space, cfg, actor_fields, critic_fields)
     encoders = []
     for names in (actor_fields, critic_fields):
         if choose_encoder(subspace(obs_space, names), cfg) != "flat":
@@ -152,6 +166,60 @@ def acting_layout(
         cfg.core,
         cfg.core_size if cfg.core != "none" else 0,
     )
+
+
+def _grid_layout(
+    obs_space: gym.Space[Any],
+    action_space: gym.Space[Any],
+    cfg: ModelConfig,
+    actor_fields: list[str],
+    critic_fields: list[str],
+) -> NumpyLayout | None:
+    """A grid_cnn model's acting layout: the convolutions' parameters (first, as `ActorCritic`
+    registers its encoder first), then the flat model's on their features; None when the
+    value function reads other fields (its own encoder: torch acts)."""
+    if critic_fields != actor_fields or cfg.core != "none":
+        return None
+    grid = grid_field(subspace(obs_space, actor_fields))
+    assert grid is not None
+    key, space = grid
+    hwc = image_layout(space.shape, cfg.image_layout) == "hwc"
+    c, h, w = chw(space.shape, "hwc" if hwc else "chw")
+    prefix = "encoder.inner.convs" if hwc else "encoder.convs"
+    params: list[tuple[str, tuple[int, ...]]] = []
+    for i, out in enumerate(cfg.grid_channels):
+        params += [(f"{prefix}.{i}.weight", (out, c, 3, 3)), (f"{prefix}.{i}.bias", (out,))]
+        c = out
+    # The rest is the flat model's on `c * h * w` features: its layout for a Box of that size.
+    features = gym.spaces.Box(-np.inf, np.inf, (c * h * w,), np.float32)
+    spaces: dict[str, gym.Space[Any]] = {"features": features}
+    if ACTION_MASK in flatten_obs_space(obs_space):
+        spaces[ACTION_MASK] = flatten_obs_space(obs_space)[ACTION_MASK]
+    flat_cfg = replace(cfg, encoder="flat", actor_inputs=[], critic_inputs=[])
+    rest = acting_layout(gym.spaces.Dict(spaces), action_space, flat_cfg)
+    assert rest is not None
+    return replace(
+        rest,
+        params=params + rest.params,
+        grid=GridLayout(key, hwc, prefix, tuple(cfg.grid_channels)),
+    )
+
+
+def grid_features(grid: GridLayout, convs: list[tuple[np.ndarray, np.ndarray]], x: Any) -> Any:
+    """`GridCNN` in numpy: [B, features] from the grid field [B, H, W, C] (or [B, C, H, W]).
+    Each 3x3 convolution with zero padding is one matmul over the cells' 3x3 patches (im2col)
+    with the weights as a [C * 9, out] matrix (`convs`: (that matrix, bias) per layer)."""
+    x = np.asarray(x, np.float32)
+    if not grid.hwc:
+        x = x.transpose(0, 2, 3, 1)
+    b, h, w, _ = x.shape
+    for matrix, bias in convs:
+        padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        patches = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(1, 2))
+        z = patches.reshape(b * h * w, -1) @ matrix  # [B*H*W, C, 3, 3] in torch's order
+        z += bias
+        x = np.maximum(z, 0.0, out=z).reshape(b, h, w, -1)
+    return x.transpose(0, 3, 1, 2).reshape(b, -1)  # flattened as torch flattens NCHW
 
 
 def layout_size(layout: NumpyLayout) -> int:
@@ -265,6 +333,15 @@ class NumpyPolicy:
                 (w["value_head.weight"].T, w["value_head.bias"]),
             ]
         self._log_std = w.get("action_head.log_std")
+        if lay.grid is not None:  # [out, C, 3, 3] -> [C * 9, out], once per version
+            g = lay.grid
+            self._convs = [
+                (
+                    w[f"{g.prefix}.{i}.weight"].reshape(out, -1).T.copy(),
+                    w[f"{g.prefix}.{i}.bias"],
+                )
+                for i, out in enumerate(g.channels)
+            ]
         if lay.core != "none":  # transposed once per version, for [B, F] @ [F, G*H]
             self._core = (
                 w["core.cell.weight_ih"].T.copy(),
@@ -321,7 +398,11 @@ class NumpyPolicy:
         """(action, logp, value); for a recurrent core (given the state before the step
         `core` [B, S]) also the state after it, last."""
         lay = self.layout
-        x = flat_features(lay, obs)
+        x = (
+            flat_features(lay, obs)
+            if lay.grid is None
+            else grid_features(lay.grid, self._convs, obs[lay.grid.key])
+        )
         state = None
         if lay.core != "none":
             state = self.core_step(x, core)

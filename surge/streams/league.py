@@ -131,20 +131,19 @@ class LeaguePool:
         make_policy: Callable[[], Any],
         latest_share: float,
     ) -> None:
+        self._league = LeagueReader(transport, block)
         a = transport.block(block)
-        self._flat, self._version, self._seq, self._count = (
-            a["flat"], a["version"], a["seq"], a["count"],
-        )  # fmt: skip
+        self._version, self._seq = a["version"], a["seq"]
         self._make_policy = make_policy
         self._players: dict[int, PolicyPlayer] = {}  # by slot
         self._latest_share = latest_share
         self._random = RandomPlayer()
 
     def sample(self, rng: np.random.Generator) -> Opponent:
-        count = int(self._count[0])
+        count = self._league.count
         if count == 0:
             return self._random
-        slot = choose_snapshot(rng, count, len(self._version), self._latest_share)
+        slot = choose_snapshot(rng, count, self._league.pool_size, self._latest_share)
         player = self._players.get(slot)
         if player is None:
             player = self._players[slot] = PolicyPlayer(self._make_policy())
@@ -153,13 +152,7 @@ class LeaguePool:
         return player
 
     def _load(self, slot: int, player: PolicyPlayer) -> None:
-        while True:
-            seq = int(self._seq[slot])
-            if seq % 2:
-                continue  # being written: the writer finishes in microseconds
-            np.copyto(player.policy.flat, self._flat[slot])
-            version = int(self._version[slot])
-            if int(self._seq[slot]) == seq:
-                break
+        version, flat = self._league.read(slot)
+        np.copyto(player.policy.flat, flat)
         player.policy.reload()
         player.version = version

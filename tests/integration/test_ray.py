@@ -45,22 +45,29 @@ TWO_PODS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
+def loopback_cluster(head_cpus: int, labelled: bool = False) -> Iterator[str]:
+    """A `ray.cluster_utils.Cluster` of a head with `head_cpus` CPUs and two 1-CPU worker
+    nodes (with `labelled`, resources `node1` / `node2`), each its own raylet, all on
+    127.0.0.1 (RAY_ENV); yields its address. Wrap it in a module-scoped fixture."""
     from ray.cluster_utils import Cluster
 
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "include_dashboard": False},
+        head_node_args={"num_cpus": head_cpus, "include_dashboard": False},
         shutdown_at_exit=True,
     )
     try:
         for i in (1, 2):
-            c.add_node(num_cpus=1, resources={f"node{i}": 1})
+            c.add_node(num_cpus=1, resources={f"node{i}": 1} if labelled else {})
         c.wait_for_nodes()
         yield str(c.address)
     finally:
         c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    yield from loopback_cluster(head_cpus=1, labelled=True)
 
 
 def _start(run_dir: Path, *args: str) -> subprocess.Popen[str]:

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 # First: it sets the variables that keep Ray on 127.0.0.1, which `import ray` reads.
-from tests.integration.test_ray import RAY_ENV, ConnectionSampler
+from tests.integration.test_ray import RAY_ENV, ConnectionSampler, loopback_cluster
 
 pytest.importorskip("transformers")
 pytest.importorskip("ray")
@@ -169,20 +169,7 @@ def test_groups_cross_nodes_whole_and_a_generator_killed_mid_group_is_not_shippe
 def cluster() -> Iterator[str]:
     """A head with room for the trainer's pod (trainer and reward worker: 1.5 CPUs) and two
     1-CPU worker nodes, each its own raylet, all on 127.0.0.1 (RAY_ENV, as test_ray.py)."""
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 2, "include_dashboard": False},
-        shutdown_at_exit=True,
-    )
-    try:
-        for _ in range(2):
-            c.add_node(num_cpus=1)
-        c.wait_for_nodes()
-        yield str(c.address)
-    finally:
-        c.shutdown()
+    yield from loopback_cluster(head_cpus=2)
 
 
 def _workers(run_dir: Path) -> dict[str, dict[str, Any]]:

@@ -174,3 +174,47 @@ def test_recurrent_numpy_policy_matches_torch(core: str, shared: bool) -> None:
         assert_float32_close(logp, t_logp, accumulations, f"logp at step {t}")
         assert_float32_close(value, t_value, accumulations, f"value at step {t}")
         assert_float32_close(state, t_state, accumulations, f"state at step {t}")
+
+
+@pytest.mark.parametrize("hwc", [True, False], ids=["hwc", "chw"])
+def test_grid_cnn_acts_in_numpy_as_torch_does(hwc: bool) -> None:
+    """grid_cnn (a board's 3x3 convolutions) acts in numpy from the trainer's vector (its
+    learner is torch's: `numpy_layout` is None, `acting_layout` is not)."""
+    shape = (6, 7, 2) if hwc else (2, 6, 7)
+    obs_space = gym.spaces.Dict(
+        {"observation": Box(0, 1, shape, np.int8), "action_mask": Box(0, 1, (7,), np.int8)}
+    )
+    action_space = gym.spaces.Discrete(7)
+    cfg = ModelConfig(encoder="grid_cnn", grid_channels=[8, 4], hidden_sizes=[16], shared=True)
+    torch.manual_seed(0)
+    model = ActorCritic(obs_space, action_space, cfg)
+    assert numpy_layout(obs_space, action_space, cfg) is None
+    layout = acting_layout(obs_space, action_space, cfg)
+    assert layout is not None and layout.grid is not None
+    assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == layout.params
+    policy = NumpyPolicy(layout, model_to_flat(model), np.random.default_rng(0))
+    obs_space.seed(3)
+    batch = [obs_space.sample() for _ in range(9)]
+    np_obs = {k: np.stack([b[k] for b in batch]) for k in ("observation", "action_mask")}
+    np_obs["action_mask"][0] = [0, 1, 0, 0, 0, 0, 0]  # one legal move only
+    t_obs = {k: torch.from_numpy(v) for k, v in np_obs.items()}
+    reference = copy.deepcopy(model).double()
+    accumulations = 2 * 9 * 8 + 9 * 8 + 4 * 42 + 16
+    action, logp, value = policy.act(np_obs, deterministic=True)
+    t_action, t_logp, t_value = reference.act(t_obs, deterministic=True)
+    np.testing.assert_array_equal(action, t_action.numpy())
+    assert action[0] == 1
+    assert_float32_close(logp, t_logp, accumulations, "logp")
+    assert_float32_close(value, t_value, accumulations, "value")
+
+
+def test_grid_cnn_needs_one_grid() -> None:
+    from surge.errors import EnvSpecError
+    from surge.models.images import choose_encoder
+
+    cfg = ModelConfig(encoder="grid_cnn")
+    assert choose_encoder(Box(0, 1, (5, 5, 2), np.int8), cfg) == "grid_cnn"
+    with pytest.raises(EnvSpecError, match="needs one grid observation"):
+        choose_encoder(Box(-1, 1, (6,)), cfg)
+    with pytest.raises(EnvSpecError, match="smaller than 3x3"):
+        choose_encoder(Box(0, 1, (2, 7, 2), np.int8), cfg)
