@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from surge.envs.selfplay import act_one_by_one
+
 ROWS, COLS = 6, 7
 CENTRE_WEIGHTS = np.array([1, 2, 3, 4, 3, 2, 1], np.float64)
 
@@ -63,3 +65,6 @@ class ConnectFourHeuristic:
         choices = safe or legal
         weights = CENTRE_WEIGHTS[choices]
         return int(rng.choice(choices, p=weights / weights.sum()))
+
+    def act_batch(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
+        return act_one_by_one(self, obs, rng)

@@ -16,7 +16,7 @@ import numpy as np
 from surge.config.schema import EnvConfig
 from surge.envs.atari import AleGroup, is_atari_id, resolve_backend
 from surge.envs.make import check_observation, make_env
-from surge.envs.selfplay import OpponentSource
+from surge.envs.selfplay import OpponentSource, SelfPlayGroup, is_selfplay_id
 from surge.envs.spaces import split_obs
 from surge.errors import EnvSpecError
 
@@ -158,7 +158,7 @@ def make_group(
     (surge/envs/envpool_group.py) takes Atari and EnvPool's other Box-observation envs.
     `pettingzoo:` ids get `MultiAgentGroup` (surge/envs/multiagent.py): `seeds` has one seed
     per env, `obs_out` one row per agent of every env. `selfplay:` games play their other
-    seat against `opponents` (surge/envs/selfplay.py)."""
+    seat against `opponents`, whose moves `SelfPlayGroup` batches (surge/envs/selfplay.py)."""
     from surge.envs.pettingzoo import is_pettingzoo_id
 
     if is_pettingzoo_id(cfg.id):
@@ -176,6 +176,8 @@ def make_group(
         return EnvpoolGroup(cfg, seeds, obs_out)
     if is_atari_id(cfg.id):
         return GymAtariGroup(cfg, seeds, obs_out)
+    if is_selfplay_id(cfg.id):
+        return SelfPlayGroup(cfg, seeds, obs_out, opponents)
     return EnvGroup(cfg, seeds, obs_out, opponents)
 
 

@@ -40,6 +40,18 @@ class Opponent(Protocol):
         """A legal move for the seat whose observation (with `action_mask`) this is."""
         ...
 
+    def act_batch(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
+        """Moves for a batch of observations (each field stacked, [B, ...])."""
+        ...
+
+
+def act_one_by_one(
+    player: Opponent, obs: dict[str, np.ndarray], rng: np.random.Generator
+) -> np.ndarray:
+    """`act_batch` for players that decide one observation at a time."""
+    rows = len(next(iter(obs.values())))
+    return np.array([player.act({k: v[i] for k, v in obs.items()}, rng) for i in range(rows)])
+
 
 class OpponentSource(Protocol):
     def sample(self, rng: np.random.Generator) -> Opponent:
@@ -64,6 +76,9 @@ class RandomPlayer:
 
     def act(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> int:
         return int(rng.choice(np.flatnonzero(obs["action_mask"])))
+
+    def act_batch(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
+        return act_one_by_one(self, obs, rng)
 
 
 def make_game(env_id: str, kwargs: dict[str, Any], render_mode: str | None = None) -> Any:
@@ -113,22 +128,51 @@ class SelfPlayEnv(gym.Env[Any, Any]):
         self.learner = first
         self.opponent: Opponent = RandomPlayer()
 
+    # A step is three phases, so that a group of games can batch its opponents' moves
+    # (`SelfPlayGroup`): the learner's move, the opponent's moves, the outcome.
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.game.reset(seed=seed)
-        self.learner = self.seats[self.episodes % 2]  # seats alternate
-        self.episodes += 1
-        self.opponent = self.opponents.sample(self.np_random)
-        self._gained = self._cumulative()
+        self.begin(seed)
         self._play_opponent()
-        self._gained = self._cumulative()  # the opponent's first move gives nothing yet
-        return self.game.observe(self.learner), {"seat": self.seats.index(self.learner)}
+        return self.settle(), {"seat": self.seats.index(self.learner)}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        self.game.step(int(action))
+        self.move(action)
         self._play_opponent()
+        return self.outcome()
+
+    def begin(self, seed: int | None) -> None:
+        """A new game: the learner's seat (they alternate) and the opponent."""
+        super().reset(seed=seed)
+        self.game.reset(seed=seed)
+        self.learner = self.seats[self.episodes % 2]
+        self.episodes += 1
+        self.opponent = self.opponents.sample(self.np_random)
+
+    def settle(self) -> Any:
+        """The learner's first observation, once the opponent has moved if it moves first
+        (which gives the learner nothing yet)."""
+        self._gained = self._cumulative()
+        return self.game.observe(self.learner)
+
+    def move(self, action: Any) -> None:
+        """The learner's move."""
+        self.game.step(int(action))
+
+    def opponent_to_move(self) -> Any:
+        """The opponent seat's observation if it is to move (the game goes on), else None."""
+        if self._over() or self.game.agent_selection == self.learner:
+            return None
+        return self.game.observe(self.game.agent_selection)
+
+    def opponent_move(self, action: int) -> None:
+        self.game.step(int(action))
+
+    def outcome(self) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """(observation, reward, terminated, truncated, info) of the learner's move and the
+        opponent's replies."""
         now = self._cumulative()
         reward, self._gained = now - self._gained, now
         terminated = bool(self.game.terminations[self.learner])
@@ -146,9 +190,8 @@ class SelfPlayEnv(gym.Env[Any, Any]):
 
     def _play_opponent(self) -> None:
         """The opponent moves until it is the learner's turn again or the game is over."""
-        while not self._over() and self.game.agent_selection != self.learner:
-            seat = self.game.agent_selection
-            self.game.step(self.opponent.act(self.game.observe(seat), self.np_random))
+        while (obs := self.opponent_to_move()) is not None:
+            self.opponent_move(self.opponent.act(obs, self.np_random))
 
     def render(self) -> Any:
         return self.game.render()
@@ -182,3 +225,84 @@ def fixed_player(name: str, env_id: str) -> Opponent:
         f"selfplay.eval_opponents: no {name!r} player for {env_id}",
         "use random (any game), or heuristic with connect four",
     )
+
+
+class SelfPlayGroup:
+    """G self-play games as an env group (the contract of surge/envs/group.py `EnvGroup`):
+    one row per game, the learner's seat. After the learner's moves, the games whose
+    opponent is to move ask it together: one batched call per opponent (a league snapshot's
+    policy acts for all the games that drew it at once), until every game waits for the
+    learner or is over; a finished game is reset and its opponent moves first in it if it
+    has that seat."""
+
+    def __init__(
+        self,
+        cfg: Any,
+        seeds: list[int],
+        obs_out: dict[str, np.ndarray],
+        opponents: OpponentSource | None,
+    ) -> None:
+        kwargs = dict(cfg.kwargs)
+        render_mode = kwargs.pop("render_mode", None)
+        self.envs = [make_selfplay_env(cfg.id, kwargs, opponents, render_mode) for _ in seeds]
+        self.seeds = seeds
+        self.size = len(seeds)
+        self.obs_out = obs_out
+        self.final_obs = {k: np.zeros_like(v) for k, v in obs_out.items()}
+        self.rewards = np.zeros(self.size, np.float32)
+        self.terminated = np.zeros(self.size, bool)
+        self.truncated = np.zeros(self.size, bool)
+        self.score = self.rewards
+        self.game_over = np.zeros(self.size, bool)
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+        self.rng = np.random.default_rng(seeds[0])
+
+    def reset(self) -> None:
+        for env, seed in zip(self.envs, self.seeds, strict=True):
+            env.begin(seed)
+        self._play_opponents(self.envs)
+        for i, env in enumerate(self.envs):
+            self._write(self.obs_out, i, env.settle())
+
+    def step(self, actions: np.ndarray) -> None:
+        for env, action in zip(self.envs, actions, strict=True):
+            env.move(action)
+        self._play_opponents(self.envs)
+        restarted = []
+        for i, env in enumerate(self.envs):
+            obs, reward, terminated, truncated, _ = env.outcome()
+            self.rewards[i], self.terminated[i], self.truncated[i] = reward, terminated, truncated
+            if terminated or truncated:
+                self._write(self.final_obs, i, obs)
+                env.begin(None)
+                restarted.append(env)
+            else:
+                self._write(self.obs_out, i, obs)
+        self._play_opponents(restarted)  # new games whose opponent has the first move
+        for env in restarted:
+            self._write(self.obs_out, self.envs.index(env), env.settle())
+        np.logical_or(self.terminated, self.truncated, out=self.game_over)
+
+    def _play_opponents(self, envs: list[SelfPlayEnv]) -> None:
+        while True:
+            waiting: dict[int, list[tuple[SelfPlayEnv, Any]]] = {}
+            for env in envs:
+                obs = env.opponent_to_move()
+                if obs is not None:
+                    waiting.setdefault(id(env.opponent), []).append((env, obs))
+            if not waiting:
+                return
+            for games in waiting.values():
+                batch = {k: np.stack([obs[k] for _, obs in games]) for k in games[0][1]}
+                moves = games[0][0].opponent.act_batch(batch, self.rng)
+                for (env, _), move in zip(games, moves, strict=True):
+                    env.opponent_move(int(move))
+
+    def _write(self, out: dict[str, np.ndarray], i: int, obs: dict[str, Any]) -> None:
+        for key, value in obs.items():
+            out[key][i] = value
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

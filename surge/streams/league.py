@@ -118,6 +118,9 @@ class PolicyPlayer:
         batch = {k: np.asarray(v)[None] for k, v in obs.items()}
         return int(self.policy.act(batch, deterministic=False)[0][0])
 
+    def act_batch(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
+        return np.asarray(self.policy.act(obs, deterministic=False)[0])
+
 
 class LeaguePool:
     """An actor's view of the league: `sample` draws an episode's opponent (an

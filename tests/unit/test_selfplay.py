@@ -163,3 +163,56 @@ def test_league_pool_reads_whole_snapshots_and_reloads_replaced_slots() -> None:
     assert writer.newest_version() == 20 and writer.count == 3
     obs = _obs(EMPTY)
     assert 0 <= newest.act(obs, rng) < 7
+
+
+class _Leftmost:
+    """A deterministic opponent that counts its batched calls."""
+
+    name = "leftmost"
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def act(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> int:
+        return int(np.flatnonzero(obs["action_mask"])[0])
+
+    def act_batch(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
+        self.batches.append(len(obs["action_mask"]))
+        return obs["action_mask"].argmax(-1)
+
+
+def test_a_group_of_games_batches_the_opponents_and_plays_what_each_game_plays() -> None:
+    """SelfPlayGroup asks the opponent once for all games waiting on it, and every game goes
+    exactly as the same game played alone (SelfPlayEnv.step) with the same moves."""
+    from surge.config.schema import EnvConfig as Cfg
+    from surge.envs.selfplay import SelfPlayGroup
+
+    G = 4
+    opponent = _Leftmost()
+    info = probe_env(Cfg(id=C4), 0)
+    out = {
+        "observation": np.zeros((G, 6, 7, 2), np.int8),
+        "action_mask": np.zeros((G, 7), np.int8),
+    }
+    group = SelfPlayGroup(Cfg(id=C4), list(range(G)), out, Fixed(opponent))
+    alone = [make_selfplay_env(C4, {}, Fixed(_Leftmost())) for _ in range(G)]
+    assert group.observation_space == info.observation_space
+    group.reset()
+    obs = [env.reset(seed=i)[0] for i, env in enumerate(alone)]
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(60):
+        moves = np.array(
+            [RandomPlayer().act({k: v[i] for k, v in out.items()}, rng) for i in range(G)]
+        )
+        group.step(moves)
+        for i, env in enumerate(alone):
+            o, r, te, tr, _ = env.step(moves[i])
+            assert group.rewards[i] == r and group.terminated[i] == te
+            if te or tr:
+                ends += 1
+                np.testing.assert_array_equal(group.final_obs["observation"][i], o["observation"])
+                o, _ = env.reset()
+            np.testing.assert_array_equal(out["observation"][i], o["observation"])
+            np.testing.assert_array_equal(out["action_mask"][i], o["action_mask"])
+    assert ends >= 4 and max(opponent.batches) == G  # one call for all four games
