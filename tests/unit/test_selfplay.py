@@ -198,7 +198,9 @@ def test_a_group_of_games_batches_the_opponents_and_plays_what_each_game_plays()
     alone = [make_selfplay_env(C4, {}, Fixed(_Leftmost())) for _ in range(G)]
     assert group.observation_space == info.observation_space
     group.reset()
-    obs = [env.reset(seed=i)[0] for i, env in enumerate(alone)]
+    for i, env in enumerate(alone):
+        first, _ = env.reset(seed=i)
+        np.testing.assert_array_equal(out["observation"][i], first["observation"])
     rng = np.random.default_rng(0)
     ends = 0
     for _ in range(60):
