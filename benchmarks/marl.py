@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -101,6 +102,12 @@ CONTENDERS: dict[str, Contender] = {
         "RLlib PPO, one shared policy (no centralised critic in 2.60's new stack)",
         venv="rllib",
         script="rllib_mappo.py",
+    ),
+    "rllib-ppo-2r": Contender(
+        "RLlib PPO as above, 2 env runners x 16 envs",
+        venv="rllib",
+        script="rllib_mappo.py",
+        args=("--env-runners=2",),
     ),
     "benchmarl-mappo": Contender(
         "BenchMARL MAPPO",
@@ -251,8 +258,8 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         "run": run_dir.name, "contender": meta["contender"], "seed": meta["seed"],
         "status": meta["status"], "note": meta.get("note", ""), "agent_sps": None,
         "env_sps": None, "final_return": None, "steps": None, "agent_steps": None,
-        "episodes": None, "peak_pss_mb": None, "peak_rss_mb": None, "foreign_cores": None,
-        "cores_used": None, "wall_s": None, "exit_code": None,
+        "episodes": None, "startup_s": None, "peak_pss_mb": None, "peak_rss_mb": None,
+        "foreign_cores": None, "cores_used": None, "wall_s": None, "exit_code": None,
     }  # fmt: skip
     if meta["status"] == "skipped":
         return row
@@ -264,6 +271,7 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         agent_sps=info["agent_sps_steady"], env_sps=info["sps_steady"],
         final_return=info["final_return_mean"], steps=info["steps"],
         agent_steps=info["agent_steps"], episodes=info["episodes"],
+        startup_s=info["first_step_s"],
         peak_pss_mb=mem.get("peak_pss_mb"), peak_rss_mb=mem.get("peak_rss_mb"),
         foreign_cores=mem.get("foreign_cores"), cores_used=mem.get("cores_used"),
         wall_s=mem.get("wall_s"), exit_code=mem.get("exit_code"),
@@ -287,9 +295,13 @@ def summarise_session(session: Path) -> dict[str, Any]:
     info_path = session / "session.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     per: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
     for name in CONTENDERS:
         mine = [r for r in rows if r["contender"] == name and r["status"] == "ok"]
         if not mine:
+            others = [r for r in rows if r["contender"] == name]
+            if others:
+                skipped[name] = f"{others[0]['status']}: {others[0]['note']}"
             continue
         rates = [r["agent_sps"] for r in mine if r["agent_sps"]]
         returns = [r["final_return"] for r in mine if r["final_return"] is not None]
@@ -307,7 +319,10 @@ def summarise_session(session: Path) -> dict[str, Any]:
     fastest = max(peer_rates, key=lambda n: peer_rates[n]) if peer_rates else None
     for s in per.values():
         s["ratio"] = s["agent_sps"] / peer_rates[fastest] if fastest and s["agent_sps"] else None
-    return {"session": session.name, **info, "fastest_peer": fastest, "summary": per, "runs": rows}
+    return {
+        "session": session.name, **info, "fastest_peer": fastest, "summary": per,
+        "not_run": skipped, "runs": rows,
+    }  # fmt: skip
 
 
 def _fmt(x: Any, spec: str = ",.0f") -> str:
@@ -324,7 +339,8 @@ process.
 
 - surge: the preset, with `{surge}` (and `{until}`).
 - RLlib 2.60 PPO, new API stack (peers/rllib_mappo.py): one env runner process with the 32
-  envs, the learner in the driver; batch counted in agent steps (2,400); one RLModule shared
+  envs (`rllib-ppo`) or two with 16 each, half a CPU each (`rllib-ppo-2r`: sampling on both
+  cores), the learner in the driver; batch counted in agent steps (2,400); one RLModule shared
   by the agents. RLlib 2.60 has no centralised critic on its new stack (only an old-stack
   example), so its critic sees each agent's own observation: parameter-sharing IPPO. Its
   value loss is clipped at 10 (default); it samples 11 minibatches of 2,400 per batch.
@@ -390,17 +406,21 @@ def report() -> None:
                 f"{_fmt(s['steps'])} | {_fmt(s['peak_pss_mb'])} | "
                 f"{_fmt(s['foreign_cores_max'], '.2f')} |"
             )
+        for name, why in d["not_run"].items():
+            lines.append(f"| {CONTENDERS[name].label} | 0 | {why} | | | | | | |")
         lines += [
             "",
             "| run | status | agent-steps/s | env steps/s | final return | env steps | agent "
-            "steps | episodes | peak PSS MB | peak RSS MB | cores used | foreign | wall s | note |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "steps | episodes | first step s | peak PSS MB | peak RSS MB | cores used | foreign "
+            "| wall s | note |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in d["runs"]:
             lines.append(
                 f"| {r['run']} | {r['status']} | {_fmt(r['agent_sps'])} | {_fmt(r['env_sps'])} "
                 f"| {_fmt(r['final_return'], '.1f')} | {_fmt(r['steps'])} "
-                f"| {_fmt(r['agent_steps'])} | {_fmt(r['episodes'])} | {_fmt(r['peak_pss_mb'])} "
+                f"| {_fmt(r['agent_steps'])} | {_fmt(r['episodes'])} "
+                f"| {_fmt(r['startup_s'], '.1f')} | {_fmt(r['peak_pss_mb'])} "
                 f"| {_fmt(r['peak_rss_mb'])} | {_fmt(r['cores_used'], '.2f')} "
                 f"| {_fmt(r['foreign_cores'], '.2f')} | {_fmt(r['wall_s'])} | {r['note']} |"
             )
@@ -410,6 +430,9 @@ def report() -> None:
 
 
 def main() -> None:
+    # started in the background by a non-interactive shell, this process would ignore SIGINT
+    # (and so Ctrl+C through a job-control shell would not stop the run under way)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--secs", type=float, default=300.0, help="wall time per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[1])

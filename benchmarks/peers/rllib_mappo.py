@@ -20,7 +20,8 @@ and critic. RLlib's own: value clipping at 10 (`vf_clip_param`, its default).
 Ray runs as a private local cluster on 127.0.0.1 with 2 CPUs, no dashboard: the driver holds
 the learner (num_learners=0, 1 CPU, `--threads` torch threads), the env runners the other CPU
 (`--env-runners`, default 1; 2 get half a CPU each and half the envs) with OMP_NUM_THREADS=1
-(as benchmarks/peers/rllib_ppo.py).
+(as benchmarks/peers/rllib_ppo.py) and niceness 0 (`RAY_worker_niceness`; Ray's default
+is 15, which on a shared machine hands the env runners' CPU to other jobs).
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ def main() -> None:
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
         RAY_USAGE_STATS_ENABLED="0",
         RAY_AUTH_MODE="disabled",
+        # Ray starts its workers at niceness 15: on a machine shared with other jobs its env
+        # runners would lose the CPU to them where every other contender's processes do not
+        RAY_worker_niceness="0",
         OMP_NUM_THREADS=ENV_RUNNER_THREADS,  # inherited by Ray's worker processes
         MKL_NUM_THREADS=ENV_RUNNER_THREADS,
     )
