@@ -259,7 +259,8 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         "status": meta["status"], "note": meta.get("note", ""), "agent_sps": None,
         "env_sps": None, "final_return": None, "steps": None, "agent_steps": None,
         "episodes": None, "startup_s": None, "peak_pss_mb": None, "peak_rss_mb": None,
-        "foreign_cores": None, "cores_used": None, "wall_s": None, "exit_code": None,
+        "foreign_cores": None, "cores_used": None, "cpu_us_per_agent_step": None,
+        "wall_s": None, "exit_code": None,
     }  # fmt: skip
     if meta["status"] == "skipped":
         return row
@@ -276,6 +277,8 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         foreign_cores=mem.get("foreign_cores"), cores_used=mem.get("cores_used"),
         wall_s=mem.get("wall_s"), exit_code=mem.get("exit_code"),
     )  # fmt: skip
+    if mem.get("tree_cpu_s") and info["agent_steps"]:
+        row["cpu_us_per_agent_step"] = round(1e6 * mem["tree_cpu_s"] / info["agent_steps"], 1)
     notes = [row["note"]] if row["note"] else []
     if not info["steps"]:
         row["status"] = "failed"
@@ -313,6 +316,9 @@ def summarise_session(session: Path) -> dict[str, Any]:
             "return_std": statistics.pstdev(returns) if len(returns) > 1 else None,
             "steps": statistics.median([r["steps"] for r in mine]),
             "peak_pss_mb": max(r["peak_pss_mb"] or 0 for r in mine),
+            "cpu_us_per_agent_step": statistics.median(
+                [r["cpu_us_per_agent_step"] for r in mine if r["cpu_us_per_agent_step"]] or [0]
+            ),
             "foreign_cores_max": max(r["foreign_cores"] or 0 for r in mine),
         }
     peer_rates = {n: s["agent_sps"] for n, s in per.items() if n in PEERS_NAMES and s["agent_sps"]}
@@ -373,7 +379,9 @@ def report() -> None:
         "actions). agent-steps/s and env steps/s: steady rates from 10% of the run's steps to",
         "its end; final return: mean team return (summed over the 3 agents) of the last 100",
         "episodes (random policy: about -80); ratio: agent-steps/s over the fastest peer's in",
-        "the same session; foreign: cores other processes used during the run (>= 0.3: noisy).",
+        "the same session; foreign: cores other processes used during the run (>= 0.3: noisy);",
+        "CPU us / agent step: CPU time of the run's whole process tree (start-up included) per",
+        "agent step, much less sensitive to neighbours than a rate.",
         "",
         SETTINGS.format(surge=" ".join(SURGE_MATCHED), until=" ".join(UNTIL_STOPPED)),
     ]
@@ -392,8 +400,9 @@ def report() -> None:
             ),
             "",
             "| contender | runs | agent-steps/s (median) | env steps/s | ratio to fastest peer "
-            "| final return (mean +- std) | env steps reached | peak PSS MB | foreign (max) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| final return (mean +- std) | env steps reached | CPU us / agent step | peak PSS MB "
+            "| foreign (max) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, s in d["summary"].items():
             ret = _fmt(s["return_mean"], ".1f")
@@ -403,24 +412,26 @@ def report() -> None:
             lines.append(
                 f"| {CONTENDERS[name].label}{fastest} | {s['runs']} | {_fmt(s['agent_sps'])} "
                 f"| {_fmt(s['env_sps'])} | {_fmt(s['ratio'], '.2f')} | {ret} | "
-                f"{_fmt(s['steps'])} | {_fmt(s['peak_pss_mb'])} | "
+                f"{_fmt(s['steps'])} | {_fmt(s['cpu_us_per_agent_step'])} | "
+                f"{_fmt(s['peak_pss_mb'])} | "
                 f"{_fmt(s['foreign_cores_max'], '.2f')} |"
             )
         for name, why in d["not_run"].items():
-            lines.append(f"| {CONTENDERS[name].label} | 0 | {why} | | | | | | |")
+            lines.append(f"| {CONTENDERS[name].label} | 0 | {why} | | | | | | | |")
         lines += [
             "",
             "| run | status | agent-steps/s | env steps/s | final return | env steps | agent "
-            "steps | episodes | first step s | peak PSS MB | peak RSS MB | cores used | foreign "
-            "| wall s | note |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "steps | episodes | first step s | CPU us / agent step | peak PSS MB | peak RSS MB "
+            "| cores used | foreign | wall s | note |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in d["runs"]:
             lines.append(
                 f"| {r['run']} | {r['status']} | {_fmt(r['agent_sps'])} | {_fmt(r['env_sps'])} "
                 f"| {_fmt(r['final_return'], '.1f')} | {_fmt(r['steps'])} "
                 f"| {_fmt(r['agent_steps'])} | {_fmt(r['episodes'])} "
-                f"| {_fmt(r['startup_s'], '.1f')} | {_fmt(r['peak_pss_mb'])} "
+                f"| {_fmt(r['startup_s'], '.1f')} | {_fmt(r['cpu_us_per_agent_step'])} "
+                f"| {_fmt(r['peak_pss_mb'])} "
                 f"| {_fmt(r['peak_rss_mb'])} | {_fmt(r['cores_used'], '.2f')} "
                 f"| {_fmt(r['foreign_cores'], '.2f')} | {_fmt(r['wall_s'])} | {r['note']} |"
             )
