@@ -135,6 +135,23 @@ def surge_presets(py: str) -> set[str] | None:
     return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
 
 
+def surge_source(py: str) -> str | None:
+    """Where the surge that `py` imports lives, with its git commit (and `+dirty` if its tree
+    has changes): which surge a session measured."""
+    out = subprocess.run(
+        [py, "-c", "import os, surge; print(os.path.dirname(os.path.dirname(surge.__file__)))"],
+        cwd=RUNS, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if out.returncode != 0:
+        return None
+    tree = out.stdout.strip()
+    git = ["git", "-C", tree]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", "surge"], capture_output=True)
+    commit = head.stdout.strip() if head.returncode == 0 else "?"
+    return f"{tree} @ {commit}{'+dirty' if dirty.stdout.strip() else ''}"
+
+
 def surge_common_log(metrics: Path, launched: float, out: Path) -> None:
     """surge's metrics.jsonl as a common log on the launch clock (each record carries the Unix
     `time` it was written at)."""
@@ -392,6 +409,7 @@ def report() -> None:
             "",
             f"{d.get('secs', '?')} s per run, seeds {d.get('seeds', '?')}; machine busy "
             f"before the session: {d.get('busy_before', '?')} cores."
+            + (f" surge: {d['surge']}." if d.get("surge") else "")
             + (
                 f" simple_spread alone (random actions, one process, 10 s): "
                 f"{_fmt(raw['env_sps'])} env steps/s = {_fmt(raw['agent_sps'])} agent steps/s."
@@ -469,6 +487,7 @@ def main() -> None:
         info = {
             "secs": args.secs, "seeds": args.seeds, "contenders": names,
             "busy_before": round(memmon.busy_cores(), 2), "raw_env": raw_env_rate(10.0),
+            "surge": surge_source(args.surge_python) if presets is not None else None,
         }  # fmt: skip
         (session / "session.json").write_text(json.dumps(info, indent=2) + "\n")
         for seed in args.seeds:
