@@ -5,6 +5,8 @@
 - `sps_steady`: env steps per second from the moment 10% of the run's logged steps were done
   (interpolated between records) to the last record: startup and warm-up excluded; null
   with fewer than 3 records;
+- `agent_steps`, `agent_sps_steady`: the same for agent steps, when the records carry them
+  (multi-agent envs: one agent step per live agent per env step); else null;
 - `solved_s` / `solved_steps`: wall time since launch and env steps when the mean of the
   last `window` finished episodes first reaches `target` (null if never); a log that carries
   the library's own windowed mean (`return_mean`, e.g. surge's metrics) is read directly;
@@ -47,11 +49,35 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def steady_rate(records: list[dict[str, Any]], key: str) -> float | None:
+    """`key` (a step count) per second from the moment 10% of its final value was reached
+    (interpolated between the records around it: heartbeats are ~1,000 steps apart, so a
+    short run has few records) to the record with the most; null with fewer than 3 records
+    past 0 or no time between those two points."""
+    if sum(1 for r in records if r[key] > 0) < 3:
+        return None
+    last = max(records, key=lambda r: (r[key], r["t"]))
+    tenth = 0.1 * last[key]
+    i = next(i for i, r in enumerate(records) if r[key] >= tenth)
+    after = records[i]
+    before = records[i - 1] if i > 0 else after
+    if after[key] > before[key]:
+        frac = (tenth - before[key]) / (after[key] - before[key])
+        t10 = before["t"] + frac * (after["t"] - before["t"])
+    else:
+        t10 = after["t"]
+    if last["t"] <= t10:
+        return None
+    return round((last[key] - tenth) / (last["t"] - t10), 1)
+
+
 def analyze_records(
     records: list[dict[str, Any]], target: float | None = 475.0, window: int = 20
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "steps": 0,
+        "agent_steps": None,
+        "agent_sps_steady": None,
         "duration_s": None,
         "first_step_s": None,
         "sps_steady": None,
@@ -62,26 +88,15 @@ def analyze_records(
     }
     if not records:
         return out
-    steps_max = max(r["steps"] for r in records)
-    last = max(records, key=lambda r: (r["steps"], r["t"]))
-    out["steps"] = steps_max
+    out["steps"] = max(r["steps"] for r in records)
     out["duration_s"] = round(records[-1]["t"], 2)
     first = next((r for r in records if r["steps"] > 0), None)
     out["first_step_s"] = round(first["t"], 2) if first else None
-
-    # the time at which 10% of the steps were done, interpolated between the records around it
-    # (heartbeats are ~1,000 steps apart: a short run has few records)
-    tenth = 0.1 * steps_max
-    i = next(i for i, r in enumerate(records) if r["steps"] >= tenth)
-    after = records[i]
-    before = records[i - 1] if i > 0 else after
-    if after["steps"] > before["steps"]:
-        frac = (tenth - before["steps"]) / (after["steps"] - before["steps"])
-        t10 = before["t"] + frac * (after["t"] - before["t"])
-    else:
-        t10 = after["t"]
-    if sum(1 for r in records if r["steps"] > 0) >= 3 and last["t"] > t10:
-        out["sps_steady"] = round((last["steps"] - tenth) / (last["t"] - t10), 1)
+    out["sps_steady"] = steady_rate(records, "steps")
+    counted = [r for r in records if "agent_steps" in r]
+    if counted:
+        out["agent_steps"] = max(r["agent_steps"] for r in counted)
+        out["agent_sps_steady"] = steady_rate(counted, "agent_steps")
 
     recent: collections.deque[float] = collections.deque(maxlen=window)
     final_mean = None

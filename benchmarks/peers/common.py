@@ -11,9 +11,11 @@ in worker processes):
 
 `t` is wall time since the run was launched (`PEER_T0`, epoch seconds, set by the harness;
 else the start time of the script's process), `steps` is the number of env steps taken by
-all envs of the run so far. Processes share one counter: a small state file beside the log
-(`LOG.state`), updated under `flock`, that also holds the last 20 returns and the solved
-flag, so a solve is detected across processes and the trainer can stop on it.
+all envs of the run so far. A multi-agent env also counts agent steps (one per live agent
+per env step, `add_steps(n, agents=...)`): then every record carries `agent_steps` too.
+Processes share one counter: a small state file beside the log (`LOG.state`), updated under
+`flock`, that also holds the last 20 returns and the solved flag, so a solve is detected
+across processes and the trainer can stop on it.
 
 For Atari the reported return is the raw game score of one full game (all lives, rewards not
 clipped), measured on the raw ALE env under the preprocessing.
@@ -50,8 +52,9 @@ CARTPOLE_TARGET = 475.0
 MUJOCO = {"halfcheetah": "HalfCheetah-v5", "hopper": "Hopper-v5"}
 """The MuJoCo tasks (Gymnasium v5 ids; the `mujoco` package must be installed)."""
 
-# state file: steps, next heartbeat, episodes, solved flag, then the last WINDOW returns
-_HEAD = struct.Struct("<qqqq")
+# state file: steps, next heartbeat, episodes, solved flag, agent steps, then the last
+# WINDOW returns
+_HEAD = struct.Struct("<qqqqq")
 _RING = struct.Struct(f"<{WINDOW}d")
 _STATE_SIZE = 4096
 
@@ -154,6 +157,7 @@ class EpisodeLog:
         self._sfd = os.open(path + ".state", os.O_RDWR)
         self._state = mmap.mmap(self._sfd, _STATE_SIZE)
         self._pending = 0
+        self._pending_agents = 0
         self._lock = threading.Lock()  # envs of one process may step in threads
 
     def _write(self, record: dict[str, Any]) -> None:
@@ -163,16 +167,18 @@ class EpisodeLog:
         with self._lock:
             fcntl.flock(self._sfd, fcntl.LOCK_EX)
             try:
-                steps, next_hb, episodes, solved = _HEAD.unpack_from(self._state, 0)
+                steps, next_hb, episodes, solved, agents = _HEAD.unpack_from(self._state, 0)
                 steps += self._pending
-                self._pending = 0
+                agents += self._pending_agents
+                self._pending = self._pending_agents = 0
                 now = round(time.time() - self.t0, 3)
+                counts = {"steps": steps, **({"agent_steps": agents} if agents else {})}
                 if episode_return is not None:
                     ring = list(_RING.unpack_from(self._state, _HEAD.size))
                     ring[episodes % WINDOW] = episode_return
                     episodes += 1
                     _RING.pack_into(self._state, _HEAD.size, *ring)
-                    self._write({"t": now, "steps": steps, "return": float(episode_return)})
+                    self._write({"t": now, **counts, "return": float(episode_return)})
                     mean = sum(ring) / WINDOW
                     if (
                         not solved
@@ -181,17 +187,19 @@ class EpisodeLog:
                         and mean >= self.target
                     ):
                         solved = 1
-                        self._write({"t": now, "steps": steps, "solved": True, "mean20": mean})
+                        self._write({"t": now, **counts, "solved": True, "mean20": mean})
                 if steps >= next_hb:
                     if episode_return is None:
-                        self._write({"t": now, "steps": steps})
+                        self._write({"t": now, **counts})
                     next_hb = (steps // HEARTBEAT_EVERY + 1) * HEARTBEAT_EVERY
-                _HEAD.pack_into(self._state, 0, steps, next_hb, episodes, solved)
+                _HEAD.pack_into(self._state, 0, steps, next_hb, episodes, solved, agents)
             finally:
                 fcntl.flock(self._sfd, fcntl.LOCK_UN)
 
-    def add_steps(self, n: int = 1) -> None:
+    def add_steps(self, n: int = 1, agents: int = 0) -> None:
+        """n env steps; `agents`: the agent steps in them (multi-agent envs only)."""
         self._pending += n
+        self._pending_agents += agents
         if self._pending >= FLUSH_EVERY:
             self._locked_update(None)
 
@@ -199,12 +207,16 @@ class EpisodeLog:
         self._locked_update(episode_return)
 
     def flush(self) -> None:
-        if self._pending:
+        if self._pending or self._pending_agents:
             self._locked_update(None)
 
     @property
     def steps(self) -> int:
         return int(_HEAD.unpack_from(self._state, 0)[0]) + self._pending
+
+    @property
+    def agent_steps(self) -> int:
+        return int(_HEAD.unpack_from(self._state, 0)[4]) + self._pending_agents
 
     @property
     def solved(self) -> bool:
@@ -216,7 +228,9 @@ class EpisodeLog:
     def mark(self, **fields: Any) -> None:
         """Write a record of the main process (e.g. `end`), with the current step count."""
         self.flush()
-        self._write({"t": round(self.elapsed(), 3), "steps": self.steps, **fields})
+        agents = self.agent_steps
+        counts = {"steps": self.steps, **({"agent_steps": agents} if agents else {})}
+        self._write({"t": round(self.elapsed(), 3), **counts, **fields})
 
 
 # ---------------------------------------------------------------- wrappers

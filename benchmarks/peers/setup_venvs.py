@@ -1,6 +1,6 @@
 """Create one virtual environment per peer library under benchmarks/.venvs/<name>.
 
-    python3 benchmarks/peers/setup_venvs.py            # all: base sf rllib
+    python3 benchmarks/peers/setup_venvs.py            # all: base sf rllib trl benchmarl
     python3 benchmarks/peers/setup_venvs.py sf --force # rebuild one
 
 Idempotent: a venv whose `.complete` marker names the same requirement list is skipped.
@@ -39,12 +39,26 @@ VENVS: dict[str, list[str]] = {
     ],
     # sample-factory 2.1.1 pins gymnasium 0.29 and numpy<2; ale-py>=0.10 needs gymnasium 1.x.
     "sf": [TORCH, "sample-factory==2.1.1", "ale-py==0.9.1", "psutil"],
+    # pettingzoo + mpe2: the multi-agent benchmark (benchmarks/marl.py, simple_spread_v3)
     "rllib": [
         TORCH,
         "ray[rllib]==2.60.0",
         "gymnasium",
         "ale-py",
         "opencv-python-headless",
+        "psutil",
+        "pettingzoo==1.27.0",
+        "mpe2==1.1.1",
+    ],
+    # BenchMARL's MAPPO on PettingZoo's simple_spread (benchmarks/marl.py), through TorchRL
+    # (benchmarl 1.5.2 needs torchrl < 0.12)
+    "benchmarl": [
+        TORCH,
+        "benchmarl==1.5.2",
+        "torchrl==0.11.1",
+        "tensordict==0.11.0",
+        "pettingzoo==1.27.0",
+        "mpe2==1.1.1",
         "psutil",
     ],
     # TRL's GRPOTrainer, the CPU peer of LLM RL (benchmarks/llm.py); transformers as surge's.
@@ -55,7 +69,8 @@ VENVS: dict[str, list[str]] = {
 CHECKS: dict[str, str] = {
     "base": "import torch, gymnasium, ale_py, stable_baselines3, cv2, psutil, mujoco",
     "sf": "import torch, gymnasium, ale_py, sample_factory, cv2, psutil",
-    "rllib": "import torch, gymnasium, ale_py, ray.rllib, cv2, psutil",
+    "rllib": "import torch, gymnasium, ale_py, ray.rllib, cv2, psutil, pettingzoo, mpe2",
+    "benchmarl": "import torch, benchmarl, torchrl, tensordict, pettingzoo, mpe2, psutil",
     "trl": "import torch, trl, transformers, datasets, psutil",
 }
 
@@ -159,7 +174,19 @@ def main() -> int:
             failed.append(name)
             continue
         pins = [p for p in info["freeze"] if isinstance(p, str)]  # type: ignore[union-attr]
-        keys = ("torch", "gymnasium", "ale-py", "numpy", "stable", "sample-factory", "ray")
+        keys = (
+            "torch",
+            "gymnasium",
+            "ale-py",
+            "numpy",
+            "stable",
+            "sample-factory",
+            "ray",
+            "benchmarl",
+            "tensordict",
+            "pettingzoo",
+            "mpe2",
+        )
         shown = [p for p in pins if p.lower().startswith(keys)]
         print(
             f"{name}: done in {info['install_s']} s, {info['size_mb']} MB: {' '.join(shown)}",
