@@ -3,7 +3,7 @@ vary widely (a synchronous batch waits for its longest sequence), and simulated 
 generation workers per trainer.
 
     .venv/bin/python benchmarks/llm_async.py [--seconds 300] [--lags 1,2,4] [--sync-threads 1,2]
-        [--caches keep,recompute]
+        [--caches keep,recompute] [--report DIR [--rerun sync-2,async-1-keep,...]]
 
 Every run starts from the same warm start (`countdown-grpo`'s, cached) and trains for
 `--seconds` on the trainer's clock, under benchmarks/peers/memmon.py (which also reports CPU
@@ -25,7 +25,9 @@ sequences, the cache recomputation per token, the update of a batch, version pub
 with the warm start's completion lengths, and benchmarks/llm_pipeline_sim.py simulates the
 pipeline with 1, 4 and 16 generation workers per trainer, each stage on its own device, keeping
 and recomputing the cache.
-Writes benchmarks/results/llm_async.md.
+Writes benchmarks/results/llm_async.md. The runs are saved in a directory (printed; runs.json
+after each run): `--report DIR` reports them again, completes the runs missing there and, with
+`--rerun`, runs the named ones again (say, one a neighbour's load disturbed).
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ def run(
             "generator": timing["generator-0"]["inference"] / wall,
             "weight_load": timing["generator-0"]["copy"] / wall,
             "rewarder": timing["rewarder-0"]["env"] / wall,
+            "evaluator": timing["llm-evaluator-0"]["cpu_total"] / wall,
         },
         "foreign_cores": mem.get("foreign_cores", float("nan")),
     }
@@ -228,29 +231,41 @@ def main() -> int:
     p.add_argument("--caches", default="keep,recompute", help="async runs: keep, recompute")
     p.add_argument("--out", type=Path, default=HERE / "results" / "llm_async.md")
     p.add_argument("--report", type=Path, help="report an earlier run's directory again")
+    p.add_argument(
+        "--rerun",
+        default="",
+        help="with --report: run these again (run directory names, e.g. sync-2,async-1-keep), "
+        "as after a neighbour loaded the machine during them",
+    )
     args = p.parse_args()
     lags = [int(x) for x in args.lags.split(",")]
     sync_threads = [int(x) for x in args.sync_threads.split(",")]
     caches = args.caches.split(",")
     if not set(caches) <= {"keep", "recompute"}:
         p.error(f"--caches {args.caches}: a list of keep, recompute")
+    planned = {  # run name -> (directory, lag, threads per stage, keep the cache)
+        f"sync, {t} thread{'s' if t > 1 else ''} per stage": (f"sync-{t}", 0, t, False)
+        for t in sync_threads
+    }
+    for cache in caches:
+        for lag in lags:
+            planned[f"async, lag {lag}, {cache} cache"] = (
+                f"async-{lag}-{cache}", lag, 1, cache == "keep"
+            )  # fmt: skip
+    rerun = {x for x in args.rerun.split(",") if x}
+    if rerun and not args.report:
+        p.error("--rerun needs --report DIR (the run to complete)")
+    if unknown := rerun - {d for d, *_ in planned.values()}:
+        p.error(f"--rerun: no planned run {sorted(unknown)}; planned: "
+                f"{', '.join(d for d, *_ in planned.values())}")  # fmt: skip
     model = warm_start_dir()
-    if args.report:
-        work = args.report
-        runs = json.loads((work / "runs.json").read_text())
-    else:
-        work = Path(tempfile.mkdtemp(prefix="surge-llm-async-"))
-        runs = {}
-        for t in sync_threads:
-            runs[f"sync, {t} thread{'s' if t > 1 else ''} per stage"] = run(
-                f"sync-{t}", model, 0, t, args.seconds, work, keep_cache=False
-            )
-        for cache in caches:
-            for lag in lags:
-                runs[f"async, lag {lag}, {cache} cache"] = run(
-                    f"async-{lag}-{cache}", model, lag, 1, args.seconds, work, cache == "keep"
-                )
-        (work / "runs.json").write_text(json.dumps(runs))
+    work = args.report or Path(tempfile.mkdtemp(prefix="surge-llm-async-"))
+    runs = json.loads((work / "runs.json").read_text()) if args.report else {}
+    for name, (directory, lag, threads, keep) in planned.items():
+        if name not in runs or directory in rerun:
+            runs[name] = run(directory, model, lag, threads, args.seconds, work, keep)
+            (work / "runs.json").write_text(json.dumps(runs))  # after each: resumable
+    runs = {name: runs[name] for name in planned if name in runs}
     sync_name = max(
         (n for n in runs if n.startswith("sync")), key=lambda n: runs[n]["trained_tokens_per_s"]
     )
@@ -273,7 +288,7 @@ def main() -> int:
         "",
         "| run | trained tokens/s | vs baseline | generated tokens/s | versions/s | mean "
         "length | accuracy at equal tokens | busy: trainer / generator (+ weight loading) / "
-        "rewarder | CPU outside the run |",
+        "rewarder / evaluator | CPU outside the run |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in runs.items():
@@ -285,7 +300,7 @@ def main() -> int:
             f"{r['generated_tokens_per_s']:,.0f} | {r['versions_per_s']:.2f} | "
             f"{r['length_mean']:.1f} | {acc:.1%} ({(acc - base_acc) * 100:+.1f}) | "
             f"{b['trainer']:.0%} / {b['generator']:.0%} (+{b.get('weight_load', 0):.0%}) / "
-            f"{b['rewarder']:.0%} | "
+            f"{b['rewarder']:.0%} / {b.get('evaluator', float('nan')):.0%} | "
             f"{r['foreign_cores']:.2f} cores |"
         )
 
