@@ -171,7 +171,10 @@ def calibrate(model_dir: Path, publish_s: float, computed: float) -> tuple[Costs
             if active == slots and len(steps) == 4:  # mid-sequence: every slot busy
                 t = time.process_time()
                 e.set_version(1, recompute=True)
-                inflight = sum(len(s.request.prompt) + len(s.out.tokens) - 1 for s in e.slots if s)
+                busy = [s for s in e.slots if s]  # a group's prompt is recomputed once
+                prompts = {(s.request.key // r.group_size, s.request.prompt) for s in busy}
+                inflight = sum(len(p) for _, p in prompts)
+                inflight += sum(len(s.out.tokens) - 1 for s in busy)
                 recompute.append((time.process_time() - t) / inflight)
             t = time.process_time()
             done += e.step()
@@ -261,6 +264,7 @@ def main() -> int:
     model = warm_start_dir()
     work = args.report or Path(tempfile.mkdtemp(prefix="surge-llm-async-"))
     runs = json.loads((work / "runs.json").read_text()) if args.report else {}
+    print(f"runs: {work}", flush=True)
     for name, (directory, lag, threads, keep) in planned.items():
         if name not in runs or directory in rerun:
             runs[name] = run(directory, model, lag, threads, args.seconds, work, keep)
@@ -315,8 +319,9 @@ def main() -> int:
         "(CPU time): "
         f"decode step {costs.step_fixed * 1e3:.2f} ms + {costs.step_per_seq * 1e6:.1f} us per "
         f"active sequence, prefill {costs.prefill_per_token * 1e6:.1f} us per token (a "
-        f"group's {costs.prompt_tokens}-token prompt once; every in-flight token at each new "
-        f"version), update {costs.train_fixed * 1e3:.1f} ms per batch (computing "
+        f"group's {costs.prompt_tokens}-token prompt once; at each new version, with the cache "
+        "recomputed, each in-flight group's prompt and every in-flight sequence's tokens), "
+        f"update {costs.train_fixed * 1e3:.1f} ms per batch (computing "
         f"{computed:.0%} of its groups, the runs' mean), "
         f"publication {costs.publish * 1e3:.1f} ms; completion lengths of the warm start "
         f"(mean {np.mean(lengths):.1f}, min {min(lengths)}, max {max(lengths)}, "

@@ -12,8 +12,9 @@ follows surge's rules, not an idealised pipeline:
 - a generation worker decodes one token of each of its active sequences per step, costing
   `step_fixed + step_per_seq * active`; admitting a group costs the prefill of its prompt once;
 - on each new version, a worker with sequences in flight recomputes their cache (surge's
-  `rollout.interrupt: true`): the prefill of their prompts and tokens so far; with
-  `keep_cache` (`rollout.keep_cache: true`) it keeps the old cache and pays nothing;
+  `rollout.interrupt: true`): the prefill of their groups' prompts (once per group) and of
+  each sequence's tokens so far but the last; with `keep_cache` (`rollout.keep_cache: true`)
+  it keeps the old cache and pays nothing;
 - the trainer's update costs `train_fixed + train_per_token * tokens`, plus `publish`.
 Completion lengths are drawn from measured ones. Nothing here is parallel: the clock is
 simulated.
@@ -165,7 +166,9 @@ def simulate(
             training = False
             for gen in gens:  # in-flight sequences continue under the new weights
                 if not keep_cache:  # their cache is recomputed
-                    inflight = sum(costs.prompt_tokens + s.done for s in gen.active)
+                    groups = len({s.group for s in gen.active})
+                    own = sum(max(s.done - 1, 0) for s in gen.active)
+                    inflight = groups * costs.prompt_tokens + own
                     gen.pending_cost += costs.prefill_per_token * inflight
             admit(now)
             try_train(now)

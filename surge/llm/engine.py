@@ -109,17 +109,23 @@ class Engine:
         Either way a token's log-prob is that of the distribution it was drawn from."""
         self.version = version
         self.lean.refresh()
-        busy = [i for i, s in enumerate(self.slots) if s is not None]
+        busy = [(i, s) for i, s in enumerate(self.slots) if s is not None]
         if not busy or not recompute:
             return
-        # The cache holds every token but the last sampled one of each sequence.
-        prefixes = []
-        for i in busy:
-            slot = self.slots[i]
-            assert slot is not None
-            prefixes.append(list(slot.request.prompt) + slot.out.tokens[:-1])
+        # The cache holds every token but the last sampled one of each sequence: the prompt,
+        # computed once for the sequences that share it (a group), then each one's own tokens.
         with torch.inference_mode():
-            self._prefill(busy, prefixes)
+            self._prefill([i for i, _ in busy], [list(s.request.prompt) for _, s in busy])
+            grown = [(i, s) for i, s in busy if len(s.out.tokens) > 1]
+            if not grown:
+                return
+            width = max(len(s.out.tokens) - 1 for _, s in grown)
+            tokens = torch.zeros(len(grown), width, dtype=torch.long)
+            for n, (_, s) in enumerate(grown):
+                tokens[n, : len(s.out.tokens) - 1] = torch.tensor(s.out.tokens[:-1])
+            rows = torch.tensor([i for i, _ in grown])
+            starts = torch.tensor([len(s.request.prompt) for _, s in grown])
+            self.lean.extend(self.cache, rows, tokens, starts)
 
     def drop_all(self) -> None:
         self.queue.clear()

@@ -107,6 +107,34 @@ def test_new_weights_mid_sequence_recompute_the_cache_and_stamp_later_tokens() -
     assert c.tokens[2:] == greedy
 
 
+def test_recomputed_cache_is_the_new_weights_prefill_of_each_prefix() -> None:
+    """The recomputation runs a group's shared prompt once and then each sequence's own
+    tokens; the cache must hold what a prefill of each whole prefix would."""
+    model, other = _model(seed=3), _model(seed=4)
+    a, b = _prompts(2, seed=6)
+    engine = Engine(model, slots=6, max_prompt=8, max_new_tokens=8, eos_id=-1, temperature=1.0)
+    engine.submit([Request(m, a) for m in range(4)])
+    engine.step()
+    engine.submit([Request(4 + m, b) for m in range(2)])
+    engine.step()  # a's sequences hold 3 tokens, b's 2, the samples differing
+    model.load_state_dict(other.state_dict())
+    engine.set_version(1, recompute=True)
+    reference = LeanLlama(other)
+    for i, slot in enumerate(engine.slots):
+        assert slot is not None
+        prefix = [*slot.request.prompt, *slot.out.tokens[:-1]]
+        n = len(prefix)
+        assert n == slot.position  # the cache holds all but the last sampled token
+        cache = reference.new_cache(1, n)
+        with torch.no_grad():
+            reference.prefill(cache, torch.tensor([0]), torch.tensor([prefix]), torch.tensor([n]))
+        layers = zip(
+            engine.cache.keys + engine.cache.values, cache.keys + cache.values, strict=True
+        )
+        for mine, want in layers:
+            assert torch.allclose(mine[i, :, :n], want[0], atol=1e-5)
+
+
 def test_new_weights_mid_sequence_can_keep_the_old_cache() -> None:
     """PipelineRL's in-flight update: after the switch the new weights decode on the keys and
     values the old weights computed, and each token's log-prob is the one it was drawn with."""
