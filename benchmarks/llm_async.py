@@ -3,22 +3,31 @@ vary widely (a synchronous batch waits for its longest sequence), and simulated 
 generation workers per trainer.
 
     .venv/bin/python benchmarks/llm_async.py [--seconds 300] [--lags 1,2,4] [--sync-threads 1,2]
+        [--caches keep,recompute] [--report DIR [--rerun sync-2,async-1-keep,...]]
 
 Every run starts from the same warm start (`countdown-grpo`'s, cached) and trains for
 `--seconds` on the trainer's clock, under benchmarks/peers/memmon.py (which also reports CPU
 used outside the run). Synchronous runs (max_policy_lag 0) alternate generation and training,
 so each stage may use both cores: they run with 1 and with 2 torch threads per stage and the
-faster is the baseline. Asynchronous runs overlap the stages, one thread each.
+faster is the baseline. Asynchronous runs overlap the stages, one thread each, and run once
+per way of treating in-flight sequences at a new version (`--caches`): `keep` their cache
+(`rollout.keep_cache: true`, PipelineRL's in-flight update, the preset's setting) or
+`recompute` it (AReaL's).
 
 Reported per run: trained tokens/s (tokens with a loss weight), generated tokens/s, versions/s,
-the busy share of each stage (timing.json), and held-out accuracy at equal trained tokens: the
-mean of the evaluations made between 75% and 100% of the smallest token count any run reached.
+the busy share of each stage (timing.json: CPU seconds per second of the run; the generator's
+weight loading, with any cache recomputation, apart from its decoding), and held-out accuracy at
+equal trained tokens: the mean of the evaluations made between 75% and 100% of the smallest
+token count any run reached.
 
 Then the stage costs are measured alone, one thread each (decode step against active
 sequences, the cache recomputation per token, the update of a batch, version publication) together
 with the warm start's completion lengths, and benchmarks/llm_pipeline_sim.py simulates the
-pipeline with 1, 4 and 16 generation workers per trainer, each stage on its own device.
-Writes benchmarks/results/llm_async.md.
+pipeline with 1, 4 and 16 generation workers per trainer, each stage on its own device, keeping
+and recomputing the cache.
+Writes benchmarks/results/llm_async.md. The runs are saved in a directory (printed; runs.json
+after each run): `--report DIR` reports them again, completes the runs missing there and, with
+`--rerun`, runs the named ones again (say, one a neighbour's load disturbed).
 """
 
 from __future__ import annotations
@@ -62,11 +71,14 @@ def warm_start_dir() -> Path:
 # ----------------------------------------------------------------------------- measured runs
 
 
-def run(name: str, model: Path, lag: int, threads: int, seconds: float, work: Path) -> dict:
+def run(
+    name: str, model: Path, lag: int, threads: int, seconds: float, work: Path, keep_cache: bool
+) -> dict:
     run_dir = work / name.replace(" ", "-").replace(",", "")
     cmd = [
         str(REPO / ".venv" / "bin" / "surge"), "train", PRESET, f"model.path={model}",
         f"max_policy_lag={lag}", f"rollout.threads={threads}", f"grpo.threads={threads}",
+        f"rollout.keep_cache={str(keep_cache).lower()}",
         f"run_dir={run_dir}", "total_env_steps=100000000", "log.progress=false",
         "log.interval_s=5",
     ]  # fmt: skip
@@ -100,7 +112,9 @@ def run(name: str, model: Path, lag: int, threads: int, seconds: float, work: Pa
         "busy": {
             "trainer": timing["llm-trainer-0"]["learn"] / wall,
             "generator": timing["generator-0"]["inference"] / wall,
+            "weight_load": timing["generator-0"]["copy"] / wall,
             "rewarder": timing["rewarder-0"]["env"] / wall,
+            "evaluator": timing["llm-evaluator-0"]["cpu_total"] / wall,
         },
         "foreign_cores": mem.get("foreign_cores", float("nan")),
     }
@@ -115,8 +129,9 @@ def accuracy_at(evals: list[tuple[float, float, float]], tokens: float) -> float
 
 
 def calibrate(model_dir: Path, publish_s: float, computed: float) -> tuple[Costs, list[int]]:
-    """Each stage alone on one thread, from the warm start. `computed`: the share of groups
-    the runs' updates computed (the others had equal rewards, so no gradient)."""
+    """Each stage alone on one thread, from the warm start, in CPU seconds (process time: a
+    busy neighbour on the machine does not inflate them). `computed`: the share of groups the
+    runs' updates computed (the others had equal rewards, so no gradient)."""
     import random
 
     import torch
@@ -154,13 +169,16 @@ def calibrate(model_dir: Path, publish_s: float, computed: float) -> tuple[Costs
         while not e.idle():
             active = e.active
             if active == slots and len(steps) == 4:  # mid-sequence: every slot busy
-                t = time.perf_counter()
+                t = time.process_time()
                 e.set_version(1, recompute=True)
-                inflight = sum(len(s.request.prompt) + len(s.out.tokens) - 1 for s in e.slots if s)
-                recompute.append((time.perf_counter() - t) / inflight)
-            t = time.perf_counter()
+                busy = [s for s in e.slots if s]  # a group's prompt is recomputed once
+                prompts = {(s.request.key // r.group_size, s.request.prompt) for s in busy}
+                inflight = sum(len(p) for _, p in prompts)
+                inflight += sum(len(s.out.tokens) - 1 for s in busy)
+                recompute.append((time.process_time() - t) / inflight)
+            t = time.process_time()
             done += e.step()
-            steps.append((active, time.perf_counter() - t))
+            steps.append((active, time.process_time() - t))
         full = [s for a, s in steps if a == slots]
         if full:
             sizes.append(slots)
@@ -190,9 +208,9 @@ def calibrate(model_dir: Path, publish_s: float, computed: float) -> tuple[Costs
     }
     times = []
     for _ in range(10):
-        t = time.perf_counter()
+        t = time.process_time()
         grpo_update(lean, optimizer, data, cfg.grpo, r.group_size)
-        times.append(time.perf_counter() - t)
+        times.append(time.process_time() - t)
     costs = Costs(
         step_fixed=float(step_fixed),
         step_per_seq=float(step_per_seq),
@@ -213,25 +231,45 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=300)
     p.add_argument("--lags", default="1,2,4")
     p.add_argument("--sync-threads", default="1,2")
+    p.add_argument("--caches", default="keep,recompute", help="async runs: keep, recompute")
     p.add_argument("--out", type=Path, default=HERE / "results" / "llm_async.md")
     p.add_argument("--report", type=Path, help="report an earlier run's directory again")
+    p.add_argument(
+        "--rerun",
+        default="",
+        help="with --report: run these again (run directory names, e.g. sync-2,async-1-keep), "
+        "as after a neighbour loaded the machine during them",
+    )
     args = p.parse_args()
     lags = [int(x) for x in args.lags.split(",")]
     sync_threads = [int(x) for x in args.sync_threads.split(",")]
-    model = warm_start_dir()
-    if args.report:
-        work = args.report
-        runs = json.loads((work / "runs.json").read_text())
-    else:
-        work = Path(tempfile.mkdtemp(prefix="surge-llm-async-"))
-        runs = {}
-        for t in sync_threads:
-            runs[f"sync, {t} thread{'s' if t > 1 else ''} per stage"] = run(
-                f"sync-{t}", model, 0, t, args.seconds, work
-            )
+    caches = args.caches.split(",")
+    if not set(caches) <= {"keep", "recompute"}:
+        p.error(f"--caches {args.caches}: a list of keep, recompute")
+    planned = {  # run name -> (directory, lag, threads per stage, keep the cache)
+        f"sync, {t} thread{'s' if t > 1 else ''} per stage": (f"sync-{t}", 0, t, False)
+        for t in sync_threads
+    }
+    for cache in caches:
         for lag in lags:
-            runs[f"async, lag {lag}"] = run(f"async-{lag}", model, lag, 1, args.seconds, work)
-        (work / "runs.json").write_text(json.dumps(runs))
+            planned[f"async, lag {lag}, {cache} cache"] = (
+                f"async-{lag}-{cache}", lag, 1, cache == "keep"
+            )  # fmt: skip
+    rerun = {x for x in args.rerun.split(",") if x}
+    if rerun and not args.report:
+        p.error("--rerun needs --report DIR (the run to complete)")
+    if unknown := rerun - {d for d, *_ in planned.values()}:
+        p.error(f"--rerun: no planned run {sorted(unknown)}; planned: "
+                f"{', '.join(d for d, *_ in planned.values())}")  # fmt: skip
+    model = warm_start_dir()
+    work = args.report or Path(tempfile.mkdtemp(prefix="surge-llm-async-"))
+    runs = json.loads((work / "runs.json").read_text()) if args.report else {}
+    print(f"runs: {work}", flush=True)
+    for name, (directory, lag, threads, keep) in planned.items():
+        if name not in runs or directory in rerun:
+            runs[name] = run(directory, model, lag, threads, args.seconds, work, keep)
+            (work / "runs.json").write_text(json.dumps(runs))  # after each: resumable
+    runs = {name: runs[name] for name in planned if name in runs}
     sync_name = max(
         (n for n in runs if n.startswith("sync")), key=lambda n: runs[n]["trained_tokens_per_s"]
     )
@@ -243,7 +281,8 @@ def main() -> int:
         "# Asynchronous against synchronous LLM RL on countdown (issue 14)",
         "",
         f"Machine: {summary()}. Command: `.venv/bin/python benchmarks/llm_async.py --seconds "
-        f"{args.seconds:g} --lags {args.lags} --sync-threads {args.sync_threads}`. Preset "
+        f"{args.seconds:g} --lags {args.lags} --sync-threads {args.sync_threads} --caches "
+        f"{args.caches}`. Preset "
         f"`{PRESET}` (3 numbers up to 20, completions up to 16 tokens, 16 prompts x 8), warm "
         f"start {model}. Each run: {args.seconds:g} s on the trainer's clock.",
         "",
@@ -252,8 +291,8 @@ def main() -> int:
         f"of {equal:,.0f} trained tokens (the fewest any run trained).",
         "",
         "| run | trained tokens/s | vs baseline | generated tokens/s | versions/s | mean "
-        "length | accuracy at equal tokens | busy: trainer / generator / rewarder | CPU "
-        "outside the run |",
+        "length | accuracy at equal tokens | busy: trainer / generator (+ weight loading) / "
+        "rewarder / evaluator | CPU outside the run |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in runs.items():
@@ -264,7 +303,8 @@ def main() -> int:
             f"{r['trained_tokens_per_s'] / base['trained_tokens_per_s']:.2f}x | "
             f"{r['generated_tokens_per_s']:,.0f} | {r['versions_per_s']:.2f} | "
             f"{r['length_mean']:.1f} | {acc:.1%} ({(acc - base_acc) * 100:+.1f}) | "
-            f"{b['trainer']:.0%} / {b['generator']:.0%} / {b['rewarder']:.0%} | "
+            f"{b['trainer']:.0%} / {b['generator']:.0%} (+{b.get('weight_load', 0):.0%}) / "
+            f"{b['rewarder']:.0%} / {b.get('evaluator', float('nan')):.0%} | "
             f"{r['foreign_cores']:.2f} cores |"
         )
 
@@ -275,36 +315,40 @@ def main() -> int:
         "",
         "## Simulated: more generation workers per trainer",
         "",
-        "benchmarks/llm_pipeline_sim.py with the stage costs measured alone on one thread: "
+        "benchmarks/llm_pipeline_sim.py with the stage costs measured alone on one thread "
+        "(CPU time): "
         f"decode step {costs.step_fixed * 1e3:.2f} ms + {costs.step_per_seq * 1e6:.1f} us per "
         f"active sequence, prefill {costs.prefill_per_token * 1e6:.1f} us per token (a "
-        f"group's {costs.prompt_tokens}-token prompt once; every in-flight token at each new "
-        f"version), update {costs.train_fixed * 1e3:.1f} ms per batch (computing "
+        f"group's {costs.prompt_tokens}-token prompt once; at each new version, with the cache "
+        "recomputed, each in-flight group's prompt and every in-flight sequence's tokens), "
+        f"update {costs.train_fixed * 1e3:.1f} ms per batch (computing "
         f"{computed:.0%} of its groups, the runs' mean), "
         f"publication {costs.publish * 1e3:.1f} ms; completion lengths of the warm start "
         f"(mean {np.mean(lengths):.1f}, min {min(lengths)}, max {max(lengths)}, "
-        f"{len(lengths)} samples). Each worker has its own device; 200 versions.",
+        f"{len(lengths)} samples). Each worker has its own device; 200 versions. Each cell: "
+        "keeping the cache of in-flight sequences at a new version / recomputing it.",
         "",
         "| generation workers | sync trained tokens/s | "
         + " | ".join(f"lag {lag}" for lag in lags)
-        + " | trainer busy (sync / lag "
-        + str(lags[0])
-        + ") |",
-        "|---|---|" + "---|" * len(lags) + "---|",
+        + f" | trainer busy (sync / lag {lags[0]}) | generator busy (sync / lag {lags[0]}) |",
+        "|---|---|" + "---|" * len(lags) + "---|---|",
     ]
     for n in (1, 4, 16):
         sync = simulate(costs, lengths, n, 0)
         cells = []
-        first = None
         for lag in lags:
-            res = simulate(costs, lengths, n, lag)
-            first = first or res
-            cells.append(f"{res.trained_tokens_per_s / sync.trained_tokens_per_s:.2f}x")
-        assert first is not None
+            kept = simulate(costs, lengths, n, lag, keep_cache=True)
+            recomputed = simulate(costs, lengths, n, lag, keep_cache=False)
+            cells.append(
+                f"{kept.trained_tokens_per_s / sync.trained_tokens_per_s:.2f}x / "
+                f"{recomputed.trained_tokens_per_s / sync.trained_tokens_per_s:.2f}x"
+            )
+        first = simulate(costs, lengths, n, lags[0], keep_cache=True)
         lines.append(
             f"| {n} | {sync.trained_tokens_per_s:,.0f} | "
             + " | ".join(cells)
-            + f" | {sync.trainer_busy:.0%} / {first.trainer_busy:.0%} |"
+            + f" | {sync.trainer_busy:.0%} / {first.trainer_busy:.0%} | "
+            f"{sync.generator_busy:.0%} / {first.generator_busy:.0%} |"
         )
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

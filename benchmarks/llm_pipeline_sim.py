@@ -12,7 +12,9 @@ follows surge's rules, not an idealised pipeline:
 - a generation worker decodes one token of each of its active sequences per step, costing
   `step_fixed + step_per_seq * active`; admitting a group costs the prefill of its prompt once;
 - on each new version, a worker with sequences in flight recomputes their cache (surge's
-  `rollout.interrupt: true`): the prefill of their prompts and tokens so far;
+  `rollout.interrupt: true`): the prefill of their groups' prompts (once per group) and of
+  each sequence's tokens so far but the last; with `keep_cache` (`rollout.keep_cache: true`)
+  it keeps the old cache and pays nothing;
 - the trainer's update costs `train_fixed + train_per_token * tokens`, plus `publish`.
 Completion lengths are drawn from measured ones. Nothing here is parallel: the clock is
 simulated.
@@ -73,6 +75,7 @@ def simulate(
     versions: int = 200,
     slots_per_worker: int | None = None,
     seed: int = 0,
+    keep_cache: bool = False,
 ) -> Result:
     """Run the pipeline until the trainer has made `versions` updates."""
     rng = random.Random(seed)
@@ -162,8 +165,11 @@ def simulate(
             version += 1
             training = False
             for gen in gens:  # in-flight sequences continue under the new weights
-                inflight = sum(costs.prompt_tokens + s.done for s in gen.active)
-                gen.pending_cost += costs.prefill_per_token * inflight
+                if not keep_cache:  # their cache is recomputed
+                    groups = len({s.group for s in gen.active})
+                    own = sum(max(s.done - 1, 0) for s in gen.active)
+                    inflight = groups * costs.prompt_tokens + own
+                    gen.pending_cost += costs.prefill_per_token * inflight
             admit(now)
             try_train(now)
     return Result(

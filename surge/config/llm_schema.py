@@ -69,6 +69,14 @@ class RolloutConfig:
     weights (their cache is recomputed; each token keeps the version that produced it, as in
     AReaL); false, they finish under the old weights first, and new prompts wait."""
 
+    keep_cache: bool = False
+    """With `interrupt`: in-flight sequences keep the keys and values the old weights computed
+    instead of recomputing them (PipelineRL's in-flight weight update). Later tokens are drawn
+    by the new weights attending to that slightly stale cache; their behaviour log-probs are
+    those of the distribution actually sampled, so the loss's behaviour weight corrects for it.
+    Saves a prefill of every in-flight prompt and completion at each new version, which on a
+    CPU costs about as much as decoding them."""
+
     workers: int = 1
     """Generation workers (each its own process and engine)."""
 

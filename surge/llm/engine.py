@@ -9,8 +9,11 @@ drew it.
 
 New weights mid-sequence (AReaL's interruptible generation): `set_version(v, recompute=True)`
 recomputes the cache of every in-flight prefix with the new weights, and decoding continues;
-the tokens drawn before keep their old version. The generation worker chooses between that
-and finishing in-flight sequences under the old weights first (`rollout.interrupt`).
+the tokens drawn before keep their old version. `recompute=False` keeps the cache the old
+weights computed (PipelineRL's in-flight weight update): no prefill, at the price of later
+tokens attending to slightly stale keys and values. The generation worker chooses between
+these and finishing in-flight sequences under the old weights first (`rollout.interrupt`,
+`rollout.keep_cache`).
 
 This is the seam an engine such as vLLM would fill (`Engine`): submit, step, set_version.
 The built-in one runs the Hugging Face model's own weights through surge/llm/lean.py.
@@ -99,23 +102,30 @@ class Engine:
         return not self.queue and self.active == 0
 
     def set_version(self, version: int, recompute: bool) -> None:
-        """The model's weights were replaced by version `version`. `recompute`: rebuild the
-        cache of in-flight sequences with them (else the caller made sure none are in flight)."""
+        """The model's weights were replaced by version `version`. In-flight sequences go on
+        under them: with `recompute` their cache is rebuilt with the new weights (AReaL);
+        without, they keep the keys and values the old weights computed (PipelineRL's
+        in-flight update), and each later token is drawn by the new weights attending to them.
+        Either way a token's log-prob is that of the distribution it was drawn from."""
         self.version = version
         self.lean.refresh()
-        busy = [i for i, s in enumerate(self.slots) if s is not None]
-        if not busy:
+        busy = [(i, s) for i, s in enumerate(self.slots) if s is not None]
+        if not busy or not recompute:
             return
-        if not recompute:
-            raise RuntimeError("new weights with sequences in flight and no recompute")
-        # The cache holds every token but the last sampled one of each sequence.
-        prefixes = []
-        for i in busy:
-            slot = self.slots[i]
-            assert slot is not None
-            prefixes.append(list(slot.request.prompt) + slot.out.tokens[:-1])
+        # The cache holds every token but the last sampled one of each sequence: the prompt,
+        # computed once for the sequences that share it (a group), then each one's own tokens.
         with torch.inference_mode():
-            self._prefill(busy, prefixes)
+            self._prefill([i for i, _ in busy], [list(s.request.prompt) for _, s in busy])
+            grown = [(i, s) for i, s in busy if len(s.out.tokens) > 1]
+            if not grown:
+                return
+            width = max(len(s.out.tokens) - 1 for _, s in grown)
+            tokens = torch.zeros(len(grown), width, dtype=torch.long)
+            for n, (_, s) in enumerate(grown):
+                tokens[n, : len(s.out.tokens) - 1] = torch.tensor(s.out.tokens[:-1])
+            rows = torch.tensor([i for i, _ in grown])
+            starts = torch.tensor([len(s.request.prompt) for _, s in grown])
+            self.lean.extend(self.cache, rows, tokens, starts)
 
     def drop_all(self) -> None:
         self.queue.clear()

@@ -197,6 +197,29 @@ class LeanLlama:
         last = x[torch.arange(J), lengths - 1]
         return self._logits(last)
 
+    def extend(
+        self, cache: KVCache, slots: torch.Tensor, tokens: torch.Tensor, starts: torch.Tensor
+    ) -> None:
+        """Run right-padded continuations `tokens [J, T]` into cache rows `slots`, row j from
+        position `starts[j]` on, attending to what the row holds before it (a prompt
+        prefilled once for its group and copied). Padding fills positions after a row's real
+        tokens, which nothing reads before a decode step writes them."""
+        J, T = tokens.shape
+        positions = starts[:, None] + torch.arange(T)  # [J, T]
+        length = cache.keys[0].shape[2]
+        visible = (torch.arange(length) <= positions[:, :, None]).unsqueeze(1)  # [J, 1, T, L]
+        rows = slots[:, None]
+        x = F.embedding(tokens, self.embed)
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(i, self._rms(x, layer.input_layernorm.weight), positions)
+            keys, values = cache.keys[i], cache.values[i]
+            keys[rows, :, positions] = k.transpose(1, 2)  # [J, T, kv_heads, D]
+            values[rows, :, positions] = v.transpose(1, 2)
+            attn = F.scaled_dot_product_attention(
+                q, keys[slots], values[slots], attn_mask=visible, enable_gqa=self._gqa()
+            )
+            x = self._finish_layer(i, x, attn)
+
     def decode(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One token for every cache row (`tokens [S]` at `positions [S]`, each row at its own
         place; idle rows compute and are ignored, cheaper than gathering the busy ones);

@@ -6,8 +6,9 @@ and writes each finished group to its row, then wakes the reward worker. Generat
 of n takes the groups with k % n == i.
 
 New parameters are loaded between decode steps. With `rollout.interrupt` the in-flight
-sequences continue under them (cache recomputed); without it, new prompts wait until the
-in-flight ones finish under the old weights, then the new ones load.
+sequences continue under them (their cache recomputed, or kept with `rollout.keep_cache`);
+without it, new prompts wait until the in-flight ones finish under the old weights, then the
+new ones load.
 
 A new life of this worker (after a crash) starts at the first group of the batch the trainer
 waits for and skips every group whose row is already complete: the groups its previous life
@@ -105,7 +106,7 @@ class GenerationWorker:
         clock = self.timers.now()
         version = self.params.read(self.flat)
         flat_to_model(self.flat, self.model)
-        self.engine.set_version(version, recompute=True)
+        self.engine.set_version(version, recompute=not self.cfg.rollout.keep_cache)
         self.version = version
         # Groups of batches before `version` are trained: a new life starts after them.
         self.next = max(self.next, self._mine(version * self.cfg.rollout.prompts_per_batch))

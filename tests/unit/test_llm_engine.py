@@ -107,6 +107,66 @@ def test_new_weights_mid_sequence_recompute_the_cache_and_stamp_later_tokens() -
     assert c.tokens[2:] == greedy
 
 
+def test_recomputed_cache_is_the_new_weights_prefill_of_each_prefix() -> None:
+    """The recomputation runs a group's shared prompt once and then each sequence's own
+    tokens; the cache must hold what a prefill of each whole prefix would."""
+    model, other = _model(seed=3), _model(seed=4)
+    a, b = _prompts(2, seed=6)
+    engine = Engine(model, slots=6, max_prompt=8, max_new_tokens=8, eos_id=-1, temperature=1.0)
+    engine.submit([Request(m, a) for m in range(4)])
+    engine.step()
+    engine.submit([Request(4 + m, b) for m in range(2)])
+    engine.step()  # a's sequences hold 3 tokens, b's 2, the samples differing
+    model.load_state_dict(other.state_dict())
+    engine.set_version(1, recompute=True)
+    reference = LeanLlama(other)
+    for i, slot in enumerate(engine.slots):
+        assert slot is not None
+        prefix = [*slot.request.prompt, *slot.out.tokens[:-1]]
+        n = len(prefix)
+        assert n == slot.position  # the cache holds all but the last sampled token
+        cache = reference.new_cache(1, n)
+        with torch.no_grad():
+            reference.prefill(cache, torch.tensor([0]), torch.tensor([prefix]), torch.tensor([n]))
+        layers = zip(
+            engine.cache.keys + engine.cache.values, cache.keys + cache.values, strict=True
+        )
+        for mine, want in layers:
+            assert torch.allclose(mine[i, :, :n], want[0], atol=1e-5)
+
+
+def test_new_weights_mid_sequence_can_keep_the_old_cache() -> None:
+    """PipelineRL's in-flight update: after the switch the new weights decode on the keys and
+    values the old weights computed, and each token's log-prob is the one it was drawn with."""
+    model, other = _model(seed=3), _model(seed=4)
+    prompt = _prompts(1, seed=5)[0]
+    engines = {}
+    for recompute in (True, False):
+        model.load_state_dict(_model(seed=3).state_dict())
+        engine = Engine(model, slots=2, max_prompt=8, max_new_tokens=6, eos_id=-1, temperature=0)
+        engine.submit([Request(0, prompt)])
+        assert engine.step() == []  # two tokens under the old weights
+        model.load_state_dict(other.state_dict())
+        engine.set_version(7, recompute=recompute)
+        (engines[recompute],) = [c for _ in range(6) for c in engine.step()]
+    kept, recomputed = engines[False], engines[True]
+    assert kept.versions == [0, 0, 7, 7, 7, 7]
+    # By hand: the old weights' cache of the prompt and the first token, then the new weights
+    # decode the second token (the last one sampled before the switch) on it.
+    old_lean, new_lean = LeanLlama(_model(seed=3)), LeanLlama(other)
+    with torch.no_grad():
+        cache = old_lean.new_cache(1, 14)
+        n = len(prompt)
+        old_lean.prefill(cache, torch.tensor([0]), torch.tensor([[*prompt, kept.tokens[0]]]),
+                         torch.tensor([n + 1]))  # fmt: skip
+        logits = new_lean.decode(cache, torch.tensor([kept.tokens[1]]), torch.tensor([n + 1]))
+    logp = torch.log_softmax(logits[0], -1)
+    assert kept.tokens[2] == int(logp.argmax())
+    assert math.isclose(kept.logprobs[2], float(logp.max()), abs_tol=1e-5)
+    # Not the recomputed cache's distribution: the mode matters.
+    assert abs(kept.logprobs[2] - recomputed.logprobs[2]) > 1e-3
+
+
 def test_sampled_log_probs_are_of_the_distribution_sampled() -> None:
     model = _model()
     engine = Engine(model, slots=8, max_prompt=8, max_new_tokens=3, eos_id=-1, temperature=0.7)

@@ -60,3 +60,20 @@ def test_more_workers_make_generation_cheaper_up_to_the_trainer() -> None:
     sixteen = simulate(COSTS, lengths, workers=16, max_lag=2)
     assert sixteen.trained_tokens_per_s > one.trained_tokens_per_s
     assert sixteen.trainer_busy > 0.95  # the trainer is the bottleneck
+
+
+def test_keeping_the_cache_saves_its_recomputation() -> None:
+    """One worker with one batch of slots, generation-bound: with `keep_cache` each version
+    costs one batch's prefills and 5 full steps (the update overlaps them; the last one adds
+    once). Recomputing the cache of the sequences in flight at each new version costs more,
+    and at most the recomputation of a whole batch in flight: 16 prompts once and 4 tokens of
+    each of the 128 sequences (the last sampled token is not in the cache)."""
+    gen = 16 * 10 * 1e-5 + 5 * (0.004 + 128 * 1e-4)
+    train = 0.02 + 5e-5 * 128 * 5 + 0.001
+    whole_batch = (16 * 10 + 128 * 4) * 1e-5
+    for lag in (1, 2, 4):
+        kept = simulate(COSTS, [5], 1, lag, versions=200, slots_per_worker=128, keep_cache=True)
+        assert 1 / kept.versions_per_s == pytest.approx(gen + train / 200, rel=1e-9)
+        recomputed = simulate(COSTS, [5], 1, lag, versions=200, slots_per_worker=128)
+        assert 1 / kept.versions_per_s < 1 / recomputed.versions_per_s
+        assert 1 / recomputed.versions_per_s <= gen + whole_batch + train / 200
