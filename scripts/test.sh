@@ -10,7 +10,8 @@ export OMP_NUM_THREADS=1
 .venv/bin/ruff format --check .
 .venv/bin/mypy surge
 # pytest exits 5 when it collected no test: that must fail, and with `set -e` it does.
-.venv/bin/python -m pytest -q "$@"
+# The slowest tests are listed at the end: the suite's budget is about 15 minutes on 2 cores.
+.venv/bin/python -m pytest -q --durations=20 "$@"
 # The numeric tests once more with AVX-512 off in torch, numpy, MKL and oneDNN: a tolerance
 # that holds only with the widest kernels fails here on any CPU (tests/numerics.py).
 .venv/bin/python -m tests.numerics
