@@ -334,6 +334,9 @@ class NumpyPolicy:
         self._fused = not layout.shared and 2 * max(widths, default=0) <= FUSE_MAX_WIDTH
         self._act = np.tanh if layout.activation == "tanh" else _relu
         self._arange = np.arange(0)
+        # Asked at every act (a few rows: Python per call is the cost), answered once here.
+        self._central = layout.central_critic
+        self._recurrent = layout.core != "none"
         self.reload()
 
     def reload(self) -> None:
@@ -404,7 +407,7 @@ class NumpyPolicy:
     def _inputs(self, obs: dict[str, np.ndarray], x: np.ndarray) -> list[np.ndarray]:
         """One input per network of `_torsos`, given the policy's features `x`."""
         lay = self.layout
-        if not lay.central_critic:
+        if not self._central:
             return [x] * len(self._torsos)
         xc = flat_features(lay, obs, critic=True)
         return [np.concatenate([x, xc], axis=-1)] if self._fused else [x, xc]
@@ -433,7 +436,7 @@ class NumpyPolicy:
         lay = self.layout
         x = flat_features(lay, obs) if self._grid is None else self._grid(obs[self._grid.grid.key])
         state = None
-        if lay.core != "none":
+        if self._recurrent:
             state = self.core_step(x, core)
             x = state[:, : lay.core_size]
         params, value = self._outputs(self._inputs(obs, x))

@@ -124,9 +124,6 @@ class _Lane:
         columns = self.producer.columns(g, segment)
         return {k: v.copy() for k, v in columns.items()} if aside else columns
 
-    def post(self, k: int, g: int) -> None:
-        self.client.post(g, self.flow.min_version(self.states[k].segment))
-
     def next_segment(self, k: int, g: int) -> None:
         st = self.states[k]
         if not st.aside:
@@ -174,6 +171,8 @@ class ActorWorker:
                 group = MultiAgentGroup(cfg.env, seeds, slots, policies, cfg.policy_mapping)
                 self.views.append([group.lanes[p] for p in policies])
             self.groups.append(group)
+        # Per group, (lane, the lane's view of the group): paired once, walked every step.
+        self.lane_views = [list(zip(self.lanes, views, strict=True)) for views in self.views]
         self._ready: set[int] = set()
         for k, group in enumerate(self.groups):
             group.reset()
@@ -185,8 +184,9 @@ class ActorWorker:
             lane.client.flush()
 
     def _post(self, k: int) -> None:
+        g = self.ring[k]
         for lane in self.lanes:
-            lane.post(k, self.ring[k])
+            lane.client.post(g, lane.flow.min_version(lane.states[k].segment))
 
     def poll(self, timeout: float) -> bool:
         if not self._ready:
@@ -236,9 +236,9 @@ class ActorWorker:
 
     def _advance(self, k: int) -> None:
         g = self.ring[k]
-        group, views, timers, t = self.groups[k], self.views[k], self.timers, self.step[k]
+        group, lane_views, timers, t = self.groups[k], self.lane_views[k], self.timers, self.step[k]
         clock = timers.now()
-        for lane, view in zip(self.lanes, views, strict=True):
+        for lane, view in lane_views:
             seg = lane.states[k].columns
             for key, obs in lane.obs_fields:
                 seg[key][t] = obs[g]
@@ -259,7 +259,7 @@ class ActorWorker:
             group.step({lane.policy: lane.action[g] for lane in self.lanes})
         clock = timers.add(ENV, clock)
 
-        for lane, view in zip(self.lanes, views, strict=True):
+        for lane, view in lane_views:
             st = lane.states[k]
             seg = st.columns
             seg["reward"][t] = view.rewards
