@@ -35,18 +35,25 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
             workers.append(worker)
         trainers = [workers[graph.workers.index(spec)] for spec in graph.leaders]
         first: Worker | None = None  # the leader that finished first: the run's reason
+        leaders_left = len(trainers)
         last_tick = 0.0
         try:
-            while not all(t.finished for t in trainers):
+            while leaders_left:
                 progressed = False
+                had_first = first is not None
                 for worker in workers:
-                    if not worker.finished:
-                        progressed |= _guarded(worker.name, worker.poll, 0.0)
-                if first is None:
-                    first = next((t for t in trainers if t.finished), None)
-                    if first is not None and not all(t.finished for t in trainers):
-                        control.request_stop(CHECKPOINT_AND_STOP)
-                        progressed = True
+                    if worker.finished:
+                        continue
+                    progressed |= _guarded(worker.name, worker.poll, 0.0)
+                    if worker.finished and worker in trainers:  # a worker finishes in a poll
+                        leaders_left -= 1
+                        if first is None:
+                            first = worker
+                if first is not None and not had_first and leaders_left:
+                    # After the round: leaders that finished in it keep their reason; the
+                    # others are asked to save and finish too.
+                    control.request_stop(CHECKPOINT_AND_STOP)
+                    progressed = True
                 if not progressed:
                     raise RuntimeError("serial runtime: no worker can make progress (deadlock)")
                 now = time.monotonic()
