@@ -217,3 +217,32 @@ def test_the_llm_preset_runs_on_every_runtime(runtime: str, run_dir: Path) -> No
 
     AutoModelForCausalLM.from_pretrained(run_dir / "model")
     AutoTokenizer.from_pretrained(run_dir / "model")
+
+
+def test_an_llm_run_resumes_from_its_checkpoint(run_dir: Path) -> None:
+    """`surge resume` of an LLM run: the trainer's state comes back (version, env steps),
+    training goes on from the next version to the new budget, checkpoints there, and the
+    weights written at the end load with plain transformers. (From random weights, as here,
+    every reward is equal and the weights do not move: the test is of the bookkeeping.)"""
+    common = [*SMALL, "runtime=serial", "eval.workers=0", "max_policy_lag=0"]
+    result = run_surge(
+        "train", "arith-grpo", f"run_dir={run_dir}", *common, "total_env_steps=64", timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = [r for r in metrics_so_far(run_dir) if "steps_per_s" in r]
+    assert first[-1]["policy_version"] == 4 and first[-1]["env_steps"] == 64
+
+    result = run_surge("resume", str(run_dir), "total_env_steps=128", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from" in result.stderr
+    rows = [r for r in metrics_so_far(run_dir) if "steps_per_s" in r]
+    resumed = rows[len(first) :]
+    assert resumed and resumed[0]["policy_version"] > 4 and resumed[0]["env_steps"] > 64
+    assert resumed[-1]["policy_version"] == 8 and resumed[-1]["env_steps"] == 128
+    versions = [r["policy_version"] for r in rows]
+    assert versions == sorted(versions)  # one history, no version trained twice
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints[-1] == "ckpt-00000008.safetensors"  # the resumed run's own, at its end
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(run_dir / "model")
