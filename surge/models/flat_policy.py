@@ -92,10 +92,6 @@ class FlatPolicy:
         if layout is not None:  # its weights are views of self.weights: `reload` rebuilds
             self.policy = NumpyPolicy(layout, self.weights, np.random.default_rng(seed))
             self.state_size = self.policy.state_size
-        if self.normalizer is None and self.value_stats is None:
-            # Nothing to do around the policy's act: call it directly (acting batches are a
-            # few rows, so a layer of Python per call costs a visible share).
-            self.act = self.policy.act  # type: ignore[method-assign]
 
     def reload(self) -> None:
         """Use the parameters now in `flat`."""
