@@ -96,7 +96,7 @@ def test_connect4_selfplay_trains_against_its_league_and_reports_win_rates(
 ) -> None:
     result = run_surge(
         "train", "connect4-selfplay", f"run_dir={run_dir}", f"runtime={runtime}",
-        "total_env_steps=40960", "workers.envs_per_group=4", "eval.every_versions=5",
+        "total_env_steps=20480", "workers.envs_per_group=4", "eval.every_versions=5",
         "eval.every_s=1", "eval.episodes=6", "eval.nice=0", "selfplay.snapshot_every=2",
         *SHORT[:2], timeout=300,
     )  # fmt: skip
@@ -110,7 +110,7 @@ def test_connect4_selfplay_trains_against_its_league_and_reports_win_rates(
             assert abs(sum(rates) - 1) < 1e-9 and all(0 <= x <= 1 for x in rates)
         assert r["eval/episodes"] == 12  # 6 games against each player
     last = _training_rows(run_dir)[-1]
-    assert last["env_steps"] == 40960 and -1 <= float(last["episode_return_mean"]) <= 1  # type: ignore[arg-type]
+    assert last["env_steps"] == 20480 and -1 <= float(last["episode_return_mean"]) <= 1  # type: ignore[arg-type]
     if runtime == "local":  # the serial runtime writes no worker table
         table = json.loads((run_dir / "workers.json").read_text())["workers"]
         assert "league-0" in {w["name"] for w in table}
