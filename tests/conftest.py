@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +49,17 @@ def worker_processes(run_dir: Path) -> list[psutil.Process]:
 
 def shm_dirs_of(pid: int) -> list[Path]:
     return list(shm_root().glob(f"surge-{pid}-*"))
+
+
+def interrupt(proc: subprocess.Popen[str]) -> None:
+    """Ctrl+C a running `surge` (it saves a checkpoint and exits 130); killed if it has not
+    exited within a minute."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def wait_for(predicate: object, timeout: float, interval: float = 0.1) -> bool:

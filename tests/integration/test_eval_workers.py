@@ -16,7 +16,7 @@ import pytest
 
 from surge.tracking.metrics import read_metrics
 from surge.tracking.video import read_mp4
-from tests.conftest import QUICK, SURGE, metrics_so_far, wait_for
+from tests.conftest import QUICK, SURGE, interrupt, metrics_so_far, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -80,12 +80,7 @@ def test_eval_workers_write_rows_and_videos(runtime: str, run_dir: Path) -> None
         rows = lambda: _eval_rows(run_dir)  # noqa: E731
         enough = wait_for(lambda: len(rows()) >= 2 and any(r["eval/video"] for r in rows()), 240)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        interrupt(proc)
     stderr = proc.stderr.read() if proc.stderr else ""
     assert enough, f"evaluations so far: {_eval_rows(run_dir)}\n{stderr[-3000:]}"
     assert proc.returncode == 130, stderr[-3000:]  # interrupted, after saving a checkpoint
@@ -128,12 +123,7 @@ def test_killed_eval_worker_is_restarted_and_training_never_waits(
         )
         assert time.monotonic() - killed_at < 200
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        interrupt(proc)
     stderr = proc.stderr.read() if proc.stderr else ""
     assert proc.returncode == 130, stderr[-3000:]  # interrupted, after saving a checkpoint
     assert "evaluator-0 failed (" in stderr and "restarting it" in stderr

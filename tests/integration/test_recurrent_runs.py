@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from surge.runtime.graph import start_worker
 from surge.streams.transport import InlineTransport
 from surge.tracking.metrics import read_metrics
 from surge.workers.base import RunContext
-from tests.conftest import SURGE, metrics_so_far, wait_for
+from tests.conftest import SURGE, interrupt, metrics_so_far, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -115,12 +114,7 @@ def test_evaluation_workers_and_surge_eval_carry_the_state(run_dir: Path) -> Non
     try:
         enough = wait_for(lambda: len(rows()) >= 1, 240)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        interrupt(proc)
     stderr = proc.stderr.read() if proc.stderr else ""
     assert enough and proc.returncode == 130, stderr[-3000:]
     for row in rows():
