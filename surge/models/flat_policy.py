@@ -71,13 +71,10 @@ class FlatPolicy:
         self, obs_space: gym.Space[Any], action_space: gym.Space[Any], model: ModelConfig, seed: int
     ) -> None:
         layout = acting_layout(obs_space, action_space, model)
-        self.policy: NumpyPolicy | TorchActing
-        self.state_size = 0
-        """Floats of recurrent state per row (0: feed-forward)."""
+        torch_acting = None
         if layout is None:
-            self.policy = TorchActing(obs_space, action_space, model, seed)
-            n_weights = self.policy.size()
-            self.state_size = self.policy.state_size
+            torch_acting = TorchActing(obs_space, action_space, model, seed)
+            n_weights = torch_acting.size()
         else:
             n_weights = layout_size(layout)
         n_stats = obs_stats_size(obs_space, model.normalize_obs)
@@ -89,9 +86,28 @@ class FlatPolicy:
         self.stats = self.flat[n_weights : n_weights + n_stats]
         self.value_stats = self.flat[n_weights + n_stats :] if n_value else None
         self.normalizer = ObsNormalizer(obs_space, model.clip_obs) if n_stats else None
-        if layout is not None:  # its weights are views of self.weights: `reload` rebuilds
+        if layout is None:
+            assert torch_acting is not None
+            self.policy = torch_acting
+        else:  # its weights are views of self.weights: `reload` rebuilds them
             self.policy = NumpyPolicy(layout, self.weights, np.random.default_rng(seed))
-            self.state_size = self.policy.state_size
+
+    @property
+    def policy(self) -> NumpyPolicy | TorchActing:
+        """What acts: numpy for MLPs (with or without a recurrent core), else torch."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: NumpyPolicy | TorchActing) -> None:
+        self._policy = policy
+        self.state_size = policy.state_size
+        """Floats of recurrent state per row (0: feed-forward)."""
+        if self.normalizer is None and self.value_stats is None:
+            # Nothing to apply around the policy's act: callers get it directly (acting
+            # batches are a few rows, so a Python layer per call is a visible share).
+            self.act = policy.act  # type: ignore[method-assign]
+        else:
+            self.__dict__.pop("act", None)
 
     def reload(self) -> None:
         """Use the parameters now in `flat`."""

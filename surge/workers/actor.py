@@ -174,6 +174,10 @@ class ActorWorker:
         # Per group, (lane, the lane's view of the group): paired once, walked every step.
         self.lane_views = [list(zip(self.lanes, views, strict=True)) for views in self.views]
         self._ready: set[int] = set()
+        self._timed_client = (
+            self.lanes[0].client if len(self.lanes) == 1 and not self._remote else None
+        )
+        """One lane served in this process: its `ready` times its own wait."""
         for k, group in enumerate(self.groups):
             group.reset()
             for lane in self.lanes:
@@ -190,7 +194,10 @@ class ActorWorker:
 
     def poll(self, timeout: float) -> bool:
         if not self._ready:
-            self._ready.update(self._answered(timeout))
+            if self._timed_client is not None:  # the common case, without a layer of calls
+                self._ready.update(self._timed_client.ready(timeout))
+            else:
+                self._ready.update(self._answered(timeout))
             if not self._ready:
                 return False
         # The first ready group in ring order from the head. Normally that is the head
@@ -207,14 +214,11 @@ class ActorWorker:
 
     def _answered(self, timeout: float) -> list[int]:
         """Groups every lane has answered (waits up to `timeout` for one)."""
-        if len(self.lanes) == 1:
-            client = self.lanes[0].client
-            if not self._remote:
-                return list(client.ready(timeout))  # times itself
+        if len(self.lanes) == 1:  # served remotely (one served here: `_timed_client`)
             waited = time.perf_counter()
-            ready = client.ready(timeout)
+            ready = self.lanes[0].client.ready(timeout)
             self.timers.add_wait(waited)
-            return list(ready)
+            return ready
         # Several lanes share the actor's one inbox: records only wake it, the slots say
         # which groups every lane has answered.
         if self._remote:
