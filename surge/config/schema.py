@@ -485,12 +485,6 @@ class SelfPlayConfig:
     """Share of episodes played against the newest snapshot; the others draw an opponent
     uniformly from the whole pool."""
 
-    opponent_greedy: bool = False
-    """League opponents play their snapshot's most likely legal move instead of sampling
-    from it: a sampling snapshot makes the slips its policy still allows (an unblocked
-    three), and a learner that wins by those slips learns little that holds against a
-    player who does not make them."""
-
     eval_opponents: list[str] = field(default_factory=lambda: ["random", "heuristic"])
     """Fixed players the evaluation workers play (`eval.episodes` games each, seats
     alternating), logged as `eval/win_rate_vs_<player>`, `eval/draw_rate_vs_<player>` and

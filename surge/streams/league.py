@@ -104,12 +104,10 @@ class LeagueReader:
 
 
 class PolicyPlayer:
-    """An opponent that plays one snapshot's policy: samples its moves, or with `greedy`
-    takes the most likely one."""
+    """An opponent that samples its moves from one snapshot's policy."""
 
-    def __init__(self, policy: Any, greedy: bool = False) -> None:
+    def __init__(self, policy: Any) -> None:
         self.policy = policy  # a FlatPolicy (models/flat_policy.py): act on numpy batches
-        self.greedy = greedy
         self.version = -1
 
     @property
@@ -118,10 +116,10 @@ class PolicyPlayer:
 
     def act(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> int:
         batch = {k: np.asarray(v)[None] for k, v in obs.items()}
-        return int(self.policy.act(batch, deterministic=self.greedy)[0][0])
+        return int(self.policy.act(batch, deterministic=False)[0][0])
 
     def act_batch(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
-        return np.asarray(self.policy.act(obs, deterministic=self.greedy)[0])
+        return np.asarray(self.policy.act(obs, deterministic=False)[0])
 
 
 class LeaguePool:
@@ -135,7 +133,6 @@ class LeaguePool:
         block: str,
         make_policy: Callable[[], Any],
         latest_share: float,
-        greedy: bool = False,
     ) -> None:
         self._league = LeagueReader(transport, block)
         a = transport.block(block)
@@ -143,7 +140,6 @@ class LeaguePool:
         self._make_policy = make_policy
         self._players: dict[int, PolicyPlayer] = {}  # by slot
         self._latest_share = latest_share
-        self._greedy = greedy
         self._random = RandomPlayer()
 
     def sample(self, rng: np.random.Generator) -> Opponent:
@@ -153,7 +149,7 @@ class LeaguePool:
         slot = choose_snapshot(rng, count, self._league.pool_size, self._latest_share)
         player = self._players.get(slot)
         if player is None:
-            player = self._players[slot] = PolicyPlayer(self._make_policy(), self._greedy)
+            player = self._players[slot] = PolicyPlayer(self._make_policy())
         if player.version != int(self._version[slot]) or int(self._seq[slot]) % 2:
             self._load(slot, player)
         return player

@@ -165,33 +165,6 @@ def test_league_pool_reads_whole_snapshots_and_reloads_replaced_slots() -> None:
     assert 0 <= newest.act(obs, rng) < 7
 
 
-def test_a_greedy_league_opponent_plays_its_snapshots_most_likely_legal_move() -> None:
-    info = probe_env(EnvConfig(id=C4), 0)
-    model = ModelConfig(hidden_sizes=[8])
-    policy = FlatPolicy(info.observation_space, info.action_space, model, 0)
-    n = policy.flat.size
-    transport = InlineTransport({"league": league_layout(1, n)}, [])
-    LeagueWriter(transport, "league").add(
-        0, np.random.default_rng(3).normal(size=n).astype(np.float32)
-    )
-
-    def make_policy() -> FlatPolicy:
-        return FlatPolicy(info.observation_space, info.action_space, model, 0)
-
-    greedy = LeaguePool(transport, "league", make_policy, 1.0, greedy=True).sample(
-        np.random.default_rng(0)
-    )
-    sampling = LeaguePool(transport, "league", make_policy, 1.0).sample(np.random.default_rng(0))
-    # Column 3 full: the argmax over the legal columns, every time.
-    obs = _obs(["...o..."] + EMPTY[1:])
-    batch = {k: np.repeat(v[None], 64, axis=0) for k, v in obs.items()}
-    policy.load(greedy.policy.flat)  # type: ignore[attr-defined]
-    logits_order = policy.act(batch, deterministic=True)[0]
-    moves = greedy.act_batch(batch, np.random.default_rng(0))
-    assert (moves == logits_order).all() and len(set(moves.tolist())) == 1 and moves[0] != 3
-    assert len(set(sampling.act_batch(batch, np.random.default_rng(0)).tolist())) > 1
-
-
 class _Leftmost:
     """A deterministic opponent that counts its batched calls."""
 
