@@ -368,6 +368,7 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("eval.nice", lambda v: 0 <= v <= 19, "in [0, 19]"),
     *[(f"selfplay.{n}", _at_least(1), ">= 1") for n in ("snapshot_every", "pool_size")],
     ("selfplay.latest_share", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("selfplay.pfsp_power", _at_least(0), ">= 0"),
     (
         "selfplay.eval_opponents",
         lambda v: set(v) <= {"random", "heuristic"} and len(set(v)) == len(v),

@@ -483,7 +483,12 @@ class SelfPlayConfig:
 
     latest_share: float = 0.5
     """Share of episodes played against the newest snapshot; the others draw an opponent
-    uniformly from the whole pool."""
+    from the whole pool, uniformly or by `pfsp_power`."""
+
+    pfsp_power: float = 0.0
+    """Prioritised fictitious self-play (AlphaStar): a pool draw picks a snapshot with
+    weight (1 - the learner's win rate against it) ** pfsp_power, each actor counting its
+    own games. 0: uniform."""
 
     eval_opponents: list[str] = field(default_factory=lambda: ["random", "heuristic"])
     """Fixed players the evaluation workers play (`eval.episodes` games each, seats

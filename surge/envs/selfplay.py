@@ -58,6 +58,10 @@ class OpponentSource(Protocol):
         """The opponent of the next episode."""
         ...
 
+    def report(self, opponent: Opponent, outcome: int) -> None:
+        """How a game against `opponent` ended for the learner: 1 won, 0 drawn, -1 lost."""
+        ...
+
 
 class Fixed:
     """Always the same opponent."""
@@ -67,6 +71,9 @@ class Fixed:
 
     def sample(self, rng: np.random.Generator) -> Opponent:
         return self.opponent
+
+    def report(self, opponent: Opponent, outcome: int) -> None:
+        pass
 
 
 class RandomPlayer:
@@ -180,6 +187,7 @@ class SelfPlayEnv(gym.Env[Any, Any]):
         info: dict[str, Any] = {}
         if terminated or truncated:
             info["outcome"] = int(np.sign(now))
+            self.opponents.report(self.opponent, info["outcome"])
         return self.game.observe(self.learner), reward, terminated, truncated, info
 
     def _over(self) -> bool:

@@ -31,6 +31,7 @@ def add_league(
         LEAGUE,
         tuple(Edge(league.name, a, wake=False) for a in actors),
         note=f"a snapshot every {s.snapshot_every} versions, the newest {s.pool_size} kept; "
-        f"an episode's opponent is the newest ({s.latest_share:.0%}) or a uniform draw",
+        f"an episode's opponent is the newest ({s.latest_share:.0%}) or a "
+        + (f"PFSP draw (power {s.pfsp_power:g})" if s.pfsp_power else "uniform draw"),
     )
     return graph.with_stream(stream, league_layout(s.pool_size, n_params))

@@ -8,7 +8,11 @@ written (a seqlock, as in the parameter service): a reader that raced the writer
 again, so an opponent never plays with torn weights, and nobody waits for anybody.
 
 Which opponent an episode gets (`choose_snapshot`): the newest snapshot with probability
-`latest_share`, else one drawn uniformly from the pool (the newest included).
+`latest_share`, else one drawn from the pool (the newest included): uniformly, or with
+`pfsp_power` > 0 by prioritised fictitious self-play (AlphaStar's "hard" weighting, Vinyals
+et al. 2019): a snapshot's weight is (1 - the learner's win rate against it) ** pfsp_power,
+so the pool's play goes to the snapshots the learner still loses to. Each actor counts the
+results of its own games (`PoolResults`); nothing is shared.
 """
 
 from __future__ import annotations
@@ -34,15 +38,53 @@ def league_layout(pool_size: int, n_params: int) -> BlockLayout:
 
 
 def choose_snapshot(
-    rng: np.random.Generator, count: int, pool_size: int, latest_share: float
+    rng: np.random.Generator,
+    count: int,
+    pool_size: int,
+    latest_share: float,
+    weights: np.ndarray | None = None,
 ) -> int:
     """The slot of an episode's opponent, given `count` snapshots written into a pool of
-    `pool_size` slots: the newest with probability `latest_share`, else a uniform one."""
+    `pool_size` slots: the newest with probability `latest_share`, else one drawn from the
+    stored slots with `weights` (uniformly without)."""
     stored = min(count, pool_size)
     newest = (count - 1) % pool_size
     if rng.random() < latest_share:
         return newest
-    return int(rng.integers(stored))
+    if weights is None:
+        return int(rng.integers(stored))
+    return int(rng.choice(stored, p=weights))
+
+
+def pfsp_weights(win_rates: np.ndarray, power: float) -> np.ndarray:
+    """Drawing probabilities (1 - win rate) ** power, normalised; uniform if every win rate
+    is 1 (nothing left to learn from any of them) or `power` is 0."""
+    weights = (1.0 - np.clip(win_rates, 0.0, 1.0)) ** power
+    total = weights.sum()
+    return weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
+
+
+class PoolResults:
+    """The learner's results against each slot's snapshot, as one actor saw them. A draw
+    counts half a win; a snapshot with no games yet counts as an even match (a prior of one
+    win and one loss), and a slot's count starts over when a new snapshot replaces it."""
+
+    def __init__(self, pool_size: int) -> None:
+        self.version = np.full(pool_size, -1, np.int64)
+        self.score = np.zeros(pool_size)  # wins + draws / 2
+        self.games = np.zeros(pool_size)
+
+    def add(self, slot: int, version: int, outcome: int) -> None:
+        if self.version[slot] != version:
+            self.version[slot], self.score[slot], self.games[slot] = version, 0.0, 0.0
+        self.score[slot] += (outcome + 1) / 2
+        self.games[slot] += 1
+
+    def win_rates(self, versions: np.ndarray) -> np.ndarray:
+        """The win rate against each slot's current snapshot (`versions`, slot order)."""
+        n = len(versions)
+        same = self.version[:n] == versions
+        return np.where(same, (self.score[:n] + 1) / (self.games[:n] + 2), 0.5)
 
 
 class LeagueWriter:
@@ -104,10 +146,11 @@ class LeagueReader:
 
 
 class PolicyPlayer:
-    """An opponent that samples its moves from one snapshot's policy."""
+    """An opponent that samples its moves from one snapshot's policy (the one in `slot`)."""
 
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, policy: Any, slot: int) -> None:
         self.policy = policy  # a FlatPolicy (models/flat_policy.py): act on numpy batches
+        self.slot = slot
         self.version = -1
 
     @property
@@ -133,6 +176,7 @@ class LeaguePool:
         block: str,
         make_policy: Callable[[], Any],
         latest_share: float,
+        pfsp_power: float = 0.0,
     ) -> None:
         self._league = LeagueReader(transport, block)
         a = transport.block(block)
@@ -140,19 +184,29 @@ class LeaguePool:
         self._make_policy = make_policy
         self._players: dict[int, PolicyPlayer] = {}  # by slot
         self._latest_share = latest_share
+        self._pfsp_power = pfsp_power
+        self.results = PoolResults(self._league.pool_size)
         self._random = RandomPlayer()
 
     def sample(self, rng: np.random.Generator) -> Opponent:
         count = self._league.count
         if count == 0:
             return self._random
-        slot = choose_snapshot(rng, count, self._league.pool_size, self._latest_share)
+        weights = None
+        if self._pfsp_power > 0:
+            versions = self._version[: min(count, self._league.pool_size)]
+            weights = pfsp_weights(self.results.win_rates(versions), self._pfsp_power)
+        slot = choose_snapshot(rng, count, self._league.pool_size, self._latest_share, weights)
         player = self._players.get(slot)
         if player is None:
-            player = self._players[slot] = PolicyPlayer(self._make_policy())
+            player = self._players[slot] = PolicyPlayer(self._make_policy(), slot)
         if player.version != int(self._version[slot]) or int(self._seq[slot]) % 2:
             self._load(slot, player)
         return player
+
+    def report(self, opponent: Opponent, outcome: int) -> None:
+        if isinstance(opponent, PolicyPlayer):  # not the random stand-in of an empty pool
+            self.results.add(opponent.slot, opponent.version, outcome)
 
     def _load(self, slot: int, player: PolicyPlayer) -> None:
         version, flat = self._league.read(slot)

@@ -332,4 +332,5 @@ def _league_pool(ctx: RunContext, b: Binding) -> LeaguePool | None:
         seed = derive_seed(cfg.seed, "opponent", ctx.resumes, b.index, b.life, next(seeds))
         return FlatPolicy(env.observation_space, env.action_space, cfg.model, seed)
 
-    return LeaguePool(b.transport, snapshots[0].block, make_policy, cfg.selfplay.latest_share)
+    s = cfg.selfplay
+    return LeaguePool(b.transport, snapshots[0].block, make_policy, s.latest_share, s.pfsp_power)

@@ -26,8 +26,10 @@ from surge.models.flat_policy import FlatPolicy  # noqa: E402
 from surge.streams.league import (  # noqa: E402
     LeaguePool,
     LeagueWriter,
+    PoolResults,
     choose_snapshot,
     league_layout,
+    pfsp_weights,
 )
 from surge.streams.transport import InlineTransport  # noqa: E402
 
@@ -163,6 +165,67 @@ def test_league_pool_reads_whole_snapshots_and_reloads_replaced_slots() -> None:
     assert writer.newest_version() == 20 and writer.count == 3
     obs = _obs(EMPTY)
     assert 0 <= newest.act(obs, rng) < 7
+
+
+def test_pfsp_weights_favour_the_snapshots_the_learner_loses_to() -> None:
+    w = pfsp_weights(np.array([0.9, 0.5, 0.1]), 2.0)
+    np.testing.assert_allclose(w, np.array([0.01, 0.25, 0.81]) / 1.07)
+    np.testing.assert_allclose(pfsp_weights(np.array([0.9, 0.1]), 0.0), [0.5, 0.5])
+    np.testing.assert_allclose(pfsp_weights(np.array([1.0, 1.0]), 2.0), [0.5, 0.5])
+
+
+def test_pool_results_count_per_snapshot_and_start_over_when_a_slot_is_replaced() -> None:
+    r = PoolResults(3)
+    for outcome in (1, 1, 1, 0):  # 3.5 of 4 against version 10 in slot 0
+        r.add(0, 10, outcome)
+    r.add(1, 20, -1)
+    rates = r.win_rates(np.array([10, 20, 30]))
+    np.testing.assert_allclose(rates, [(3.5 + 1) / 6, 1 / 3, 0.5])  # slot 2: no games yet
+    np.testing.assert_allclose(r.win_rates(np.array([40, 20]))[0], 0.5)  # slot 0 replaced
+    r.add(0, 40, -1)
+    np.testing.assert_allclose(r.win_rates(np.array([40]))[0], 1 / 3)
+
+
+def test_a_pfsp_pool_draws_the_snapshot_the_learner_loses_to_more_often() -> None:
+    """The env reports each finished game to its source; with pfsp_power the pool then
+    draws the snapshot the learner keeps losing to far more often than the one it beats."""
+    info = probe_env(EnvConfig(id=C4), 0)
+    model = ModelConfig(hidden_sizes=[8])
+
+    def make_policy() -> FlatPolicy:
+        return FlatPolicy(info.observation_space, info.action_space, model, 0)
+
+    n = make_policy().flat.size
+    transport = InlineTransport({"league": league_layout(2, n)}, [])
+    writer = LeagueWriter(transport, "league")
+    writer.add(0, np.zeros(n, np.float32))
+    writer.add(10, np.ones(n, np.float32))
+    pool = LeaguePool(transport, "league", make_policy, latest_share=0.0, pfsp_power=2.0)
+    rng = np.random.default_rng(0)
+    beaten, unbeaten = pool.sample(rng), pool.sample(rng)
+    while unbeaten is beaten:
+        unbeaten = pool.sample(rng)
+    for _ in range(20):
+        pool.report(beaten, 1)
+        pool.report(unbeaten, -1)
+    draws = [pool.sample(rng) for _ in range(2000)]
+    share = sum(d is unbeaten for d in draws) / len(draws)
+    # win rates 21/22 and 1/22: weights (1/22)^2 and (21/22)^2, a share of 441/442
+    assert share > 0.98
+    # SelfPlayEnv tells its source how each game ended.
+    told: list[int] = []
+
+    class Told(Fixed):
+        def report(self, opponent: object, outcome: int) -> None:
+            told.append(outcome)
+
+    env = make_selfplay_env(C4, {}, Told(RandomPlayer()))
+    env.reset(seed=0)
+    done = False
+    while not done:
+        mask = env.game.observe(env.learner)["action_mask"]
+        _, reward, done, _, info_ = env.step(int(np.flatnonzero(mask)[0]))
+    assert told == [info_["outcome"]] and info_["outcome"] == int(np.sign(reward))
 
 
 class _Leftmost:
