@@ -3,6 +3,8 @@ league's pool and how an episode's opponent is drawn."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -142,7 +144,9 @@ def test_choose_snapshot_shares() -> None:
     assert {choose_snapshot(rng, 3, 20, 0.0) for _ in range(200)} == {0, 1, 2}
 
 
-def test_league_pool_reads_whole_snapshots_and_reloads_replaced_slots() -> None:
+def _league(slots: int) -> tuple[Callable[[], FlatPolicy], int, InlineTransport, LeagueWriter]:
+    """A connect-four league block of `slots` snapshots of a small MLP: (a maker of its
+    policies, floats per snapshot, the transport, the league's writer)."""
     info = probe_env(EnvConfig(id=C4), 0)
     model = ModelConfig(hidden_sizes=[8])
 
@@ -150,8 +154,12 @@ def test_league_pool_reads_whole_snapshots_and_reloads_replaced_slots() -> None:
         return FlatPolicy(info.observation_space, info.action_space, model, 0)
 
     n = make_policy().flat.size
-    transport = InlineTransport({"league": league_layout(2, n)}, [])
-    writer = LeagueWriter(transport, "league")
+    transport = InlineTransport({"league": league_layout(slots, n)}, [])
+    return make_policy, n, transport, LeagueWriter(transport, "league")
+
+
+def test_league_pool_reads_whole_snapshots_and_reloads_replaced_slots() -> None:
+    make_policy, n, transport, writer = _league(2)
     pool = LeaguePool(transport, "league", make_policy, latest_share=1.0)
     rng = np.random.default_rng(0)
     assert isinstance(pool.sample(rng), RandomPlayer)  # nothing in the league yet
@@ -189,15 +197,7 @@ def test_pool_results_count_per_snapshot_and_start_over_when_a_slot_is_replaced(
 def test_a_pfsp_pool_draws_the_snapshot_the_learner_loses_to_more_often() -> None:
     """The env reports each finished game to its source; with pfsp_power the pool then
     draws the snapshot the learner keeps losing to far more often than the one it beats."""
-    info = probe_env(EnvConfig(id=C4), 0)
-    model = ModelConfig(hidden_sizes=[8])
-
-    def make_policy() -> FlatPolicy:
-        return FlatPolicy(info.observation_space, info.action_space, model, 0)
-
-    n = make_policy().flat.size
-    transport = InlineTransport({"league": league_layout(2, n)}, [])
-    writer = LeagueWriter(transport, "league")
+    make_policy, n, transport, writer = _league(2)
     writer.add(0, np.zeros(n, np.float32))
     writer.add(10, np.ones(n, np.float32))
     pool = LeaguePool(transport, "league", make_policy, latest_share=0.0, pfsp_power=2.0)
