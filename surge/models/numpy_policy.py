@@ -375,6 +375,7 @@ class NumpyPolicy:
                 (w["action_head.linear.weight"].T, w["action_head.linear.bias"]),
                 (w["value_head.weight"].T, w["value_head.bias"]),
             ]
+        self._torso_count = len(self._torsos)
         self._log_std = w.get("action_head.log_std")
         if self._grid is not None:
             self._grid.load(w)
@@ -404,12 +405,10 @@ class NumpyPolicy:
         step(self.layout.core, xp, core, w_hh_t, b_hh, gates, extra, state)
         return state
 
-    def _inputs(self, obs: dict[str, np.ndarray], x: np.ndarray) -> list[np.ndarray]:
-        """One input per network of `_torsos`, given the policy's features `x`."""
-        lay = self.layout
-        if not self._central:
-            return [x] * len(self._torsos)
-        xc = flat_features(lay, obs, critic=True)
+    def _central_inputs(self, obs: dict[str, np.ndarray], x: np.ndarray) -> list[np.ndarray]:
+        """A centralised critic's inputs per network of `_torsos`: the actor's features `x`,
+        the critic's its own (`flat_features(critic=True)`); fused, their concatenation."""
+        xc = flat_features(self.layout, obs, critic=True)
         return [np.concatenate([x, xc], axis=-1)] if self._fused else [x, xc]
 
     def _outputs(self, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -439,7 +438,8 @@ class NumpyPolicy:
         if self._recurrent:
             state = self.core_step(x, core)
             x = state[:, : lay.core_size]
-        params, value = self._outputs(self._inputs(obs, x))
+        xs = self._central_inputs(obs, x) if self._central else [x] * self._torso_count
+        params, value = self._outputs(xs)
         if lay.masked:
             params = mask_logits(params, obs[ACTION_MASK])
         if lay.head == "gaussian":

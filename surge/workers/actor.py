@@ -99,8 +99,16 @@ class _Lane:
         self.producer = SampleProducer(transport, samples, self.flow.depth, self.rows)
         self.published = transport.block(samples.block)[PROGRESS]
         self.records_active = "active" in self.producer.arrays
-        # (segment field, inference slot array) per observation field, for the per-step copy.
+        # (segment field, inference slot array) per observation field: also the bootstrap copy.
         self.obs_fields = [(f"obs/{n}", o) for n, o in self.slot_obs.items()]
+        # Everything copied from the slots per step, in one list walked once: the observation
+        # the policy saw, and its answer (action, the algorithm's outputs, version).
+        self.step_sources = [
+            *self.obs_fields,
+            ("action", self.action),
+            *self.outputs.items(),
+            ("version", self.version),
+        ]
         self.states: list[_GroupState] = []
         self.policy = policy
         self.ring = list(inference.slots)
@@ -174,10 +182,8 @@ class ActorWorker:
         # Per group, (lane, the lane's view of the group): paired once, walked every step.
         self.lane_views = [list(zip(self.lanes, views, strict=True)) for views in self.views]
         self._ready: set[int] = set()
-        self._timed_client = (
-            self.lanes[0].client if len(self.lanes) == 1 and not self._remote else None
-        )
-        """One lane served in this process: its `ready` times its own wait."""
+        self._one_lane = self.lanes[0] if len(self.lanes) == 1 else None
+        """The lane of a run with one policy (the common case, spared the lanes' loops)."""
         for k, group in enumerate(self.groups):
             group.reset()
             for lane in self.lanes:
@@ -194,10 +200,15 @@ class ActorWorker:
 
     def poll(self, timeout: float) -> bool:
         if not self._ready:
-            if self._timed_client is not None:  # the common case, without a layer of calls
-                self._ready.update(self._timed_client.ready(timeout))
-            else:
+            one = self._one_lane
+            if one is None:
                 self._ready.update(self._answered(timeout))
+            elif self._remote:
+                waited = time.perf_counter()
+                self._ready.update(one.client.ready(timeout))
+                self.timers.add_wait(waited)
+            else:
+                self._ready.update(one.client.ready(timeout))  # inline: times itself
             if not self._ready:
                 return False
         # The first ready group in ring order from the head. Normally that is the head
@@ -213,14 +224,9 @@ class ActorWorker:
         return False
 
     def _answered(self, timeout: float) -> list[int]:
-        """Groups every lane has answered (waits up to `timeout` for one)."""
-        if len(self.lanes) == 1:  # served remotely (one served here: `_timed_client`)
-            waited = time.perf_counter()
-            ready = self.lanes[0].client.ready(timeout)
-            self.timers.add_wait(waited)
-            return ready
-        # Several lanes share the actor's one inbox: records only wake it, the slots say
-        # which groups every lane has answered.
+        """Groups every lane of several has answered (waits up to `timeout` for one).
+        They share the actor's one inbox: records only wake it, the slots say which groups
+        every lane has answered."""
         if self._remote:
             for lane in self.lanes:
                 lane.client.flush()
@@ -244,21 +250,17 @@ class ActorWorker:
         clock = timers.now()
         for lane, view in lane_views:
             seg = lane.states[k].columns
-            for key, obs in lane.obs_fields:
-                seg[key][t] = obs[g]
+            for key, source in lane.step_sources:
+                seg[key][t] = source[g]
+            seg["life"][t] = self.life
             if lane.records_active:  # whose agents were in their episode for this observation
                 seg["active"][t] = view.active
-            seg["action"][t] = lane.action[g]
-            for name, output in lane.outputs.items():
-                seg[name][t] = output[g]
-            seg["version"][t] = lane.version[g]
-            seg["life"][t] = self.life
             if lane.core is not None:
                 lane.core.record(g, t, seg)  # core0: the state step 0 of the segment used
         clock = timers.add(COPY, clock)
 
-        if len(self.lanes) == 1:  # next observations land in the inference slots
-            group.step(self.lanes[0].action[g])
+        if self._one_lane is not None:  # next observations land in the inference slots
+            group.step(self._one_lane.action[g])
         else:
             group.step({lane.policy: lane.action[g] for lane in self.lanes})
         clock = timers.add(ENV, clock)

@@ -100,6 +100,7 @@ class LLMTrainer(TrainerLoop):
         complete = REFERENCED if g.kl_coef > 0 else SCORED
         self.rows = RolloutRows(b.transport, port.block, cfg.rollout.prompts_per_batch, complete)
         self.inbox = b.transport.channel(b.inbox)
+        self._wait = self.inbox.recv
         published = b.port_of_kind("versions")
         subscribers = [b.transport.channel(name) for name in published.wakes]
         self.params = ParameterService(b.transport, published.block, subscribers)
@@ -133,9 +134,6 @@ class LLMTrainer(TrainerLoop):
 
     def _ready(self) -> bool:
         return self.rows.batch_ready(self.version)
-
-    def _wait(self, timeout: float) -> None:
-        self.inbox.recv(timeout)
 
     def _train_next(self) -> None:
         self._train(self.rows.batch(self.version))

@@ -61,6 +61,7 @@ class TrainerWorker(TrainerLoop):
         )
         samples = b.port_of_kind("segments")
         self.consumer = SampleConsumer(transport, samples, b.inbox, ctx.start_version)
+        self._wait = self.consumer.poll
         # The first policy's trainer shows the run's progress and logs its evaluations; the
         # others (multi-agent runs with several policies) log into their own home.
         self.primary = b.policy in ("", cfg.policy_names[0])
@@ -106,9 +107,6 @@ class TrainerWorker(TrainerLoop):
 
     def _ready(self) -> bool:
         return self.consumer.ready(self.version)
-
-    def _wait(self, timeout: float) -> None:
-        self.consumer.poll(timeout)
 
     def _train_next(self) -> None:
         self._train(self.consumer.batch(self.version))

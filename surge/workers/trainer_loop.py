@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -34,10 +35,11 @@ class TrainerLoop:
     _last_log: tuple[float, ...]
     """(time, env_steps, ...) at the last log."""
 
-    def _ready(self) -> bool:
-        raise NotImplementedError
+    _wait: Callable[[float], object]
+    """Waits up to the timeout for news of a batch: the subclass binds its stream's own wait
+    (no layer of calls around it, as the trainer polls every round)."""
 
-    def _wait(self, timeout: float) -> None:
+    def _ready(self) -> bool:
         raise NotImplementedError
 
     def _train_next(self) -> None:
