@@ -27,6 +27,7 @@ Activation = Literal["tanh", "relu"]
 EnvBackend = Literal["auto", "gymnasium", "ale", "envpool"]
 EncoderName = Literal["auto", "flat", "nature_cnn", "small_cnn", "grid_cnn"]
 ImageLayout = Literal["auto", "chw", "hwc"]
+GridActions = Literal["none", "cells", "columns"]
 Precision = Literal["auto", "float32", "bfloat16"]
 Backend = Literal["auto", "torch", "numpy"]
 InferenceMode = Literal["remote", "inline"]
@@ -258,6 +259,15 @@ class ModelConfig:
 
     grid_channels: list[int] = field(default_factory=lambda: [32, 32])
     """Channels of the `grid_cnn` encoder's 3x3 convolutions, one entry per layer."""
+
+    grid_actions: GridActions = "none"
+    """With `grid_cnn`, where the policy's logits come from. `none`: the MLP torso, like any
+    model. `cells` (action i plays cell i, row-major: tic-tac-toe) or `columns` (action i
+    drops into column i and lands on its lowest empty cell: connect four): each action's
+    logit is read from the cell it plays, by a 1x1 convolution over the last grid features
+    plus a per-action bias (models/grid_actions.py), so a pattern learned in one place is
+    known in every place; the MLP torso then serves the value head alone. Torch acts (not
+    numpy). Needs a feed-forward model whose value function reads the policy's inputs."""
 
     image_layout: ImageLayout = "auto"
     """Axis order of an image observation for the CNN encoders. `auto`: `hwc` when the last

@@ -18,8 +18,9 @@ from torch import Tensor, nn
 
 from surge.config.schema import ModelConfig
 from surge.errors import ConfigError
-from surge.models.distributions import ActionHead, make_action_head
+from surge.models.distributions import ActionHead, CategoricalHead, make_action_head
 from surge.models.encoders import Encoder, make_encoder
+from surge.models.grid_actions import GridActionHead, discrete_range, make_grid_action_head
 from surge.models.inputs import (
     ACTION_MASK,
     MASKED_LOGIT,
@@ -79,12 +80,36 @@ class ActorCritic(nn.Module):
         sizes = [] if self.encoder.is_torso else cfg.hidden_sizes
         feat_dim = mlp_out_dim(in_dim, sizes)
         self.actor_torso = mlp(in_dim, sizes, cfg.activation)
-        shared = cfg.shared or self.encoder.is_torso
+        # Logits read per board cell (models/grid_actions.py): the torso serves the value.
+        self.grid_head: GridActionHead | None = None
+        if cfg.grid_actions != "none":
+            self.grid_head = make_grid_action_head(
+                cfg.grid_actions,
+                self.encoder,
+                action_space,
+                self.core is not None,
+                self.critic_encoder is not None,
+            )
+        shared = cfg.shared or self.encoder.is_torso or self.grid_head is not None
         critic_in = in_dim if self.critic_encoder is None else self.critic_encoder.out_dim
         self.critic_torso = None if shared else mlp(critic_in, sizes, cfg.activation)
-        self.action_head: ActionHead = make_action_head(action_space, feat_dim, cfg.log_std_init)
+        self.action_head: ActionHead = (
+            make_action_head(action_space, feat_dim, cfg.log_std_init)
+            if self.grid_head is None
+            else CategoricalHead(None, *discrete_range(action_space))
+        )
         self.value_head = orthogonal_linear(feat_dim, 1, VALUE_GAIN)
         self.masked = check_action_mask(obs_space, action_space)
+
+    def _logits(self, obs: dict[str, Tensor], x: Tensor, pi: Tensor) -> Tensor:
+        """The action distribution's parameters, before masking, from the policy's input x
+        and its torso's features pi."""
+        if self.grid_head is None:
+            out: Tensor = self.action_head(pi)
+            return out
+        grid = x.reshape(len(x), *self.grid_head.grid_shape)  # the flattened features
+        board: Tensor = self.encoder.grid_input(obs)  # type: ignore[operator]
+        return self.grid_head(grid, board)  # type: ignore[no-any-return]
 
     def _critic_input(self, obs: dict[str, Tensor], x: Tensor) -> Tensor:
         return x if self.critic_encoder is None else self.critic_encoder(obs)
@@ -135,7 +160,7 @@ class ActorCritic(nn.Module):
         with torch.no_grad():
             x, state = self._encode(obs, core)
             pi, v = self._features(obs, x)
-            params = self._mask(self.action_head(pi), obs)
+            params = self._mask(self._logits(obs, x, pi), obs)
             action = self.action_head.sample(params, deterministic, generator)
             logp = self.action_head.log_prob(params, action)
             value = self.value_head(v).squeeze(-1)
@@ -152,7 +177,7 @@ class ActorCritic(nn.Module):
         (a centralised critic and an action mask read their fields of `obs`, [B, ...])."""
         if self.critic_torso is None:  # one torso feeds both heads
             pi = self.actor_torso(x)
-            params, value = self.action_head(pi), self.value_head(pi)
+            params, value = self._logits(obs, x, pi), self.value_head(pi)
         else:  # each head in its torso's autograd node (layers.MLP)
             params = self.actor_torso(x, head=self.action_head.linear)
             value = self.critic_torso(self._critic_input(obs, x), head=self.value_head)

@@ -97,9 +97,13 @@ class ActionHead(nn.Module):
 class CategoricalHead(ActionHead):
     """Discrete(n): logits [B, n]; actions int64 [B]."""
 
-    def __init__(self, in_dim: int, n: int, start: int = 0) -> None:
+    def __init__(self, in_dim: int | None, n: int, start: int = 0) -> None:
+        """`in_dim` None: the logits come from elsewhere (models/grid_actions.py) and the
+        head only samples and scores them (no `linear`)."""
         super().__init__()
-        self.linear = orthogonal_linear(in_dim, n, POLICY_GAIN)
+        if in_dim is not None:
+            self.linear = orthogonal_linear(in_dim, n, POLICY_GAIN)
+        self.n = n
         self.start = start
 
     def forward(self, features: Tensor) -> Tensor:

@@ -253,10 +253,16 @@ class GridCNN(Encoder):
             c = out
         self.convs = nn.ModuleList(convs)
         self.out_dim = c * h * w
+        self.grid_shape = (c, h, w)
+        """[C, H, W] of the features before flattening (the output is their `flatten(1)`)."""
+
+    def grid_input(self, obs: dict[str, Tensor]) -> Tensor:
+        """The board it reads, [B, C, H, W]."""
+        return obs[self.key]
 
     def forward(self, obs: dict[str, Tensor]) -> Tensor:
         dtype = next(self.parameters()).dtype  # float32 (float64 in reference tests)
-        x = obs[self.key].to(dtype)
+        x = self.grid_input(obs).to(dtype)
         for conv in self.convs:
             x = nn.functional.relu(conv(x))
         return x.flatten(1)
@@ -274,8 +280,12 @@ class ChannelsFirst(Encoder):
         self.out_dim = inner.out_dim
         self.is_torso = inner.is_torso
 
+    def grid_input(self, obs: dict[str, Tensor]) -> Tensor:
+        """The [B, C, H, W] view of the field (for a `GridCNN` inside)."""
+        return obs[self.key].permute(0, 3, 1, 2)
+
     def forward(self, obs: dict[str, Tensor]) -> Tensor:
-        return self.inner({OBS_KEY: obs[self.key].permute(0, 3, 1, 2)})
+        return self.inner({OBS_KEY: self.grid_input(obs)})
 
 
 def make_encoder(obs_space: gym.Space[Any], cfg: ModelConfig) -> Encoder:

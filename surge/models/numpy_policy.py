@@ -32,19 +32,10 @@ from surge.models.inputs import (
     input_fields,
     subspace,
 )
+from surge.models.numpy_grid import GridFeatures, GridLayout, GridLogits
 from surge.models.numpy_recurrent import step
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-@dataclass(frozen=True)
-class GridLayout:
-    """The `grid_cnn` encoder (models/encoders.py `GridCNN`) as the numpy policy runs it."""
-
-    key: str
-    hwc: bool  # the field is [H, W, C] (else [C, H, W])
-    prefix: str  # its parameters' names: `encoder.convs` or `encoder.inner.convs`
-    channels: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -177,7 +168,9 @@ def _grid_layout(
 ) -> NumpyLayout | None:
     """A grid_cnn model's acting layout: the convolutions' parameters (first, as `ActorCritic`
     registers its encoder first), then the flat model's on their features; None when the
-    value function reads other fields (its own encoder: torch acts)."""
+    value function reads other fields (its own encoder: torch acts). With `model.grid_actions`
+    the logits' parameters (`grid_head.*`) take the action head's place before the value
+    head's, as `ActorCritic` registers them, and the torso is shared."""
     if critic_fields != actor_fields or cfg.core != "none":
         return None
     grid = grid_field(subspace(obs_space, actor_fields))
@@ -195,70 +188,25 @@ def _grid_layout(
     spaces: dict[str, gym.Space[Any]] = {"features": features}
     if ACTION_MASK in flatten_obs_space(obs_space):
         spaces[ACTION_MASK] = flatten_obs_space(obs_space)[ACTION_MASK]
-    flat_cfg = replace(cfg, encoder="flat", actor_inputs=[], critic_inputs=[])
+    per_cell = cfg.grid_actions != "none"
+    flat_cfg = replace(
+        cfg, encoder="flat", actor_inputs=[], critic_inputs=[], shared=cfg.shared or per_cell
+    )
     rest = acting_layout(gym.spaces.Dict(spaces), action_space, flat_cfg)
     assert rest is not None
+    rest_params = rest.params
+    if per_cell:
+        n = sum(rest.nvec)
+        cells = [("grid_head.bias", (n,)), ("grid_head.cells.weight", (1, c, 1, 1))]
+        cells.append(("grid_head.cells.bias", (1,)))
+        torso = [p for p in rest_params if p[0].startswith("actor_torso.")]
+        value = [p for p in rest_params if p[0].startswith("value_head.")]
+        rest_params = torso + cells + value
     return replace(
         rest,
-        params=params + rest.params,
-        grid=GridLayout(key, hwc, prefix, tuple(cfg.grid_channels)),
+        params=params + rest_params,
+        grid=GridLayout(key, hwc, prefix, tuple(cfg.grid_channels), cfg.grid_actions),
     )
-
-
-class GridFeatures:
-    """`GridCNN` in numpy (acting): [B, features] from the grid field [B, H, W, C] (or [B, C,
-    H, W]). Each 3x3 convolution with zero padding reads a padded copy of its input (the
-    buffers are kept per batch size, their borders stay zero). One row (an opponent's move)
-    is one matmul over the cells' 3x3 patches (im2col); batches of `SHIFTED_FROM` rows and
-    more sum nine matmuls of shifted views, which copies no patches: measured on this
-    machine, 213 vs 301 us for one row and 1.4 vs 0.57 ms for 16 rows (connect four, 32 and
-    32 channels)."""
-
-    SHIFTED_FROM = 8
-
-    def __init__(self, grid: GridLayout) -> None:
-        self.grid = grid
-        self._padded: dict[tuple[int, int], np.ndarray] = {}
-        self.layers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def load(self, weights: dict[str, np.ndarray]) -> None:
-        """Arrange a version's convolution weights: per layer, [C * 9, out] for im2col,
-        [9, C, out] for the shifted sums, and the bias."""
-        g = self.grid
-        self.layers = []
-        for i, out in enumerate(g.channels):
-            w = weights[f"{g.prefix}.{i}.weight"]  # [out, C, 3, 3]
-            self.layers.append(
-                (
-                    w.reshape(out, -1).T.copy(),
-                    np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(9, -1, out)),
-                    weights[f"{g.prefix}.{i}.bias"],
-                )
-            )
-
-    def __call__(self, x: Any) -> np.ndarray:
-        x = np.asarray(x, np.float32)
-        if not self.grid.hwc:
-            x = x.transpose(0, 2, 3, 1)
-        b, h, w, _ = x.shape
-        for k, (matrix, shifted, bias) in enumerate(self.layers):
-            padded = self._padded.get((b, k))
-            if padded is None:
-                padded = self._padded[(b, k)] = np.zeros((b, h + 2, w + 2, x.shape[-1]), np.float32)
-            padded[:, 1:-1, 1:-1] = x
-            if b < self.SHIFTED_FROM:
-                patches = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(1, 2))
-                z = patches.reshape(b * h * w, -1) @ matrix  # [B*H*W, C, 3, 3]: torch's order
-                z += bias
-                x = np.maximum(z, 0.0, out=z).reshape(b, h, w, -1)
-            else:
-                z = np.empty((b, h, w, len(bias)), np.float32)
-                z[:] = bias
-                for j in range(9):
-                    dy, dx = divmod(j, 3)
-                    z += padded[:, dy : dy + h, dx : dx + w] @ shifted[j]
-                x = np.maximum(z, 0.0, out=z)
-        return x.transpose(0, 3, 1, 2).reshape(b, -1)  # flattened as torch flattens NCHW
 
 
 def layout_size(layout: NumpyLayout) -> int:
@@ -329,6 +277,8 @@ class NumpyPolicy:
         self.flat = flat
         self._w = param_views(layout, flat)
         self._grid = GridFeatures(layout.grid) if layout.grid is not None else None
+        per_cell = layout.grid is not None and layout.grid.actions != "none"
+        self._grid_logits = GridLogits(layout.grid) if per_cell else None  # type: ignore[arg-type]
         widths = [shape[0] for name, shape in layout.params if name.startswith("actor_torso")]
         widths = widths[0::2]  # weight, bias, weight, ...
         self._fused = not layout.shared and 2 * max(widths, default=0) <= FUSE_MAX_WIDTH
@@ -346,6 +296,15 @@ class NumpyPolicy:
         def layer(torso: str, i: int) -> tuple[np.ndarray, np.ndarray]:
             return w[f"{torso}.{2 * i}.weight"].T, w[f"{torso}.{2 * i}.bias"]
 
+        if self._grid_logits is not None:  # logits per cell: the torso feeds the value
+            assert self._grid is not None
+            self._grid.load(w)
+            self._grid_logits.load(w)
+            self._torsos = [[layer("actor_torso", i) for i in range(lay.layers)]]
+            self._heads = [(w["value_head.weight"].T.copy(), w["value_head.bias"])]
+            self._torso_count = 1
+            self._log_std = None
+            return
         heads_w = [w["action_head.linear.weight"], w["value_head.weight"]]
         heads_b = np.concatenate([w["action_head.linear.bias"], w["value_head.bias"]])
         if lay.shared:
@@ -433,13 +392,23 @@ class NumpyPolicy:
         """(action, logp, value); for a recurrent core (given the state before the step
         `core` [B, S]) also the state after it, last."""
         lay = self.layout
-        x = flat_features(lay, obs) if self._grid is None else self._grid(obs[self._grid.grid.key])
         state = None
-        if self._recurrent:
-            state = self.core_step(x, core)
-            x = state[:, : lay.core_size]
-        xs = self._central_inputs(obs, x) if self._central else [x] * self._torso_count
-        params, value = self._outputs(xs)
+        if self._grid_logits is not None:  # logits per cell, the value from the torso
+            board = obs[self._grid_logits.grid.key]
+            maps = self._grid.maps(board)  # type: ignore[union-attr]
+            _, value = self._outputs([maps.transpose(0, 3, 1, 2).reshape(len(maps), -1)])
+            params = self._grid_logits(maps, board)
+        else:
+            x = (
+                flat_features(lay, obs)
+                if self._grid is None
+                else self._grid(obs[self._grid.grid.key])
+            )
+            if self._recurrent:
+                state = self.core_step(x, core)
+                x = state[:, : lay.core_size]
+            xs = self._central_inputs(obs, x) if self._central else [x] * self._torso_count
+            params, value = self._outputs(xs)
         if lay.masked:
             params = mask_logits(params, obs[ACTION_MASK])
         if lay.head == "gaussian":
