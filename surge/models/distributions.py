@@ -103,7 +103,6 @@ class CategoricalHead(ActionHead):
         super().__init__()
         if in_dim is not None:
             self.linear = orthogonal_linear(in_dim, n, POLICY_GAIN)
-        self.n = n
         self.start = start
 
     def forward(self, features: Tensor) -> Tensor:
