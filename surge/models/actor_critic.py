@@ -20,7 +20,7 @@ from surge.config.schema import ModelConfig
 from surge.errors import ConfigError
 from surge.models.distributions import ActionHead, CategoricalHead, make_action_head
 from surge.models.encoders import Encoder, make_encoder
-from surge.models.grid_actions import GridActionHead, discrete_range, make_grid_action_head
+from surge.models.grid_actions import GridActionHead, make_grid_action_head
 from surge.models.inputs import (
     ACTION_MASK,
     MASKED_LOGIT,
@@ -93,11 +93,12 @@ class ActorCritic(nn.Module):
         shared = cfg.shared or self.encoder.is_torso or self.grid_head is not None
         critic_in = in_dim if self.critic_encoder is None else self.critic_encoder.out_dim
         self.critic_torso = None if shared else mlp(critic_in, sizes, cfg.activation)
-        self.action_head: ActionHead = (
-            make_action_head(action_space, feat_dim, cfg.log_std_init)
-            if self.grid_head is None
-            else CategoricalHead(None, *discrete_range(action_space))
-        )
+        self.action_head: ActionHead
+        if self.grid_head is None:
+            self.action_head = make_action_head(action_space, feat_dim, cfg.log_std_init)
+        else:  # no weights: it samples the grid head's logits (Discrete, checked above)
+            assert isinstance(action_space, gym.spaces.Discrete)
+            self.action_head = CategoricalHead(None, int(action_space.n), int(action_space.start))
         self.value_head = orthogonal_linear(feat_dim, 1, VALUE_GAIN)
         self.masked = check_action_mask(obs_space, action_space)
 

@@ -91,9 +91,3 @@ def make_grid_action_head(
     assert shape is not None and isinstance(action_space, gym.spaces.Discrete)
     c, h, w = shape
     return GridActionHead(mode, c, h, w, int(action_space.n))
-
-
-def discrete_range(space: gym.Space[Any]) -> tuple[int, int]:
-    """(n, start) of a Discrete space."""
-    assert isinstance(space, gym.spaces.Discrete)
-    return int(space.n), int(space.start)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -284,9 +285,27 @@ class NumpyPolicy:
         self._fused = not layout.shared and 2 * max(widths, default=0) <= FUSE_MAX_WIDTH
         self._act = np.tanh if layout.activation == "tanh" else _relu
         self._arange = np.arange(0)
-        # Asked at every act (a few rows: Python per call is the cost), answered once here.
-        self._central = layout.central_critic
-        self._recurrent = layout.core != "none"
+        # What `act` does is decided here, once: acting batches are a few rows, so each
+        # question asked per call costs as much as arithmetic.
+        self._forward = (
+            self._forward_grid_actions
+            if self._grid_logits is not None
+            else self._forward_plain
+            if layout.core == "none" and not layout.central_critic
+            else self._forward_general
+        )
+        self._features = (
+            partial(flat_features, layout) if self._grid is None else self._grid_features
+        )
+        self._sample = (
+            self._sample_gaussian
+            if layout.head == "gaussian"
+            else self._sample_multi_categorical
+            if layout.head == "multi_categorical"
+            else self._draw  # Discrete(n, start=0): the index drawn is the action
+            if layout.start[0] == 0
+            else self._sample_categorical
+        )
         self.reload()
 
     def reload(self) -> None:
@@ -296,22 +315,21 @@ class NumpyPolicy:
         def layer(torso: str, i: int) -> tuple[np.ndarray, np.ndarray]:
             return w[f"{torso}.{2 * i}.weight"].T, w[f"{torso}.{2 * i}.bias"]
 
-        if self._grid_logits is not None:  # logits per cell: the torso feeds the value
-            assert self._grid is not None
+        Layers = list[tuple[np.ndarray, np.ndarray]]
+        torsos: list[Layers]
+        if self._grid is not None:
             self._grid.load(w)
+        if self._grid_logits is not None:  # logits per cell: the torso feeds the value only
             self._grid_logits.load(w)
-            self._torsos = [[layer("actor_torso", i) for i in range(lay.layers)]]
-            self._heads = [(w["value_head.weight"].T.copy(), w["value_head.bias"])]
-            self._torso_count = 1
-            self._log_std = None
-            return
-        heads_w = [w["action_head.linear.weight"], w["value_head.weight"]]
-        heads_b = np.concatenate([w["action_head.linear.bias"], w["value_head.bias"]])
-        if lay.shared:
-            self._torsos = [[layer("actor_torso", i) for i in range(lay.layers)]]
-            self._heads = [(np.concatenate(heads_w).T.copy(), heads_b)]
+            torsos = [[layer("actor_torso", i) for i in range(lay.layers)]]
+            heads = [(w["value_head.weight"].T.copy(), w["value_head.bias"])]
+        elif lay.shared:
+            heads_w = [w["action_head.linear.weight"], w["value_head.weight"]]
+            heads_b = np.concatenate([w["action_head.linear.bias"], w["value_head.bias"]])
+            torsos = [[layer("actor_torso", i) for i in range(lay.layers)]]
+            heads = [(np.concatenate(heads_w).T.copy(), heads_b)]
         elif self._fused:
-            torso: list[tuple[np.ndarray, np.ndarray]] = []
+            torso: Layers = []
             for i in range(lay.layers):
                 (wa, ba), (wc, bc) = layer("actor_torso", i), layer("critic_torso", i)
                 # layer 0 reads the shared input, or [policy's | critic's] fields side by side
@@ -320,24 +338,24 @@ class NumpyPolicy:
                 fused[: wa.shape[0], : wa.shape[1]] = wa
                 fused[rows_a:, wa.shape[1] :] = wc
                 torso.append((fused, np.concatenate([ba, bc])))
-            self._torsos = [torso]
-            wh, wv = heads_w
+            torsos = [torso]
+            wh, wv = w["action_head.linear.weight"], w["value_head.weight"]
             head = np.zeros((wh.shape[1] + wv.shape[1], wh.shape[0] + 1), np.float32)
             head[: wh.shape[1], :-1] = wh.T
             head[wh.shape[1] :, -1:] = wv.T
-            self._heads = [(head, heads_b)]
+            heads = [(head, np.concatenate([w["action_head.linear.bias"], w["value_head.bias"]]))]
         else:
-            self._torsos = [
+            torsos = [
                 [layer(t, i) for i in range(lay.layers)] for t in ("actor_torso", "critic_torso")
             ]
-            self._heads = [
+            heads = [
                 (w["action_head.linear.weight"].T, w["action_head.linear.bias"]),
                 (w["value_head.weight"].T, w["value_head.bias"]),
             ]
-        self._torso_count = len(self._torsos)
+        self._torsos, self._heads = torsos, heads
+        # One network ends in [logits | value] (or the value alone, beside per-cell logits).
+        self._outputs = self._one_network if len(torsos) == 1 else self._two_networks
         self._log_std = w.get("action_head.log_std")
-        if self._grid is not None:
-            self._grid.load(w)
         if lay.core != "none":  # transposed once per version, for [B, F] @ [F, G*H]
             self._core = (
                 w["core.cell.weight_ih"].T.copy(),
@@ -364,87 +382,118 @@ class NumpyPolicy:
         step(self.layout.core, xp, core, w_hh_t, b_hh, gates, extra, state)
         return state
 
-    def _central_inputs(self, obs: dict[str, np.ndarray], x: np.ndarray) -> list[np.ndarray]:
-        """A centralised critic's inputs per network of `_torsos`: the actor's features `x`,
-        the critic's its own (`flat_features(critic=True)`); fused, their concatenation."""
-        xc = flat_features(self.layout, obs, critic=True)
-        return [np.concatenate([x, xc], axis=-1)] if self._fused else [x, xc]
-
-    def _outputs(self, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """(action distribution parameters [B, out], value [B])."""
-        outs = []
-        for x, torso, (wt, b) in zip(xs, self._torsos, self._heads, strict=True):
-            h = x
-            for lw, lb in torso:
-                z = h @ lw
-                z += lb
-                h = self._act(z, out=z)
-            out = h @ wt
-            out += b
-            outs.append(out)
-        if len(outs) == 1:
-            return outs[0][:, :-1], outs[0][:, -1]
-        return outs[0], outs[1][:, 0]
-
     def act(
         self, obs: dict[str, np.ndarray], deterministic: bool = False, core: Any = None
     ) -> tuple[np.ndarray, ...]:
         """(action, logp, value); for a recurrent core (given the state before the step
         `core` [B, S]) also the state after it, last."""
-        lay = self.layout
-        state = None
-        if self._grid_logits is not None:  # logits per cell, the value from the torso
-            board = obs[self._grid_logits.grid.key]
-            maps = self._grid.maps(board)  # type: ignore[union-attr]
-            _, value = self._outputs([maps.transpose(0, 3, 1, 2).reshape(len(maps), -1)])
-            params = self._grid_logits(maps, board)
-        else:
-            x = (
-                flat_features(lay, obs)
-                if self._grid is None
-                else self._grid(obs[self._grid.grid.key])
-            )
-            if self._recurrent:
-                state = self.core_step(x, core)
-                x = state[:, : lay.core_size]
-            xs = self._central_inputs(obs, x) if self._central else [x] * self._torso_count
-            params, value = self._outputs(xs)
-        if lay.masked:
+        params, value, state = self._forward(obs, core)
+        if self.layout.masked:
             params = mask_logits(params, obs[ACTION_MASK])
-        if lay.head == "gaussian":
-            assert self._log_std is not None
-            if deterministic:
-                action = params
-            else:
-                noise = self.rng.standard_normal(params.shape, dtype=np.float32)
-                action = params + np.exp(self._log_std) * noise
-            z = (action - params) * np.exp(-self._log_std)
-            logp = (-0.5 * z * z - self._log_std - LOG_SQRT_2PI).sum(-1)
-            action, logp = action.astype(np.float32), logp.astype(np.float32)
-        else:  # one categorical per component of the logits
-            rows = len(params)
-            if len(self._arange) != rows:
-                self._arange = np.arange(rows)
-            idx_parts, logp = [], np.zeros(rows, np.float32)
-            col = 0
-            for n in lay.nvec:
-                logits = params[:, col : col + n]
-                col += n
-                shifted = logits - logits.max(-1, keepdims=True)
-                weights = np.exp(shifted)
-                total = weights.sum(-1)
-                if deterministic:
-                    idx = logits.argmax(-1)
-                else:  # inverse CDF, one uniform per row, as surge.models.distributions does
-                    u = self.rng.random(rows, dtype=np.float32) * total
-                    idx = np.minimum((weights.cumsum(-1) < u[:, None]).sum(-1), n - 1)
-                logp += shifted[self._arange, idx] - np.log(total)
-                idx_parts.append(idx)
-            if lay.head == "categorical":
-                action = (idx_parts[0] + lay.start[0]).astype(np.int64)
-            else:
-                action = (np.stack(idx_parts, axis=-1) + np.asarray(lay.start)).astype(np.int64)
+        action, logp = self._sample(params, deterministic)
         return (action, logp, value) if state is None else (action, logp, value, state)
+
+    # The forward passes: (action distribution parameters [B, out], value [B], the recurrent
+    # state after the step or None). `__init__` picks one.
+
+    def _grid_features(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        assert self._grid is not None
+        return self._grid(obs[self._grid.grid.key])
+
+    def _forward_plain(self, obs: dict[str, np.ndarray], core: Any) -> tuple[Any, ...]:
+        """Feed-forward, the critic reading the policy's features."""
+        x = self._features(obs)
+        return (*self._outputs(x, x), None)
+
+    def _forward_general(self, obs: dict[str, np.ndarray], core: Any) -> tuple[Any, ...]:
+        """With a recurrent core on the features, or a centralised critic on its own fields."""
+        x = self._features(obs)
+        state = None
+        if self.layout.core != "none":
+            state = self.core_step(x, core)
+            x = state[:, : self.layout.core_size]
+        xc = x
+        if self.layout.central_critic:
+            xc = flat_features(self.layout, obs, critic=True)
+            if self._fused:  # one network reads [policy's | critic's] features
+                x = xc = np.concatenate([x, xc], axis=-1)
+        return (*self._outputs(x, xc), state)
+
+    def _forward_grid_actions(self, obs: dict[str, np.ndarray], core: Any) -> tuple[Any, ...]:
+        """Logits per board cell from the grid features; the value from the torso on them."""
+        assert self._grid is not None and self._grid_logits is not None
+        board = obs[self._grid_logits.grid.key]
+        maps = self._grid.maps(board)
+        flat = maps.transpose(0, 3, 1, 2).reshape(len(maps), -1)  # as torch flattens [C, H, W]
+        _, value = self._outputs(flat, flat)
+        return self._grid_logits(maps, board), value, None
+
+    def _torso(self, h: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        for lw, lb in layers:
+            z = h @ lw
+            z += lb
+            h = self._act(z, out=z)
+        return h
+
+    def _one_network(self, x: np.ndarray, xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A shared or fused torso ending in [params | value]: reads `x` only."""
+        head_w, head_b = self._heads[0]
+        out = self._torso(x, self._torsos[0]) @ head_w
+        out += head_b
+        return out[:, :-1], out[:, -1]
+
+    def _two_networks(self, x: np.ndarray, xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Separate torsos: the policy's reads `x`, the critic's `xc`."""
+        (actor, critic), ((wa, ba), (wc, bc)) = self._torsos, self._heads
+        params = self._torso(x, actor) @ wa
+        params += ba
+        value = self._torso(xc, critic) @ wc
+        value += bc
+        return params, value[:, 0]
+
+    # Sampling: (action, log-probability) from the distribution's parameters.
+
+    def _sample_gaussian(self, params: np.ndarray, deterministic: bool) -> tuple[Any, Any]:
+        log_std = self._log_std
+        assert log_std is not None
+        if deterministic:
+            action = params
+        else:
+            noise = self.rng.standard_normal(params.shape, dtype=np.float32)
+            action = params + np.exp(log_std) * noise
+        z = (action - params) * np.exp(-log_std)
+        logp = (-0.5 * z * z - log_std - LOG_SQRT_2PI).sum(-1)
+        return action.astype(np.float32), logp.astype(np.float32)
+
+    def _draw(self, logits: np.ndarray, deterministic: bool) -> tuple[np.ndarray, np.ndarray]:
+        """One categorical per row: (index [B] int64, log-probability [B] float32)."""
+        rows = len(logits)
+        if len(self._arange) != rows:
+            self._arange = np.arange(rows)
+        shifted = logits - logits.max(-1, keepdims=True)
+        weights = np.exp(shifted)
+        total = weights.sum(-1)
+        if deterministic:
+            idx = logits.argmax(-1)
+        else:  # inverse CDF, one uniform per row, as surge.models.distributions does
+            u = self.rng.random(rows, dtype=np.float32) * total
+            idx = np.minimum((weights.cumsum(-1) < u[:, None]).sum(-1), logits.shape[1] - 1)
+        return idx, shifted[self._arange, idx] - np.log(total)
+
+    def _sample_categorical(self, params: np.ndarray, deterministic: bool) -> tuple[Any, Any]:
+        idx, logp = self._draw(params, deterministic)
+        return idx + self.layout.start[0], logp
+
+    def _sample_multi_categorical(self, params: np.ndarray, deterministic: bool) -> tuple[Any, Any]:
+        """One categorical per component of the logits: the log-probabilities add up."""
+        idx_parts, logp, col = [], np.zeros(len(params), np.float32), 0
+        for n in self.layout.nvec:
+            idx, part = self._draw(params[:, col : col + n], deterministic)
+            logp += part
+            idx_parts.append(idx)
+            col += n
+        action = np.stack(idx_parts, axis=-1) + np.asarray(self.layout.start)
+        return action.astype(np.int64), logp
 
 
 def _relu(x: np.ndarray, out: np.ndarray) -> np.ndarray:
