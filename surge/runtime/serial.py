@@ -36,24 +36,26 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
         trainers = [workers[graph.workers.index(spec)] for spec in graph.leaders]
         first: Worker | None = None  # the leader that finished first: the run's reason
         leaders_left = len(trainers)
+        active = list(workers)  # polled in this order, each once per round, until it finishes
+        finished: list[Worker] = []  # in this round (a worker finishes in a poll)
         last_tick = 0.0
         try:
             while leaders_left:
                 progressed = False
-                had_first = first is not None
-                for worker in workers:
-                    if worker.finished:
-                        continue
+                for worker in active:
                     progressed |= _guarded(worker.name, worker.poll, 0.0)
-                    if worker.finished and worker in trainers:  # a worker finishes in a poll
-                        leaders_left -= 1
-                        if first is None:
-                            first = worker
-                if first is not None and not had_first and leaders_left:
-                    # After the round: leaders that finished in it keep their reason; the
-                    # others are asked to save and finish too.
-                    control.request_stop(CHECKPOINT_AND_STOP)
+                    if worker.finished:
+                        finished.append(worker)
+                if finished:  # after the round, so the round's order stays fixed
                     progressed = True
+                    ended = [w for w in finished if w in trainers]
+                    active = [w for w in active if w not in finished]
+                    finished.clear()
+                    leaders_left -= len(ended)
+                    if ended and first is None:
+                        first = ended[0]  # leaders that finished with it keep their reason
+                        if leaders_left:  # the others are asked to save and finish too
+                            control.request_stop(CHECKPOINT_AND_STOP)
                 if not progressed:
                     raise RuntimeError("serial runtime: no worker can make progress (deadlock)")
                 now = time.monotonic()

@@ -54,6 +54,7 @@ class _GroupState:
     """One group's segment in one lane."""
 
     segment: int  # index of the segment being filled (= the batch that will train on it)
+    min_version: int  # the oldest policy version the stream's flow admits for it
     episode_return: np.ndarray  # of the reported episode (raw score until game over)
     episode_length: np.ndarray
     columns: dict[str, np.ndarray]  # views of this segment's slot in the sample stream
@@ -121,6 +122,7 @@ class _Lane:
         self.states.append(
             _GroupState(
                 segment=segment,
+                min_version=self.flow.min_version(segment),
                 episode_return=np.zeros(self.rows, np.float32),
                 episode_length=np.zeros(self.rows, np.int64),
                 columns=self._columns(g, segment, aside),
@@ -137,6 +139,7 @@ class _Lane:
         if not st.aside:
             self.producer.publish(g)
         st.segment += 1
+        st.min_version = self.flow.min_version(st.segment)
         st.aside = False
         st.columns = self.producer.columns(g, st.segment)
 
@@ -196,7 +199,7 @@ class ActorWorker:
     def _post(self, k: int) -> None:
         g = self.ring[k]
         for lane in self.lanes:
-            lane.client.post(g, lane.flow.min_version(lane.states[k].segment))
+            lane.client.post(g, lane.states[k].min_version)
 
     def poll(self, timeout: float) -> bool:
         if not self._ready:

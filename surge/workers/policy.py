@@ -54,13 +54,18 @@ class PolicyEngine:
         assert self.policy.flat.size == ctx.n_params, "the policy and the trainer disagree"
         self.loaded = -1  # version of the parameters in use; -1: none yet
         self.group_size = ctx.group_rows
-        self.obs = request_obs(arrays)
-        self.action, self.version = arrays["action"], arrays["version"]
-        self.outputs = [arrays[name] for name in POLICY_OUTPUTS]  # in `act`'s order
-        self.min_version = arrays["min_version"]
-        self.request_id, self.response_id = arrays["request_id"], arrays["response_id"]
-        self.core_in, self.core_out = arrays.get(CORE_IN), arrays.get(CORE_OUT)  # recurrent
+        # The per-row fields viewed as [groups * rows, ...]: the rows of consecutive groups
+        # are one slice, which `infer` hands to the policy without a copy or a reshape.
+        self.obs = {key: _by_row(v) for key, v in request_obs(arrays).items()}
+        self.action = _by_row(arrays["action"])
+        self.outputs = [_by_row(arrays[name]) for name in POLICY_OUTPUTS]  # in `act`'s order
+        core_in, core_out = arrays.get(CORE_IN), arrays.get(CORE_OUT)  # recurrent state
+        self.core_in = None if core_in is None else _by_row(core_in, flatten=True)
+        self.core_out = None if core_out is None else _by_row(core_out, flatten=True)
         assert (self.core_in is None) == (self.policy.state_size == 0), "state fields differ"
+        # The per-group fields.
+        self.version, self.min_version = arrays["version"], arrays["min_version"]
+        self.request_id, self.response_id = arrays["request_id"], arrays["response_id"]
 
     def refresh(self) -> bool:
         """Load the newest parameters if they are newer than the loaded ones."""
@@ -71,26 +76,38 @@ class PolicyEngine:
         return True
 
     def servable(self, groups: set[int]) -> list[int]:
-        return sorted(g for g in groups if self.min_version[g] <= self.loaded)
+        return sorted([g for g in groups if self.min_version[g] <= self.loaded])
 
     def infer(self, groups: list[int]) -> None:
-        k, n = len(groups), len(groups) * self.group_size
-        contiguous = groups == list(range(groups[0], groups[0] + k))
-        rows = slice(groups[0], groups[0] + k) if contiguous else groups  # a view, not a copy
+        """Answer the requests of `groups` (sorted, distinct) in one forward pass."""
+        g0, k, size = groups[0], len(groups), self.group_size
+        rows: slice | list[int]
+        flat: slice | np.ndarray
+        if groups[-1] - g0 == k - 1:  # consecutive groups: slices, so views and no copies
+            rows, flat = slice(g0, g0 + k), slice(g0 * size, (g0 + k) * size)
+        else:
+            rows, flat = groups, (np.asarray(groups)[:, None] * size + np.arange(size)).ravel()
         ids = self.request_id[rows].copy()  # before the observations: see streams/inference.py
-        obs = {key: v[rows].reshape(n, *v.shape[2:]) for key, v in self.obs.items()}
+        obs = {key: v[flat] for key, v in self.obs.items()}
         if self.core_in is None:
             action, *outputs = self.policy.act(obs)  # normalised with its version's statistics
         else:  # recurrent: the state each request carries in, the state after it out
-            core = self.core_in[rows].reshape(n, -1)
-            action, *outputs, core = self.policy.act(obs, core=core)
             assert self.core_out is not None
-            self.core_out[rows] = core.reshape(k, self.group_size, -1)
-        self.action[rows] = action.reshape(k, self.group_size, *self.action.shape[2:])
+            action, *outputs, core = self.policy.act(obs, core=self.core_in[flat])
+            self.core_out[flat] = core
+        self.action[flat] = action
         for slots, values in zip(self.outputs, outputs, strict=True):
-            slots[rows] = values.reshape(k, self.group_size)
+            slots[flat] = values
         self.version[rows] = self.loaded
         self.response_id[rows] = ids
+
+
+def _by_row(field: np.ndarray, flatten: bool = False) -> np.ndarray:
+    """A view of a [groups, rows, ...] field as [groups * rows, ...] (`flatten`: [.., -1])."""
+    shape = (field.shape[0] * field.shape[1], -1) if flatten else (-1, *field.shape[2:])
+    view = field.reshape(shape)
+    assert np.shares_memory(view, field), "a copy: writes would miss the shared block"
+    return view
 
 
 class PolicyWorker:
