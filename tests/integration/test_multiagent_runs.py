@@ -98,6 +98,7 @@ def test_connect4_selfplay_trains_against_its_league_and_reports_win_rates(
         "train", "connect4-selfplay", f"run_dir={run_dir}", f"runtime={runtime}",
         "total_env_steps=20480", "workers.envs_per_group=4", "eval.every_versions=5",
         "eval.every_s=1", "eval.episodes=6", "eval.nice=0", "selfplay.snapshot_every=2",
+        "model.grid_channels=[8,8,8]", "model.hidden_sizes=[32]",  # the preset's shape, small
         *SHORT[:2], timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
