@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import gymnasium as gym
@@ -57,7 +57,7 @@ class NumpyLayout:
     core_size: int = 0
     grid: GridLayout | None = None  # a grid_cnn encoder for both heads (acting only)
 
-    @property
+    @cached_property  # asked per forward pass, by the learner too
     def central_critic(self) -> bool:
         """The value function reads other fields than the policy."""
         return self.critic_fields != self.fields
