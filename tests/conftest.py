@@ -9,11 +9,18 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
 
 from surge.streams.transport import shm_root
+
+if TYPE_CHECKING:
+    from surge.config.schema import ExperimentConfig
+    from surge.runtime.graph import Graph
+    from surge.streams.transport import InlineTransport
+    from surge.workers.base import RunContext
 
 SURGE = [sys.executable, "-m", "surge"]
 # Short runs: small segments, frequent logs, no live display.
@@ -69,6 +76,27 @@ def wait_for(predicate: object, timeout: float, interval: float = 0.1) -> bool:
             return True
         time.sleep(interval)
     return False
+
+
+def in_process_streams(
+    cfg: ExperimentConfig, run_dir: Path
+) -> tuple[Graph, RunContext, InlineTransport]:
+    """(graph, run context, transport) of `cfg` as the serial runtime builds them, the
+    control block reset: for tests that start (`start_worker`) and poll workers themselves."""
+    from surge.envs.make import probe_env
+    from surge.recipes import build_graph
+    from surge.runtime.control import Control
+    from surge.runtime.controller import _count_params
+    from surge.streams.transport import InlineTransport
+    from surge.workers.base import RunContext
+
+    env = probe_env(cfg.env, cfg.seed)
+    n_params = _count_params(cfg, env)
+    graph = build_graph(cfg, env, n_params)
+    ctx = RunContext(cfg=cfg, env=env, run_dir=run_dir, n_params=n_params)
+    transport = InlineTransport(graph.all_layouts(), graph.channels)
+    Control(transport).reset()
+    return graph, ctx, transport
 
 
 @pytest.fixture

@@ -54,9 +54,12 @@ class GridFeatures:
             )
 
     def __call__(self, x: Any) -> np.ndarray:
-        maps = self.maps(x)
-        b = len(maps)
-        return maps.transpose(0, 3, 1, 2).reshape(b, -1)  # flattened as torch flattens NCHW
+        return self.flatten(self.maps(x))
+
+    @staticmethod
+    def flatten(maps: np.ndarray) -> np.ndarray:
+        """[B, features] from [B, H, W, C] maps, in the order torch flattens [B, C, H, W]."""
+        return maps.transpose(0, 3, 1, 2).reshape(len(maps), -1)
 
     def maps(self, x: Any) -> np.ndarray:
         """The last layer's features, [B, H, W, C]."""

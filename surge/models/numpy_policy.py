@@ -315,6 +315,9 @@ class NumpyPolicy:
         def layer(torso: str, i: int) -> tuple[np.ndarray, np.ndarray]:
             return w[f"{torso}.{2 * i}.weight"].T, w[f"{torso}.{2 * i}.bias"]
 
+        def joint_bias() -> np.ndarray:  # of one matrix making [logits | value]
+            return np.concatenate([w["action_head.linear.bias"], w["value_head.bias"]])
+
         Layers = list[tuple[np.ndarray, np.ndarray]]
         torsos: list[Layers]
         if self._grid is not None:
@@ -325,9 +328,8 @@ class NumpyPolicy:
             heads = [(w["value_head.weight"].T.copy(), w["value_head.bias"])]
         elif lay.shared:
             heads_w = [w["action_head.linear.weight"], w["value_head.weight"]]
-            heads_b = np.concatenate([w["action_head.linear.bias"], w["value_head.bias"]])
             torsos = [[layer("actor_torso", i) for i in range(lay.layers)]]
-            heads = [(np.concatenate(heads_w).T.copy(), heads_b)]
+            heads = [(np.concatenate(heads_w).T.copy(), joint_bias())]
         elif self._fused:
             torso: Layers = []
             for i in range(lay.layers):
@@ -343,7 +345,7 @@ class NumpyPolicy:
             head = np.zeros((wh.shape[1] + wv.shape[1], wh.shape[0] + 1), np.float32)
             head[: wh.shape[1], :-1] = wh.T
             head[wh.shape[1] :, -1:] = wv.T
-            heads = [(head, np.concatenate([w["action_head.linear.bias"], w["value_head.bias"]]))]
+            heads = [(head, joint_bias())]
         else:
             torsos = [
                 [layer(t, i) for i in range(lay.layers)] for t in ("actor_torso", "critic_torso")
@@ -424,7 +426,7 @@ class NumpyPolicy:
         assert self._grid is not None and self._grid_logits is not None
         board = obs[self._grid_logits.grid.key]
         maps = self._grid.maps(board)
-        flat = maps.transpose(0, 3, 1, 2).reshape(len(maps), -1)  # as torch flattens [C, H, W]
+        flat = self._grid.flatten(maps)
         _, value = self._outputs(flat, flat)
         return self._grid_logits(maps, board), value, None
 

@@ -54,7 +54,7 @@ class _GroupState:
     """One group's segment in one lane."""
 
     segment: int  # index of the segment being filled (= the batch that will train on it)
-    min_version: int  # the oldest policy version the stream's flow admits for it
+    min_version: int  # the oldest policy version its flow admits (kept: asked at every post)
     episode_return: np.ndarray  # of the reported episode (raw score until game over)
     episode_length: np.ndarray
     columns: dict[str, np.ndarray]  # views of this segment's slot in the sample stream

@@ -21,17 +21,12 @@ import numpy as np
 import pytest
 
 from surge.config.load import load_config
-from surge.envs.make import probe_env
 from surge.evaluation.checkpoint import evaluate
 from surge.models.recurrent_state import CORE0, CORE_IN
-from surge.recipes import build_graph
-from surge.runtime.control import Control
-from surge.runtime.controller import _count_params, train
+from surge.runtime.controller import train
 from surge.runtime.graph import start_worker
-from surge.streams.transport import InlineTransport
 from surge.tracking.metrics import read_metrics
-from surge.workers.base import RunContext
-from tests.conftest import SURGE, interrupt, metrics_so_far, wait_for
+from tests.conftest import SURGE, in_process_streams, interrupt, metrics_so_far, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -129,12 +124,7 @@ def test_restarted_actor_starts_from_zero_state(tmp_path: Path) -> None:
     predecessor left in the request slots, and stores that zero state as the start of the
     segment it rewrites."""
     cfg, _ = load_config("cartpole-ppo", [*MEMORY, "model.core=gru", "runtime=serial"])
-    env = probe_env(cfg.env, cfg.seed)
-    n_params = _count_params(cfg, env)
-    graph = build_graph(cfg, env, n_params)
-    ctx = RunContext(cfg=cfg, env=env, run_dir=tmp_path, n_params=n_params)
-    transport = InlineTransport(graph.all_layouts(), graph.channels)
-    Control(transport).reset()
+    graph, ctx, transport = in_process_streams(cfg, tmp_path)
     names = [spec.name for spec in graph.workers]
     workers = [start_worker(ctx, graph, slot, transport)[2] for slot in range(len(names))]
     actor = names.index("actor-0")

@@ -19,7 +19,7 @@ import pytest
 
 from surge.tracking.checkpoint import latest_checkpoint
 from surge.tracking.metrics import read_metrics
-from tests.conftest import SURGE, metrics_so_far, run_surge, wait_for
+from tests.conftest import SURGE, in_process_streams, metrics_so_far, run_surge, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -114,24 +114,13 @@ def test_restarted_actor_with_groups_a_segment_apart_does_not_deadlock(tmp_path:
     publishes). At lag 0 group 0 must wait for a version that needs group 1's segment: the
     actor has to step group 1 meanwhile instead of waiting on the head of its ring."""
     from surge.config.load import load_config
-    from surge.envs.make import probe_env
-    from surge.recipes import build_graph
-    from surge.runtime.control import Control
-    from surge.runtime.controller import _count_params
     from surge.runtime.graph import start_worker
     from surge.streams import sample
-    from surge.streams.transport import InlineTransport
-    from surge.workers.base import RunContext
 
     cfg, _ = load_config(
         "cartpole-ppo", ["ppo.rollout_len=8", "log.progress=false", "log.tensorboard=false"]
     )
-    env = probe_env(cfg.env, cfg.seed)
-    n_params = _count_params(cfg, env)
-    graph = build_graph(cfg, env, n_params)
-    ctx = RunContext(cfg=cfg, env=env, run_dir=tmp_path, n_params=n_params)
-    transport = InlineTransport(graph.all_layouts(), graph.channels)
-    Control(transport).reset()
+    graph, ctx, transport = in_process_streams(cfg, tmp_path)
     workers = {
         spec.name: start_worker(ctx, graph, slot, transport, life=0)[2]
         for slot, spec in enumerate(graph.workers)

@@ -7,13 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from surge.config.load import load_config
-from surge.envs.make import probe_env
-from surge.recipes import build_graph
-from surge.runtime.control import Control
-from surge.runtime.controller import _count_params
 from surge.runtime.graph import start_worker
-from surge.streams.transport import InlineTransport
-from surge.workers.base import RunContext
+from tests.conftest import in_process_streams
 
 
 def test_groups_apart_are_answered_as_each_alone(tmp_path: Path) -> None:
@@ -22,12 +17,7 @@ def test_groups_apart_are_answered_as_each_alone(tmp_path: Path) -> None:
     cfg, _ = load_config(
         "cartpole-ppo", ["workers.ring_size=4", "log.progress=false", "log.tensorboard=false"]
     )
-    env = probe_env(cfg.env, cfg.seed)
-    n_params = _count_params(cfg, env)
-    graph = build_graph(cfg, env, n_params)
-    ctx = RunContext(cfg=cfg, env=env, run_dir=tmp_path, n_params=n_params)
-    transport = InlineTransport(graph.all_layouts(), graph.channels)
-    Control(transport).reset()
+    graph, ctx, transport = in_process_streams(cfg, tmp_path)
     workers = {
         spec.name: start_worker(ctx, graph, slot, transport)[2]
         for slot, spec in enumerate(graph.workers)
