@@ -62,7 +62,7 @@ def test_agents_that_join_and_leave_are_counted_exactly(run_dir: Path) -> None:
 
 def test_a_killed_actor_of_a_multiagent_run_is_restarted(run_dir: Path) -> None:
     proc = subprocess.Popen(
-        [*SURGE, "train", "spread-mappo", f"run_dir={run_dir}", "total_env_steps=60000",
+        [*SURGE, "train", "spread-mappo", f"run_dir={run_dir}", "total_env_steps=32000",
          "log.interval_s=0.5", "log.progress=false"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
@@ -86,8 +86,8 @@ def test_a_killed_actor_of_a_multiagent_run_is_restarted(run_dir: Path) -> None:
     assert "actor-1 failed (process" in err and "restarting it (1/3)" in err
     assert workers()["actor-1"]["restarts"] == 1
     last = _training_rows(run_dir)[-1]
-    assert last["env_steps"] == 60000 and last["restarts"] == 1 and last["actor_life_max"] == 1
-    assert last["agent_steps"] == 3 * 60000
+    assert last["env_steps"] == 32000 and last["restarts"] == 1 and last["actor_life_max"] == 1
+    assert last["agent_steps"] == 3 * 32000
 
 
 @pytest.mark.parametrize("runtime", ["serial", "local"])
