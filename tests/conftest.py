@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
@@ -104,6 +105,12 @@ def run_dir(tmp_path: Path) -> Path:
     # Worker process titles carry the run directory's name (`surge actor-0 [NAME]`), and the
     # tests find a run's processes by it: a name no other run on the machine has.
     return tmp_path / f"run-{uuid.uuid4().hex[:8]}"
+
+
+def workers_by_name(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The run's worker table (workers.json: state, pid, node, restarts), by worker name."""
+    rows = json.loads((run_dir / "workers.json").read_text())["workers"]
+    return {w["name"]: w for w in rows}
 
 
 def metrics_so_far(run_dir: Path) -> list[dict[str, object]]:

@@ -3,7 +3,6 @@ killed evaluation worker is restarted while training goes on without it."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 
 from surge.tracking.metrics import read_metrics
 from surge.tracking.video import read_mp4
-from tests.conftest import QUICK, SURGE, interrupt, metrics_so_far, wait_for
+from tests.conftest import QUICK, SURGE, interrupt, metrics_so_far, wait_for, workers_by_name
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +37,7 @@ RAY_ENV = {
 
 
 def _evaluator(run_dir: Path) -> dict[str, Any]:
-    rows = json.loads((run_dir / "workers.json").read_text())["workers"]
-    return dict(next(w for w in rows if w["name"] == "evaluator-0"))
+    return workers_by_name(run_dir)["evaluator-0"]
 
 
 def _eval_rows(run_dir: Path) -> list[dict[str, object]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,6 +21,7 @@ from tests.conftest import (
     shm_dirs_of,
     wait_for,
     worker_processes,
+    workers_by_name,
 )
 
 pytestmark = pytest.mark.integration
@@ -61,9 +61,7 @@ def test_crashing_env_reports_worker_and_traceback(run_dir: Path, runtime: str) 
     assert ckpt is not None
     assert load_checkpoint(ckpt)["version"] == read_metrics(run_dir)[-1]["policy_version"] >= 1
     if runtime == "local":
-        workers = {
-            w["name"]: w for w in json.loads((run_dir / "workers.json").read_text())["workers"]
-        }
+        workers = workers_by_name(run_dir)
         assert workers["actor-0"]["state"] == "failed"
 
 
@@ -92,8 +90,7 @@ def test_killed_worker_is_named(run_dir: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert wait_for(lambda: len(metrics_so_far(run_dir)) > 2, timeout=60)
-    workers = json.loads((run_dir / "workers.json").read_text())["workers"]
-    policy_pid = next(w["pid"] for w in workers if w["name"] == "policy-0")
+    policy_pid = workers_by_name(run_dir)["policy-0"]["pid"]
     # Worker processes carry their name in the process title.
     titles = {" ".join(p.cmdline()) for p in worker_processes(run_dir)}
     assert any(t.startswith("surge policy-0") for t in titles), titles

@@ -5,7 +5,6 @@ and the same preset runs on serial, local and Ray."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,7 +23,7 @@ from surge.runtime.graph import start_worker  # noqa: E402
 from surge.streams.rollouts import GENERATED, REFERENCED, SCORED  # noqa: E402
 from surge.streams.transport import InlineTransport  # noqa: E402
 from surge.workers.base import RunContext  # noqa: E402
-from tests.conftest import SURGE, metrics_so_far, run_surge, wait_for  # noqa: E402
+from tests.conftest import SURGE, metrics_so_far, run_surge, wait_for, workers_by_name  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -175,19 +174,15 @@ def test_sigkilled_generation_and_reward_workers_are_restarted_and_the_run_finis
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 
-    def worker(name: str) -> dict[str, object]:
-        workers = json.loads((run_dir / "workers.json").read_text())["workers"]
-        return dict(next(w for w in workers if w["name"] == name))
-
     def restarted(name: str) -> bool:
-        w = worker(name)
+        w = workers_by_name(run_dir)[name]
         return w["restarts"] == 1 and w["state"] == "running"
 
     try:
         assert wait_for(lambda: len(metrics_so_far(run_dir)) > 3, 120), "training never started"
         for victim in ("generator-0", "rewarder-0"):
             assert proc.poll() is None, f"the run ended before {victim} was killed"
-            psutil.Process(worker(victim)["pid"]).send_signal(signal.SIGKILL)
+            psutil.Process(workers_by_name(run_dir)[victim]["pid"]).send_signal(signal.SIGKILL)
             assert wait_for(lambda v=victim: restarted(v), 60), f"{victim} was not restarted"
         proc.wait(240)
     finally:

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("mpe2")
 
-from tests.conftest import SURGE, metrics_so_far, run_surge, wait_for  # noqa: E402
+from tests.conftest import SURGE, metrics_so_far, run_surge, wait_for, workers_by_name  # noqa: E402
 from tests.integration.test_eval_workers import RAY_ENV  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -68,13 +68,9 @@ def test_a_killed_actor_of_a_multiagent_run_is_restarted(run_dir: Path) -> None:
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
 
-    def workers() -> dict[str, dict[str, object]]:
-        rows = json.loads((run_dir / "workers.json").read_text())["workers"]
-        return {w["name"]: w for w in rows}
-
     try:
         assert wait_for(lambda: len(_training_rows(run_dir)) >= 3, timeout=120)
-        victim = workers()["actor-1"]["pid"]
+        victim = workers_by_name(run_dir)["actor-1"]["pid"]
         assert isinstance(victim, int)
         os.kill(victim, signal.SIGKILL)
         _, err = proc.communicate(timeout=300)
@@ -84,7 +80,7 @@ def test_a_killed_actor_of_a_multiagent_run_is_restarted(run_dir: Path) -> None:
             proc.wait()
     assert proc.returncode == 0, err[-3000:]
     assert "actor-1 failed (process" in err and "restarting it (1/3)" in err
-    assert workers()["actor-1"]["restarts"] == 1
+    assert workers_by_name(run_dir)["actor-1"]["restarts"] == 1
     last = _training_rows(run_dir)[-1]
     assert last["env_steps"] == 32000 and last["restarts"] == 1 and last["actor_life_max"] == 1
     assert last["agent_steps"] == 3 * 32000
@@ -113,8 +109,7 @@ def test_connect4_selfplay_trains_against_its_league_and_reports_win_rates(
     last = _training_rows(run_dir)[-1]
     assert last["env_steps"] == 20480 and -1 <= float(last["episode_return_mean"]) <= 1  # type: ignore[arg-type]
     if runtime == "local":  # the serial runtime writes no worker table
-        table = json.loads((run_dir / "workers.json").read_text())["workers"]
-        assert "league-0" in {w["name"] for w in table}
+        assert "league-0" in workers_by_name(run_dir)
     # `surge eval` plays the same matches with the run's checkpoint.
     out = run_surge("eval", str(run_dir), "episodes=4")
     assert out.returncode == 0, out.stderr[-3000:]

@@ -7,7 +7,6 @@ The tests run `surge train` as a separate process (Ray's driver), as a user woul
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +19,7 @@ import psutil
 import pytest
 
 from surge.streams.transport import shm_root
-from tests.conftest import QUICK, SURGE, metrics_so_far, wait_for
+from tests.conftest import QUICK, SURGE, metrics_so_far, wait_for, workers_by_name
 
 # Ray's traffic stays on 127.0.0.1; these are read when `ray` is imported, and inherited by
 # every process of the cluster and of the runs.
@@ -78,11 +77,6 @@ def _start(run_dir: Path, *args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _workers(run_dir: Path) -> dict[str, dict[str, object]]:
-    rows = json.loads((run_dir / "workers.json").read_text())["workers"]
-    return {w["name"]: w for w in rows}
-
-
 def _is_loopback(ip: str) -> bool:
     addr = ipaddress.ip_address(ip.split("%")[0])
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
@@ -137,7 +131,7 @@ def test_cartpole_solves_on_a_three_node_cluster(cluster: str, run_dir: Path) ->
     assert all(r["policy_lag_max"] == 0 for r in records)  # synchronous PPO across nodes
 
     # Placement: the trainer, and each pod on a node of its own, printed at start.
-    workers = _workers(run_dir)
+    workers = workers_by_name(run_dir)
     nodes = {name: w["node_id"] for name, w in workers.items()}
     assert len(set(nodes.values())) == 3, nodes
     assert nodes["actor-0"] == nodes["policy-0"] != nodes["trainer-0"]
@@ -165,15 +159,15 @@ def test_killed_actor_on_another_node_is_restarted_then_named(cluster: str, run_
     )  # fmt: skip
     try:
         assert wait_for(lambda: len(metrics_so_far(run_dir)) > 2, timeout=90)
-        first = _workers(run_dir)["actor-1"]
+        first = workers_by_name(run_dir)["actor-1"]
         os.kill(int(first["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
 
         def restarted() -> bool:
-            w = _workers(run_dir)["actor-1"]
+            w = workers_by_name(run_dir)["actor-1"]
             return w["restarts"] == 1 and w["state"] == "running"
 
         assert wait_for(restarted, timeout=60)
-        second = _workers(run_dir)["actor-1"]
+        second = workers_by_name(run_dir)["actor-1"]
         assert second["pid"] != first["pid"] and second["node_id"] == first["node_id"]
         # Training goes on with the new life: new updates need actor-1's segments.
         steps = len(metrics_so_far(run_dir))
@@ -187,20 +181,20 @@ def test_killed_actor_on_another_node_is_restarted_then_named(cluster: str, run_
     assert "worker actor-1 failed" in err
     assert "died" in err and str(second["pid"]) in err
     assert "the trainer saved a checkpoint" in err
-    workers = _workers(run_dir)
+    workers = workers_by_name(run_dir)
     assert workers["actor-1"]["state"] == "failed" and workers["actor-1"]["restarts"] == 1
     assert "policy-0" not in workers  # inline: no policy workers
     assert workers["actor-0"]["node_id"] != workers["actor-1"]["node_id"]
 
 
 def _kill(run_dir: Path, name: str) -> dict[str, object]:
-    worker = _workers(run_dir)[name]
+    worker = workers_by_name(run_dir)[name]
     os.kill(int(worker["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
     return worker
 
 
 def _restarted(run_dir: Path, name: str) -> bool:
-    w = _workers(run_dir)[name]
+    w = workers_by_name(run_dir)[name]
     return w["restarts"] == 1 and w["state"] == "running"
 
 
@@ -233,7 +227,7 @@ def test_killed_actor_and_policy_worker_restart_on_ray_and_the_run_still_solves(
     assert "surge: solved" in err, err
     for name, old in (("actor-0", actor), ("policy-0", policy)):
         assert f"surge: {name} failed (" in err, err
-        new = _workers(run_dir)[name]
+        new = workers_by_name(run_dir)[name]
         assert new["restarts"] == 1 and new["pid"] != old["pid"]
         assert new["node_id"] == old["node_id"]
         assert f"restarting it on node {str(old['node_id'])[:8]} (1/3)" in err, err
@@ -243,7 +237,7 @@ def test_killed_actor_and_policy_worker_restart_on_ray_and_the_run_still_solves(
     # refuses, and fails the run on, any segment that mixes two lives).
     assert records[-1]["restarts"] == 2
     assert records[-1]["actor_life_max"] == 1
-    assert _workers(run_dir)["trainer-0"]["state"] == "finished"
+    assert workers_by_name(run_dir)["trainer-0"]["state"] == "finished"
 
 
 def test_crashing_worker_on_a_ray_instance_started_for_the_run(run_dir: Path) -> None:
@@ -258,7 +252,7 @@ def test_crashing_worker_on_a_ray_instance_started_for_the_run(run_dir: Path) ->
     assert "Traceback (most recent call last)" in err
     assert "CrashingEnv: simulated failure at step 401" in err
     assert "the trainer saved a checkpoint" in err
-    workers = _workers(run_dir)
+    workers = workers_by_name(run_dir)
     assert workers["actor-0"]["state"] == "failed"
     assert len({w["node_id"] for w in workers.values()}) == 1
 
@@ -285,5 +279,5 @@ def test_recurrent_appo_across_nodes_reproduces_the_acting_policy(
     records = metrics_so_far(run_dir)
     assert records[-1]["env_steps"] == 2048
     assert_on_policy(records)  # type: ignore[arg-type]
-    nodes = {name: w["node_id"] for name, w in _workers(run_dir).items()}
+    nodes = {name: w["node_id"] for name, w in workers_by_name(run_dir).items()}
     assert nodes["actor-0"] != nodes["trainer-0"] and nodes["actor-1"] != nodes["trainer-0"]

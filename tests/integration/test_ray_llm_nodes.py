@@ -9,7 +9,6 @@ worker nodes and one of them SIGKILLed mid-run."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -43,7 +42,7 @@ from surge.streams.ray_bridge import (  # noqa: E402
 from surge.streams.rollouts import GENERATED, GENERATING, SCORED  # noqa: E402
 from surge.streams.transport import InlineTransport  # noqa: E402
 from surge.workers.base import RunContext  # noqa: E402
-from tests.conftest import SURGE, metrics_so_far, wait_for  # noqa: E402
+from tests.conftest import SURGE, metrics_so_far, wait_for, workers_by_name  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -172,11 +171,6 @@ def cluster() -> Iterator[str]:
     yield from loopback_cluster(head_cpus=2)
 
 
-def _workers(run_dir: Path) -> dict[str, dict[str, Any]]:
-    rows = json.loads((run_dir / "workers.json").read_text())["workers"]
-    return {w["name"]: w for w in rows}
-
-
 def test_generators_on_other_nodes_train_and_a_killed_one_is_restarted_there(
     cluster: str, run_dir: Path
 ) -> None:
@@ -194,7 +188,7 @@ def test_generators_on_other_nodes_train_and_a_killed_one_is_restarted_there(
     try:
         assert wait_for(lambda: len(metrics_so_far(run_dir)) >= 10, 150), "training never started"
         at_kill = len(metrics_so_far(run_dir))
-        victim = _workers(run_dir)["generator-1"]
+        victim = workers_by_name(run_dir)["generator-1"]
         os.kill(int(victim["pid"]), signal.SIGKILL)
         _, err = proc.communicate(timeout=150)
     finally:
@@ -207,7 +201,7 @@ def test_generators_on_other_nodes_train_and_a_killed_one_is_restarted_there(
     assert proc.returncode == 0, err[-3000:]
 
     # Placement: the trainer and its reward worker on one node, a generator on each other.
-    workers = _workers(run_dir)
+    workers = workers_by_name(run_dir)
     node = {name: w["node_id"] for name, w in workers.items()}
     assert node["rewarder-0"] == node["llm-trainer-0"]
     assert len({node["llm-trainer-0"], node["generator-0"], node["generator-1"]}) == 3, node

@@ -6,10 +6,8 @@ three-node `ray.cluster_utils.Cluster` on 127.0.0.1, with actors on the worker n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +21,7 @@ pytest.importorskip("mpe2")
 from surge.streams.league import LeaguePool, LeagueWriter, league_layout  # noqa: E402
 from surge.streams.ray_bridge import SnapshotForwarder, write_snapshot  # noqa: E402
 from surge.streams.transport import InlineTransport  # noqa: E402
-from tests.conftest import metrics_so_far, run_surge  # noqa: E402
+from tests.conftest import metrics_so_far, run_surge, workers_by_name  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -71,11 +69,6 @@ def cluster() -> Iterator[str]:
     yield from loopback_cluster(head_cpus=2)
 
 
-def _workers(run_dir: Path) -> dict[str, dict[str, Any]]:
-    rows = json.loads((run_dir / "workers.json").read_text())["workers"]
-    return {w["name"]: w for w in rows}
-
-
 @pytest.mark.parametrize(
     ("preset", "extra"),
     [
@@ -108,7 +101,7 @@ def test_multiagent_presets_on_three_nodes(
         sampler.done.set()
         sampler.join()
     assert result.returncode == 0, result.stderr[-3000:]
-    node = {name: w["node_id"] for name, w in _workers(run_dir).items()}
+    node = {name: w["node_id"] for name, w in workers_by_name(run_dir).items()}
     assert node["actor-0"] != node["trainer-0"] and node["actor-1"] != node["trainer-0"]
     assert node["actor-0"] != node["actor-1"]
     last = [r for r in metrics_so_far(run_dir) if "steps_per_s" in r][-1]

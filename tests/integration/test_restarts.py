@@ -8,7 +8,6 @@ fail the run), and the target is still reached.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,17 +18,20 @@ import pytest
 
 from surge.tracking.checkpoint import latest_checkpoint
 from surge.tracking.metrics import read_metrics
-from tests.conftest import SURGE, in_process_streams, metrics_so_far, run_surge, wait_for
+from tests.conftest import (
+    SURGE,
+    in_process_streams,
+    metrics_so_far,
+    run_surge,
+    wait_for,
+    workers_by_name,
+)
 
 pytestmark = pytest.mark.integration
 
 
-def _workers(run_dir: Path) -> dict[str, dict[str, object]]:
-    return {w["name"]: w for w in json.loads((run_dir / "workers.json").read_text())["workers"]}
-
-
 def _kill(run_dir: Path, name: str) -> int:
-    pid = _workers(run_dir)[name]["pid"]
+    pid = workers_by_name(run_dir)[name]["pid"]
     assert isinstance(pid, int)
     os.kill(pid, signal.SIGKILL)
     return pid
@@ -52,8 +54,8 @@ def test_killed_actor_and_policy_worker_restart_and_the_run_still_solves(run_dir
     try:
         assert wait_for(lambda: _steps(run_dir) > 10_000, timeout=90)
         old_actor = _kill(run_dir, "actor-0")  # in the middle of writing its segments
-        assert wait_for(lambda: _workers(run_dir)["actor-0"]["restarts"] == 1, timeout=10)
-        assert _workers(run_dir)["actor-0"]["pid"] != old_actor
+        assert wait_for(lambda: workers_by_name(run_dir)["actor-0"]["restarts"] == 1, timeout=10)
+        assert workers_by_name(run_dir)["actor-0"]["pid"] != old_actor
         at_kill = _steps(run_dir)
         assert wait_for(lambda: _steps(run_dir) > at_kill + 5_000, timeout=60)
         _kill(run_dir, "policy-0")  # with requests in flight: the new one finds them
@@ -67,7 +69,7 @@ def test_killed_actor_and_policy_worker_restart_and_the_run_still_solves(run_dir
     assert last["episode_return_mean"] >= 475
     assert last["restarts"] == 2
     assert last["actor_life_max"] == 1  # batches from the restarted actor were trained on
-    workers = _workers(run_dir)
+    workers = workers_by_name(run_dir)
     assert workers["actor-0"]["restarts"] == 1 and workers["policy-0"]["restarts"] == 1
     assert workers["trainer-0"]["state"] == "finished"
 

@@ -22,6 +22,7 @@ from surge.envs.make import EnvInfo
 from surge.runtime.graph import Edge, Graph, register_worker_kind, worker
 from surge.streams.params import NONE, ParameterService
 from surge.workers.base import Binding, RunContext
+from tests.conftest import workers_by_name
 
 pytestmark = pytest.mark.integration
 
@@ -88,8 +89,7 @@ def _check(run_dir: Path, runtime: str) -> None:
     timing = json.loads((run_dir / "timing.json").read_text())
     assert "watcher-0" in timing["processes"]
     if runtime != "serial":  # the process runtimes' supervisor lists it with the others
-        workers = json.loads((run_dir / "workers.json").read_text())["workers"]
-        watcher = next(w for w in workers if w["name"] == "watcher-0")
+        watcher = workers_by_name(run_dir)["watcher-0"]
         assert watcher["state"] == "stopped" and watcher["pid"], watcher
 
 
