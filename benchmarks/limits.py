@@ -101,7 +101,7 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
     from surge.models.actor_critic import ActorCritic
     from surge.models.numpy_net import NumpyActorCritic
     from surge.models.numpy_policy import numpy_layout
-    from surge.workers.weights import model_to_flat
+    from surge.models.weights import model_to_flat
 
     torch.set_num_threads(cfg.workers.trainer_threads)
     env = probe_env(cfg.env, cfg.seed)

@@ -40,7 +40,7 @@ from surge.envs.make import probe_env  # noqa: E402
 from surge.models.actor_critic import ActorCritic  # noqa: E402
 from surge.models.numpy_net import NumpyActorCritic  # noqa: E402
 from surge.models.numpy_policy import NumpyPolicy, numpy_layout  # noqa: E402
-from surge.workers.weights import model_to_flat  # noqa: E402
+from surge.models.weights import model_to_flat  # noqa: E402
 
 
 def blocks(contenders: dict[str, Callable[[], Any]], calls: int, rounds: int) -> dict[str, float]:

@@ -19,9 +19,9 @@ from surge.streams.transport import shm_root
 
 if TYPE_CHECKING:
     from surge.config.schema import ExperimentConfig
-    from surge.runtime.graph import Graph
     from surge.streams.transport import InlineTransport
     from surge.workers.base import RunContext
+    from surge.workers.graph import Graph
 
 SURGE = [sys.executable, "-m", "surge"]
 # Short runs: small segments, frequent logs, no live display.
@@ -86,8 +86,8 @@ def in_process_streams(
     control block reset: for tests that start (`start_worker`) and poll workers themselves."""
     from surge.envs.make import probe_env
     from surge.recipes import build_graph
-    from surge.runtime.control import Control
     from surge.runtime.controller import _count_params
+    from surge.streams.control import Control
     from surge.streams.transport import InlineTransport
     from surge.workers.base import RunContext
 

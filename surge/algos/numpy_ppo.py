@@ -33,7 +33,6 @@ import numpy as np
 
 from surge.algos.advantages import gae, normalize, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
-from surge.algos.normalize import ValueNormalizer
 from surge.algos.ppo_common import (
     APPROX_KL,
     STATS,
@@ -42,6 +41,7 @@ from surge.algos.ppo_common import (
     trained_rows,
 )
 from surge.config.schema import APPOConfig, PPOConfig
+from surge.models.normalize import ValueNormalizer
 from surge.models.numpy_net import NumpyActorCritic
 
 

@@ -24,7 +24,6 @@ from surge.algos.advantages import gae, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
 from surge.algos.flat_params import FlatParameters
 from surge.algos.losses import explained_variance, ppo_loss
-from surge.algos.normalize import ValueNormalizer
 from surge.algos.ppo_common import (
     APPROX_KL,
     STATS,
@@ -41,6 +40,7 @@ from surge.algos.sequences import (
 )
 from surge.config.schema import APPOConfig, PPOConfig
 from surge.models.actor_critic import ActorCritic
+from surge.models.normalize import ValueNormalizer
 
 # --- the batch and the learner --------------------------------------------------------------
 

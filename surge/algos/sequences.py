@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 from surge.algos.batch import RolloutBatch
-from surge.algos.normalize import ValueNormalizer
 from surge.models.actor_critic import ActorCritic, rows_of
+from surge.models.normalize import ValueNormalizer
 from surge.models.recurrent_state import resets_before
 
 __all__ = [

@@ -15,10 +15,9 @@ import numpy as np
 
 from surge.config.schema import EnvConfig
 from surge.envs.atari import AleGroup, is_atari_id, resolve_backend
-from surge.envs.make import check_observation, make_env
+from surge.envs.make import make_env
 from surge.envs.selfplay import OpponentSource, SelfPlayGroup, is_selfplay_id
-from surge.envs.spaces import split_obs
-from surge.errors import EnvSpecError
+from surge.envs.spaces import action_converter, check_observation, split_obs
 
 
 class EnvGroup:
@@ -179,17 +178,3 @@ def make_group(
     if is_selfplay_id(cfg.id):
         return SelfPlayGroup(cfg, seeds, obs_out, opponents)
     return EnvGroup(cfg, seeds, obs_out, opponents)
-
-
-def action_converter(space: gym.Space[Any], clip: bool) -> Any:
-    """A function from a policy action (numpy) to what `env.step` expects for `space`."""
-    if isinstance(space, gym.spaces.Discrete):
-        return int
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        return lambda a: np.array(a, dtype=space.dtype)
-    if isinstance(space, gym.spaces.Box):
-        low, high, dtype = space.low, space.high, space.dtype
-        if clip:
-            return lambda a: np.clip(a, low, high).astype(dtype, copy=False)
-        return lambda a: np.asarray(a, dtype=dtype)
-    raise EnvSpecError(f"action space {space!r} is not supported", "")

@@ -6,7 +6,6 @@ import difflib
 import importlib
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -21,32 +20,8 @@ from surge.envs.atari import (
     resolve_backend,
 )
 from surge.envs.selfplay import OpponentSource, is_selfplay_id, make_selfplay_env
-from surge.envs.spaces import ArraySpec, action_spec, flatten_obs_space, obs_specs, split_obs
+from surge.envs.spaces import EnvInfo, check_observation
 from surge.errors import ConfigError, EnvSpecError
-
-
-@dataclass(frozen=True)
-class EnvInfo:
-    """What the rest of the system needs to know about an env: its spaces and array layout."""
-
-    observation_space: gym.Space[Any]
-    action_space: gym.Space[Any]
-    agents: tuple[str, ...] = ()
-    """A multi-agent env's agents (`possible_agents`): each is a row of the batch with these
-    spaces (surge/envs/multiagent.py). Empty for a single-agent env."""
-
-    @property
-    def rows_per_env(self) -> int:
-        """Rows of a batch each env contributes: its agents, or 1."""
-        return max(1, len(self.agents))
-
-    @property
-    def obs(self) -> dict[str, ArraySpec]:
-        return obs_specs(self.observation_space)
-
-    @property
-    def action(self) -> ArraySpec:
-        return action_spec(self.action_space)
 
 
 def make_env(cfg: EnvConfig, opponents: OpponentSource | None = None) -> gym.Env[Any, Any]:
@@ -230,53 +205,3 @@ def probe_policies(cfg: ExperimentConfig) -> dict[str, EnvInfo]:
 
         return probe_multiagent(cfg.env, cfg.seed, cfg.policy_names, cfg.policy_mapping)
     return {cfg.policy_names[0]: probe_env(cfg.env, cfg.seed)}
-
-
-def check_observation(env_id: str, where: str, obs: Any, space: gym.Space[Any]) -> None:
-    """Raise an EnvSpecError saying what was declared and what came back, if they differ."""
-    if isinstance(space, gym.spaces.Dict):
-        if not isinstance(obs, dict):
-            raise EnvSpecError(
-                f"env {env_id!r}: observation_space is a Dict with keys {list(space.spaces)}, "
-                f"but {where} returned {type(obs).__name__}",
-                "return a dict with those keys, or declare the space that the env really returns",
-            )
-        missing = set(space.spaces) - set(obs)
-        extra = set(obs) - set(space.spaces)
-        if missing or extra:
-            raise EnvSpecError(
-                f"env {env_id!r}: {where} returned a dict with keys {sorted(obs)}; the declared "
-                f"Dict space has {sorted(space.spaces)} (missing {sorted(missing)}, "
-                f"undeclared {sorted(extra)})",
-                "make the observation dict and observation_space agree",
-            )
-    leaves = flatten_obs_space(space)
-    for name, value in split_obs(obs, space).items():
-        _check_leaf(env_id, where, name, value, leaves[name])
-
-
-def _check_leaf(env_id: str, where: str, name: str, value: Any, space: gym.Space[Any]) -> None:
-    arr = np.asarray(value)
-    at = f" at key {name!r}" if name != "obs" else ""
-    if isinstance(space, gym.spaces.Discrete):
-        if arr.shape != () or not np.issubdtype(arr.dtype, np.integer):
-            raise EnvSpecError(
-                f"env {env_id!r}: declared {space}{at}, but {where} returned "
-                f"{arr.dtype} of shape {arr.shape}",
-                "a Discrete observation is one integer; declare a Box space for arrays",
-            )
-        return
-    assert isinstance(space, gym.spaces.Box)
-    if arr.shape != space.shape:
-        raise EnvSpecError(
-            f"env {env_id!r}: declared observation_space {space}{at} (shape {space.shape}), but "
-            f"{where} returned shape {arr.shape} ({arr.dtype})",
-            f"set observation_space to a Box of shape {arr.shape}, or return arrays of shape "
-            f"{space.shape}",
-        )
-    if not np.can_cast(arr.dtype, space.dtype, casting="same_kind"):
-        raise EnvSpecError(
-            f"env {env_id!r}: declared observation_space {space}{at} with dtype {space.dtype}, "
-            f"but {where} returned dtype {arr.dtype}",
-            f"declare dtype={arr.dtype} in the Box, or return {space.dtype} arrays",
-        )

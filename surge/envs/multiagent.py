@@ -39,10 +39,15 @@ import gymnasium as gym
 import numpy as np
 
 from surge.config.schema import EnvConfig
-from surge.envs.group import action_converter
-from surge.envs.make import EnvInfo, check_observation
 from surge.envs.pettingzoo import make_parallel_env
-from surge.envs.spaces import action_spec, flatten_obs_space, split_obs
+from surge.envs.spaces import (
+    EnvInfo,
+    action_converter,
+    action_spec,
+    check_observation,
+    flatten_obs_space,
+    split_obs,
+)
 from surge.errors import ConfigError, EnvSpecError
 
 AGENT_ID = "agent_id"

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
+from surge.envs.players import Opponent, RandomPlayer
 from surge.errors import ConfigError, EnvSpecError
 
 PREFIX = "selfplay:"
@@ -30,27 +31,6 @@ PREFIX = "selfplay:"
 
 def is_selfplay_id(env_id: str) -> bool:
     return env_id.startswith(PREFIX)
-
-
-class Opponent(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def act(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> int:
-        """A legal move for the seat whose observation (with `action_mask`) this is."""
-        ...
-
-    def act_batch(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
-        """Moves for a batch of observations (each field stacked, [B, ...])."""
-        ...
-
-
-def act_one_by_one(
-    player: Opponent, obs: dict[str, np.ndarray], rng: np.random.Generator
-) -> np.ndarray:
-    """`act_batch` for players that decide one observation at a time."""
-    rows = len(next(iter(obs.values())))
-    return np.array([player.act({k: v[i] for k, v in obs.items()}, rng) for i in range(rows)])
 
 
 class OpponentSource(Protocol):
@@ -74,18 +54,6 @@ class Fixed:
 
     def report(self, opponent: Opponent, outcome: int) -> None:
         pass
-
-
-class RandomPlayer:
-    """A uniformly random legal move."""
-
-    name = "random"
-
-    def act(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> int:
-        return int(rng.choice(np.flatnonzero(obs["action_mask"])))
-
-    def act_batch(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
-        return act_one_by_one(self, obs, rng)
 
 
 def make_game(env_id: str, kwargs: dict[str, Any], render_mode: str | None = None) -> Any:

@@ -13,17 +13,19 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.normalize import ValueNormalizer, stats_vector
 from surge.config.load import load_config
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import probe_policies
 from surge.errors import UserError
 from surge.evaluation.suite import EvalSuite
 from surge.models.flat_policy import FlatPolicy
+from surge.models.normalize import ValueNormalizer, stats_vector
 from surge.models.numpy_policy import numpy_layout
+from surge.seeds import derive_seed
+from surge.threads import limit_torch_threads
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
+from surge.tracking.run_dir import policy_home
 from surge.tracking.video import write_mp4
-from surge.workers.base import derive_seed, limit_torch_threads, policy_home
 
 
 def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
@@ -41,7 +43,7 @@ def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> n
         import torch
 
         from surge.models.actor_critic import ActorCritic
-        from surge.workers.weights import model_to_flat
+        from surge.models.weights import model_to_flat
 
         net = ActorCritic(env.observation_space, env.action_space, cfg.model)
         net.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})

@@ -18,13 +18,12 @@ import gymnasium as gym
 import numpy as np
 
 from surge.config.schema import EnvConfig
-from surge.envs.group import action_converter
 from surge.envs.multiagent import MultiAgentGroup
-from surge.envs.spaces import split_obs
+from surge.envs.spaces import action_converter, split_obs
 from surge.models.flat_policy import FlatPolicy
 from surge.models.recurrent_state import carry
+from surge.seeds import derive_seed
 from surge.tracking.video import require_av
-from surge.workers.base import derive_seed
 
 
 def eval_env_config(env: EnvConfig, video: bool) -> EnvConfig:

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo, make_env, probe_policies
+from surge.envs.make import make_env, probe_policies
 from surge.envs.multiagent import MultiAgentGroup
 from surge.envs.pettingzoo import is_pettingzoo_id
 from surge.envs.selfplay import Fixed, fixed_player, is_selfplay_id
-from surge.envs.spaces import obs_specs
+from surge.envs.spaces import EnvInfo, obs_specs
 from surge.evaluation.episodes import (
     EpisodeResults,
     eval_env_config,
@@ -29,7 +29,7 @@ from surge.evaluation.episodes import (
     render_fps,
 )
 from surge.models.flat_policy import FlatPolicy
-from surge.workers.base import derive_seed
+from surge.seeds import derive_seed
 
 OUTCOMES = ("win_rate", "draw_rate", "loss_rate")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from surge.llm.tasks import Problem, Split, _split_of
+from surge.llm.problems import Problem, Split, split_of
 
 
 class FileTask:
@@ -32,7 +32,7 @@ class FileTask:
         for row in table:
             prompt, answer = str(row[prompt_column]), str(row[answer_column])
             meta = {k: v for k, v in row.items() if k not in (prompt_column, answer_column)}
-            self.splits[_split_of(prompt)].append(Problem(prompt, answer, meta))
+            self.splits[split_of(prompt)].append(Problem(prompt, answer, meta))
         if not self.splits["train"]:
             raise ValueError(f"task.name={path!r}: no rows")
         if not self.splits["heldout"]:  # a tiny file: evaluate on training rows rather than none

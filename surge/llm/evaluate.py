@@ -109,8 +109,7 @@ def evaluate_run(run_dir: Path, cfg: ExperimentConfig, checkpoint: Path, k: int 
     import torch
 
     from surge.llm.model import load_model
-    from surge.llm.setup import task_of
-    from surge.llm.tasks import heldout_set
+    from surge.llm.tasks import heldout_set, task_of
     from surge.tracking.checkpoint import load_checkpoint
 
     state = load_checkpoint(checkpoint)

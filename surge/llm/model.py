@@ -3,7 +3,7 @@
 Every worker of an LLM run loads the same starting directory (`RunContext.model_dir`: the
 user's `model.path`, the cached warm start, or the built-in model's initial weights), so the
 flat parameter vector has the same layout everywhere (parameters in `model.parameters()` order,
-tied weights once: surge/workers/weights.py).
+tied weights once: surge/models/weights.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ procedurally: entry i of a dataset is a dict with a `question`, a reference `ans
   `seed` and `size` default to DATASET_SEED and DATASET_SIZE, not to the run's seed: the space,
   and so the held-out split, is the same in every run, and a run's seed only picks which
   entries it draws, in which order;
-- an entry is held out when the hash of its question says so (tasks.py `_split_of`), so no run
+- an entry is held out when the hash of its question says so (tasks.py `split_of`), so no run
   trains on a held-out question whatever its seed, even when two entries share a question;
 - the built-in model's character tokenizer gets the characters of a fixed sample of entries
   (`text_sample`). A character outside them (a word or symbol the sample never showed) becomes
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from surge.errors import ConfigError, UserError
-from surge.llm.tasks import REASONING_GYM, Problem, Split, _split_of
+from surge.llm.problems import REASONING_GYM, Problem, Split, split_of
 
 DATASET_SEED = 0
 """The dataset's seed unless task.kwargs sets one: fixed, so every run has the same problems."""
@@ -80,7 +80,7 @@ class ReasoningGymTask:
         _, config_class = DATASETS[dataset]
         fields = {f.name for f in dataclasses.fields(config_class)}
         unknown = sorted(set(kwargs) - fields)
-        if unknown:  # a TypeError: setup.task_of reports it as a task.kwargs mistake
+        if unknown:  # a TypeError: tasks.task_of reports it as a task.kwargs mistake
             raise TypeError(
                 f"reasoning-gym's {dataset} takes no {', '.join(unknown)} "
                 f"(it takes {', '.join(sorted(fields))})"
@@ -115,7 +115,7 @@ class ReasoningGymTask:
                 )
             draws += 1
             problem = self.entry(rng.randrange(self.size))
-            if _split_of(problem.prompt) == split:
+            if split_of(problem.prompt) == split:
                 out.append(problem)
         return out
 

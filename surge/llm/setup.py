@@ -23,27 +23,16 @@ import numpy as np
 from gymnasium import spaces
 
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo
+from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError
-from surge.llm.tasks import REASONING_GYM, Task, alphabet_of, heldout_set, make_task
+from surge.llm.problems import REASONING_GYM
+from surge.llm.tasks import Task, alphabet_of, heldout_set, task_of
 
 MAX_LENGTH = 64
 """Positions of the built-in model: prompt and completion together (more for a reasoning-gym
 task's longer prompts: `tiny_positions`)."""
 PROMPT_SAMPLE = 2000
 """Problems sampled to size the prompt rows; longer prompts found later are an error."""
-
-
-def task_of(cfg: ExperimentConfig) -> Task:
-    try:
-        return make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
-    except TypeError as e:  # arguments the task does not take
-        raise ConfigError(
-            f"task.kwargs={cfg.task.kwargs}: {e}",
-            "give task.kwargs the arguments of this task (task.kwargs={} for none)",
-        ) from None
-    except ValueError as e:
-        raise ConfigError(str(e), "see docs/llm.md for the task settings") from None
 
 
 def prepare(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> tuple[Path, EnvInfo, int]:

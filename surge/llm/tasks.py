@@ -23,27 +23,13 @@ import hashlib
 import importlib
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from surge.config.schema import ExperimentConfig
+from surge.errors import ConfigError
+from surge.llm.problems import REASONING_GYM, Problem, Split, split_of
 from surge.llm.tiny import ARITHMETIC_ALPHABET, COUNTDOWN_ALPHABET
-
-Split = Literal["train", "heldout"]
-HELDOUT_EVERY = 10
-"""One problem in this many belongs to the held-out split."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    prompt: str
-    answer: str
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def _split_of(key: str) -> Split:
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return "heldout" if int.from_bytes(digest, "little") % HELDOUT_EVERY == 0 else "train"
 
 
 class Arithmetic:
@@ -60,7 +46,7 @@ class Arithmetic:
         while len(out) < n:
             a, b = rng.randint(self.low, self.high), rng.randint(self.low, self.high)
             prompt = f"{a}+{b}="
-            if _split_of(prompt) == split:
+            if split_of(prompt) == split:
                 out.append(Problem(prompt, str(a + b), {"a": a, "b": b}))
         return out
 
@@ -91,7 +77,7 @@ class Countdown:
             if target is None or target.denominator != 1 or not 0 < target <= 1000:
                 continue
             prompt = f"{' '.join(map(str, nums))} -> {int(target)}:"
-            if _split_of(prompt) == split:
+            if split_of(prompt) == split:
                 out.append(Problem(prompt, expr, {"numbers": nums, "target": int(target)}))
         return out
 
@@ -165,8 +151,6 @@ class Task(Protocol):
 BUILT_IN: dict[str, type] = {"arithmetic": Arithmetic, "countdown": Countdown}
 ALPHABETS = {"arithmetic": ARITHMETIC_ALPHABET, "countdown": COUNTDOWN_ALPHABET}
 """The characters of each built-in task's prompts and solutions (the built-in tokenizer's)."""
-REASONING_GYM = "reasoning-gym:"
-"""The prefix of task names that are reasoning-gym datasets: `reasoning-gym:chain_sum`."""
 
 
 def alphabet_of(name: str, kwargs: dict[str, Any]) -> str | None:
@@ -247,3 +231,16 @@ def problem_at(task: Task, split: Split, seed: int, index: int) -> Problem:
 def heldout_set(task: Task, n: int) -> list[Problem]:
     """The evaluation problems: the same `n` held-out problems in every run of the task."""
     return task.sample("heldout", n, random.Random(12345))
+
+
+def task_of(cfg: ExperimentConfig) -> Task:
+    """The run's task (`task.*`); a ConfigError naming the setting when it cannot be made."""
+    try:
+        return make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
+    except TypeError as e:  # arguments the task does not take
+        raise ConfigError(
+            f"task.kwargs={cfg.task.kwargs}: {e}",
+            "give task.kwargs the arguments of this task (task.kwargs={} for none)",
+        ) from None
+    except ValueError as e:
+        raise ConfigError(str(e), "see docs/llm.md for the task settings") from None

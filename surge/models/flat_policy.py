@@ -2,7 +2,7 @@
 
 One version of the vector is the model's weights followed, with `model.normalize_obs`, by
 the observation statistics they were trained with and, with `model.value_norm`, the value
-statistics (algos/normalize.py), so a policy always normalises with its own version's
+statistics (models/normalize.py), so a policy always normalises with its own version's
 statistics. MLPs, with or without a recurrent core, act in numpy (models/numpy_policy.py: no
 torch import in an actor); other models (the CNN encoders) through the torch `ActorCritic`.
 Policy workers, inline inference, evaluation workers and `surge eval` all act through this.
@@ -17,13 +17,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surge.algos.normalize import (
+from surge.config.schema import ModelConfig
+from surge.models.normalize import (
     VALUE_STATS_SIZE,
     ObsNormalizer,
     denormalize_published,
     obs_stats_size,
 )
-from surge.config.schema import ModelConfig
 from surge.models.numpy_policy import NumpyPolicy, acting_layout, layout_size
 
 
@@ -44,12 +44,12 @@ class TorchActing:
         self.state_size = self.model.state_size
 
     def size(self) -> int:
-        from surge.workers.weights import count_params
+        from surge.models.weights import count_params
 
         return count_params(self.model)
 
     def load(self, flat: np.ndarray) -> None:
-        from surge.workers.weights import flat_to_model
+        from surge.models.weights import flat_to_model
 
         flat_to_model(flat, self.model)
 
@@ -81,7 +81,7 @@ class FlatPolicy:
         n_value = VALUE_STATS_SIZE if model.value_norm else 0
         self.flat = np.zeros(n_weights + n_stats + n_value, np.float32)
         """The published vector of the loaded version: weights, then observation statistics,
-        then value statistics (algos/normalize.py)."""
+        then value statistics (models/normalize.py)."""
         self.weights = self.flat[:n_weights]
         self.stats = self.flat[n_weights : n_weights + n_stats]
         self.value_stats = self.flat[n_weights + n_stats :] if n_value else None

@@ -1,6 +1,6 @@
 """Recipes: one per algorithm family, each turns a config into the experiment's graph.
 
-A recipe is `(cfg, env, n_params) -> Graph` (surge/runtime/graph.py). The runtimes launch
+A recipe is `(cfg, env, n_params) -> Graph` (surge/workers/graph.py). The runtimes launch
 whatever graph they are given, so a new shape of experiment is a new recipe (and, if it needs
 them, new worker kinds registered with `register_worker_kind`), never a runtime edit.
 """
@@ -11,9 +11,9 @@ import importlib
 from collections.abc import Callable
 
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo
-from surge.runtime.graph import Graph
+from surge.envs.spaces import EnvInfo
 from surge.workers.base import PolicyContext
+from surge.workers.graph import Graph
 
 Recipe = Callable[[ExperimentConfig, EnvInfo, int], Graph]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from surge.config.schema import ExperimentConfig
 from surge.evaluation.suite import match_fields
-from surge.runtime.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 from surge.streams.results import results_layout
+from surge.workers.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 
 EVAL_FIELDS = ("version", "episodes", "return_mean", "return_std", "length_mean", "video")
 """What an evaluation reports (`video`: 1 if it recorded one)."""

@@ -14,14 +14,14 @@ generation, and the rollout stream's version bound is AReaL's staleness rule
 from __future__ import annotations
 
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo
+from surge.envs.spaces import EnvInfo
 from surge.recipes.evaluation import EVALUATIONS
 from surge.recipes.ppo import POLICY
-from surge.runtime.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 from surge.streams.flow import VersionBound
 from surge.streams.params import params_block, params_layout
 from surge.streams.results import results_layout
 from surge.streams.rollouts import rollout_layout
+from surge.workers.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 
 LLM_EVAL_FIELDS = ("version", "problems", "accuracy", "pass_at_k", "length_mean")
 

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 from surge.algos.ppo_common import POLICY_OUTPUTS
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo
 from surge.envs.selfplay import is_selfplay_id
+from surge.envs.spaces import EnvInfo
 from surge.models.recurrent_state import inference_state_fields, segment_state_fields
 from surge.recipes.evaluation import add_evaluators
 from surge.recipes.selfplay import add_league
-from surge.runtime.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 from surge.streams.flow import VersionBound
 from surge.streams.inference import inference_layout
 from surge.streams.params import params_block, params_layout
 from surge.streams.sample import sample_layout
 from surge.workers.base import PolicyContext
+from surge.workers.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 
 POLICY = "default"
 """The one policy of a PPO graph without `policies`."""

@@ -10,8 +10,8 @@ league runs in the trainer's pod, beside the parameters it copies.
 from __future__ import annotations
 
 from surge.config.schema import ExperimentConfig
-from surge.runtime.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 from surge.streams.league import league_layout
+from surge.workers.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 
 LEAGUE = "league"
 

@@ -17,21 +17,22 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.normalize import published_stats_size
 from surge.config.load import dump_yaml, load_config
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo, probe_policies
+from surge.envs.make import probe_policies
+from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError, UserError
 from surge.models.images import choose_encoder
+from surge.models.normalize import published_stats_size
 from surge.models.numpy_policy import layout_size, numpy_layout
 from surge.recipes import Recipe, build_graph
-from surge.runtime.control import Control
-from surge.runtime.graph import Graph, WorkerSpec
 from surge.runtime.warm import WarmProcess
+from surge.streams.control import Control
 from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress
-from surge.tracking.run_dir import create_run_dir
-from surge.workers.base import PolicyContext, RunContext, policy_home
+from surge.tracking.run_dir import create_run_dir, policy_home
+from surge.workers.base import PolicyContext, RunContext
+from surge.workers.graph import Graph, WorkerSpec
 from surge.workers.learners import backend_name
 
 # Sections and keys that define what a checkpoint holds: changing them on resume cannot work.
@@ -65,7 +66,7 @@ def train(
     algorithm's own recipe (surge/recipes), e.g. to add a worker of a new kind."""
     envs = None
     if cfg.algo == "grpo":
-        from surge.llm.setup import task_of
+        from surge.llm.tasks import task_of
 
         task_of(cfg)  # fail on a bad task before creating anything
     else:
@@ -310,7 +311,7 @@ def _misfit(cfg: ExperimentConfig, env: EnvInfo, saved: dict[str, Any]) -> str:
 
 def _count_params(cfg: ExperimentConfig, env: EnvInfo) -> int:
     """Size of the published flat vector: the weights, then the observation and value
-    statistics (algos/normalize.py). MLP policies are counted without importing torch (the
+    statistics (models/normalize.py). MLP policies are counted without importing torch (the
     controller stays small: it only watches); other models are built once to count."""
     m = cfg.model
     stats = published_stats_size(env.observation_space, m.normalize_obs, m.value_norm)
@@ -318,7 +319,7 @@ def _count_params(cfg: ExperimentConfig, env: EnvInfo) -> int:
     if layout is not None:
         return layout_size(layout) + stats
     from surge.models.actor_critic import ActorCritic
-    from surge.workers.weights import count_params
+    from surge.models.weights import count_params
 
     model = ActorCritic(env.observation_space, env.action_space, cfg.model)
     return count_params(model) + stats

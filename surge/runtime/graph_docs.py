@@ -14,8 +14,8 @@ from surge.config.load import DEFAULT_PRESET, list_presets, load_config
 from surge.envs.make import probe_policies
 from surge.recipes import build_graph
 from surge.runtime.controller import _count_params
-from surge.runtime.graph import describe
 from surge.workers.base import PolicyContext
+from surge.workers.graph import describe
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "graphs.md"
 

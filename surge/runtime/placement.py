@@ -1,6 +1,6 @@
 """Where each worker of a `runtime=ray` run goes: decided by surge, from counts and resources.
 
-The unit of placement is a *pod*: the workers whose specs name the same pod (runtime/graph.py
+The unit of placement is a *pod*: the workers whose specs name the same pod (workers/graph.py
 `WorkerSpec.pod`; a worker with no pod is a pod of its own). The PPO recipe makes policy
 worker p and every actor it serves a pod, so the inference stream, which crosses between
 processes on every env step, stays in shared memory; the trainer's pod also holds the
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
-from surge.runtime.graph import WorkerSpec
+from surge.workers.graph import WorkerSpec
 
 EPS = 1e-9
 

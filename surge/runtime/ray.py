@@ -24,15 +24,16 @@ from collections.abc import Callable
 from typing import Any
 
 from surge.errors import UserError, WorkerFailure
-from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control, control_layout
-from surge.runtime.graph import Graph, StreamSpec, WorkerSpec, write_timing
+from surge.runtime.launch import write_timing
 from surge.runtime.placement import NodeInfo, Placement, demands, place
 from surge.runtime.ray_actors import NodeAgent, WorkerHost
 from surge.runtime.supervisor import STARTUP_TIMEOUT_S, Supervisor
+from surge.streams.control import CHECKPOINT_AND_STOP, STOP, Control, control_layout
 from surge.streams.ray_bridge import HANDED_OVER, GroupStream, SegmentStream
 from surge.streams.sample import PROGRESS
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext
+from surge.workers.graph import Graph, StreamSpec, WorkerSpec
 
 CHECKPOINT_TIMEOUT_S = 30.0
 STATUS_TIMEOUT_S = 30.0

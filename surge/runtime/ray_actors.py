@@ -22,10 +22,10 @@ import time
 import traceback
 from typing import Any
 
-from surge.runtime.control import Control
-from surge.runtime.graph import Graph, drive, start_worker
+from surge.runtime.launch import drive, start_worker
 from surge.runtime.warm import thread_env
 from surge.streams import ray_bridge
+from surge.streams.control import Control
 from surge.streams.params import ParameterService
 from surge.streams.transport import (
     WAKE,
@@ -37,6 +37,7 @@ from surge.streams.transport import (
     destroy_shm,
 )
 from surge.workers.base import RunContext
+from surge.workers.graph import Graph
 
 POLL_S = 0.5
 

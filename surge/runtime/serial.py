@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from surge.errors import WorkerFailure
-from surge.runtime.control import CHECKPOINT_AND_STOP, Control
-from surge.runtime.graph import Graph, start_worker, write_timing
+from surge.runtime.launch import start_worker, write_timing
+from surge.streams.control import CHECKPOINT_AND_STOP, Control
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext, Worker
+from surge.workers.graph import Graph
 
 T = TypeVar("T")
 

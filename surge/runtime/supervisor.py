@@ -16,8 +16,8 @@ from typing import Any
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import WorkerFailure
-from surge.runtime.graph import Graph
 from surge.tracking.run_dir import WorkersFile
+from surge.workers.graph import Graph
 
 INTERRUPT_GRACE_S = 30.0
 """After Ctrl+C, how long the run waits for the trainer's checkpoint."""

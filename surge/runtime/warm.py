@@ -76,7 +76,7 @@ class WarmProcess:
         self.name = name
 
     def launch(self, args: tuple[Any, ...]) -> BaseProcess:
-        """Run `surge.runtime.local.worker_main(*args)` in the process; returns it."""
+        """Run `surge.runtime.worker_process.worker_main(*args)` in the process; returns it."""
         process = self.process
         if process is None:
             raise RuntimeError(f"the warm process for {self.name} was already used or closed")
@@ -105,6 +105,6 @@ def _warm_main(reader: Connection, preload: str) -> None:
         args = reader.recv()
     except EOFError:
         return  # the run did not need this process
-    from surge.runtime.local import worker_main
+    from surge.runtime.worker_process import worker_main
 
     worker_main(*args)

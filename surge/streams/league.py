@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from surge.envs.selfplay import Opponent, RandomPlayer
+from surge.envs.players import Opponent, RandomPlayer
 from surge.streams.transport import BlockLayout, Field, Transport
 
 

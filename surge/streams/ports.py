@@ -1,6 +1,6 @@
 """A worker's binding to one stream of the graph: what it reads and writes, and with whom.
 
-Ports are computed from the graph's edges (surge/runtime/graph.py `Graph.ports`) and handed
+Ports are computed from the graph's edges (surge/workers/graph.py `Graph.ports`) and handed
 to each worker when it is built. Every worker has one inbox channel, named after it; a port
 names the peers at the other end, so a worker sends to a peer's inbox by its name and never
 derives a channel name or a routing rule itself.

@@ -138,3 +138,9 @@ class WorkersFile:
             return []
         workers: list[dict[str, Any]] = json.loads(self.path.read_text())["workers"]
         return workers
+
+
+def policy_home(run_dir: Path, policy: str) -> Path:
+    """Where the trainer of a multi-agent run's policy other than the first writes its
+    metrics and checkpoints."""
+    return run_dir / "policies" / policy

@@ -31,13 +31,14 @@ import numpy as np
 from surge.envs.group import make_group
 from surge.envs.multiagent import MultiAgentGroup
 from surge.models.recurrent_state import CORE_IN, CORE_OUT, StateCarry
+from surge.seeds import derive_seed
 from surge.streams.inference import InferenceClient, request_obs
 from surge.streams.league import LeaguePool
 from surge.streams.ports import Port
 from surge.streams.sample import PROGRESS, SampleProducer
 from surge.streams.transport import Channel
 from surge.tracking.timing import COPY, ENV
-from surge.workers.base import Binding, RunContext, derive_seed
+from surge.workers.base import Binding, RunContext
 
 # The fields of an inference answer that are not policy outputs, and the sample fields the
 # actor writes itself: the rest of the sample schema is the algorithm's (POLICY_OUTPUTS).

@@ -12,13 +12,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo
+from surge.envs.spaces import EnvInfo
+from surge.tracking.run_dir import policy_home
 
 if TYPE_CHECKING:
-    from surge.runtime.control import Control
+    from surge.streams.control import Control
     from surge.streams.ports import Port
     from surge.streams.transport import Transport
 
@@ -89,7 +88,7 @@ class Binding:
     name: str
     index: int
     ports: dict[str, Port]
-    """By stream name (runtime/graph.py `Graph.ports`)."""
+    """By stream name (workers/graph.py `Graph.ports`)."""
     transport: Transport
     control: Control
     life: int = 0
@@ -125,26 +124,3 @@ class Worker(Protocol):
     def poll(self, timeout: float) -> bool: ...
 
     def close(self) -> None: ...
-
-
-def policy_home(run_dir: Path, policy: str) -> Path:
-    """Where the trainer of a multi-agent run's policy other than the first writes its
-    metrics and checkpoints."""
-    return run_dir / "policies" / policy
-
-
-def limit_torch_threads(n: int) -> None:
-    """torch's intra-op threads, if this process runs torch (OMP_NUM_THREADS covers the rest).
-    Call it after building what may import torch (a CNN policy does so when it is built)."""
-    import sys
-
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(n)
-
-
-def derive_seed(seed: int, *keys: int | str) -> int:
-    """A seed for one component, independent of the others (e.g. (seed, "env", actor, k, i))."""
-    words = [seed] + [
-        k if isinstance(k, int) else int.from_bytes(k.encode(), "little") for k in keys
-    ]
-    return int(np.random.SeedSequence([w % (2**63) for w in words]).generate_state(1)[0])

@@ -26,11 +26,13 @@ import numpy as np
 from surge.config.schema import ExperimentConfig
 from surge.evaluation.suite import EvalSuite
 from surge.models.flat_policy import FlatPolicy
+from surge.seeds import derive_seed
 from surge.streams.params import NONE, ParameterService
 from surge.streams.results import ResultWriter
 from surge.streams.transport import Channel
+from surge.threads import limit_torch_threads
 from surge.tracking.video import TensorBoardVideo, write_mp4
-from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_threads
+from surge.workers.base import Binding, RunContext
 
 
 def video_due(number: int, video_every: int, recorded: int) -> bool:

@@ -24,11 +24,13 @@ import numpy as np
 from surge.llm.engine import Completion, Engine, Request
 from surge.llm.model import encode_prompt, load_model, stop_sequences
 from surge.llm.tasks import make_task, problem_at
+from surge.models.weights import flat_to_model
+from surge.seeds import derive_seed
 from surge.streams.params import NONE, ParameterService
 from surge.streams.rollouts import GENERATED, RolloutRows, may_start
+from surge.threads import limit_torch_threads
 from surge.tracking.timing import COPY, INFERENCE
-from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_threads
-from surge.workers.weights import flat_to_model
+from surge.workers.base import Binding, RunContext
 
 
 def build(ctx: RunContext, b: Binding) -> GenerationWorker:

@@ -13,10 +13,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from surge.algos.batch import slot_batch
-from surge.algos.normalize import ValueNormalizer
 from surge.errors import ConfigError
+from surge.models.normalize import ValueNormalizer
 from surge.models.numpy_policy import numpy_layout
-from surge.workers.base import RunContext, derive_seed
+from surge.seeds import derive_seed
+from surge.workers.base import RunContext
 
 
 class LearnerBackend(Protocol):
@@ -129,7 +130,7 @@ class TorchBackend:
         return self.learner.update(batch, lr)
 
     def flat_parameters(self) -> np.ndarray:
-        from surge.workers.weights import model_to_flat
+        from surge.models.weights import model_to_flat
 
         return model_to_flat(self.model)
 

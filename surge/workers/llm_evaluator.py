@@ -14,11 +14,13 @@ import numpy as np
 from surge.llm.evaluate import score
 from surge.llm.model import load_model
 from surge.llm.tasks import heldout_set, make_task
+from surge.models.weights import flat_to_model
+from surge.seeds import derive_seed
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultWriter
-from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_threads
+from surge.threads import limit_torch_threads
+from surge.workers.base import Binding, RunContext
 from surge.workers.evaluation import ScheduledEvaluations
-from surge.workers.weights import flat_to_model
 
 # Sequences decoded at once. Training gets the CPU first, so a background evaluation may take
 # its time: 128 instead of 512 takes 30% longer and halves its memory (1M-parameter model).

@@ -27,17 +27,18 @@ import torch
 from surge.algos.grpo_update import grpo_update
 from surge.errors import UserError
 from surge.llm.lean import LeanLlama
+from surge.models.weights import model_to_flat
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultReader
 from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
+from surge.threads import limit_torch_threads
 from surge.tracking import timing
 from surge.tracking.checkpoint import rng_state
 from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
 from surge.tracking.metrics import MetricsWriter, wandb_options
 from surge.tracking.timing import COPY, LEARN
-from surge.workers.base import Binding, RunContext, limit_torch_threads
+from surge.workers.base import Binding, RunContext
 from surge.workers.trainer_loop import TrainerLoop
-from surge.workers.weights import model_to_flat
 
 CHECKPOINT_FORMAT = 1
 HF_DIR = "model"

@@ -24,12 +24,14 @@ import numpy as np
 from surge.algos.ppo_common import POLICY_OUTPUTS
 from surge.models.flat_policy import FlatPolicy
 from surge.models.recurrent_state import CORE_IN, CORE_OUT
+from surge.seeds import derive_seed
 from surge.streams.inference import InferenceServer, request_obs
 from surge.streams.params import ParameterService
 from surge.streams.ports import Port
 from surge.streams.transport import Transport
+from surge.threads import limit_torch_threads
 from surge.tracking.timing import INFERENCE
-from surge.workers.base import Binding, RunContext, derive_seed, limit_torch_threads
+from surge.workers.base import Binding, RunContext
 
 
 def build(ctx: RunContext, b: Binding) -> PolicyWorker:

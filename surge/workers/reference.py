@@ -22,8 +22,9 @@ import torch
 from surge.llm.lean import LeanLlama
 from surge.llm.model import load_model
 from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
+from surge.threads import limit_torch_threads
 from surge.tracking.timing import INFERENCE
-from surge.workers.base import Binding, RunContext, limit_torch_threads
+from surge.workers.base import Binding, RunContext
 
 
 def build(ctx: RunContext, b: Binding) -> ReferenceWorker:

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.normalize import TrainerStats
 from surge.errors import UserError
+from surge.models.normalize import TrainerStats
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultReader
 from surge.streams.sample import SampleConsumer, lives_are_unmixed
@@ -49,7 +49,7 @@ class TrainerWorker(TrainerLoop):
         transport = b.transport
         # model.backend: numpy for MLPs (no torch import in this process), else torch
         self.learner = make_backend(ctx)
-        # Observation and return statistics (algos/normalize.py): published with the weights
+        # Observation and return statistics (models/normalize.py): published with the weights
         self.stats = TrainerStats(
             ctx.env.observation_space,
             ctx.total_rows,
@@ -126,7 +126,7 @@ class TrainerWorker(TrainerLoop):
         self._check_batch(arrays)
         self._account(arrays)
         clock = self.timers.now()
-        # normalised with the statistics of this version, rewards scaled (algos/normalize.py)
+        # normalised with the statistics of this version, rewards scaled (models/normalize.py)
         batch = self.stats.prepare(arrays)
         self._latest_stats = self.learner.update(batch, self._learning_rate())
         self._latest_stats.update(self.stats.metrics())
@@ -197,7 +197,7 @@ class TrainerWorker(TrainerLoop):
 
     def _publish(self) -> None:
         """Publish this version: the weights, then the observation statistics and the value
-        statistics (each if the model has them; algos/normalize.py)."""
+        statistics (each if the model has them; models/normalize.py)."""
         flat = self.learner.flat_parameters()
         extra = [self.stats.published()] if self.stats.obs is not None else []
         if self.learner.value_norm is not None:

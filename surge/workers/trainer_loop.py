@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.runtime.control import CHECKPOINT_AND_STOP, STOP, Control
+from surge.streams.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.tracking.checkpoint_writer import CheckpointWriter
 from surge.tracking.timing import Timers
 

@@ -18,8 +18,8 @@ pytest.importorskip("transformers")
 import psutil  # noqa: E402
 
 from surge.config.load import load_config  # noqa: E402
-from surge.runtime.control import Control  # noqa: E402
-from surge.runtime.graph import start_worker  # noqa: E402
+from surge.runtime.launch import start_worker
+from surge.streams.control import Control  # noqa: E402
 from surge.streams.rollouts import GENERATED, REFERENCED, SCORED  # noqa: E402
 from surge.streams.transport import InlineTransport  # noqa: E402
 from surge.workers.base import RunContext  # noqa: E402

@@ -27,9 +27,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("ray")
 
 from surge.config.load import load_config  # noqa: E402
-from surge.runtime.control import Control  # noqa: E402
-from surge.runtime.graph import Graph, start_worker  # noqa: E402
+from surge.runtime.launch import start_worker
 from surge.runtime.placement import NodeInfo, place  # noqa: E402
+from surge.streams.control import Control  # noqa: E402
 from surge.streams.params import ParameterService  # noqa: E402
 from surge.streams.ray_bridge import (  # noqa: E402
     HANDED_OVER,
@@ -42,6 +42,7 @@ from surge.streams.ray_bridge import (  # noqa: E402
 from surge.streams.rollouts import GENERATED, GENERATING, SCORED  # noqa: E402
 from surge.streams.transport import InlineTransport  # noqa: E402
 from surge.workers.base import RunContext  # noqa: E402
+from surge.workers.graph import Graph
 from tests.conftest import SURGE, metrics_so_far, wait_for, workers_by_name  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from surge.config.load import load_config
 from surge.evaluation.checkpoint import evaluate
 from surge.models.recurrent_state import CORE0, CORE_IN
 from surge.runtime.controller import train
-from surge.runtime.graph import start_worker
+from surge.runtime.launch import start_worker
 from surge.tracking.metrics import read_metrics
 from tests.conftest import SURGE, in_process_streams, interrupt, metrics_so_far, wait_for
 

@@ -116,7 +116,7 @@ def test_restarted_actor_with_groups_a_segment_apart_does_not_deadlock(tmp_path:
     publishes). At lag 0 group 0 must wait for a version that needs group 1's segment: the
     actor has to step group 1 meanwhile instead of waiting on the head of its ring."""
     from surge.config.load import load_config
-    from surge.runtime.graph import start_worker
+    from surge.runtime.launch import start_worker
     from surge.streams import sample
 
     cfg, _ = load_config(

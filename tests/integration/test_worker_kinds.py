@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import EnvInfo
-from surge.runtime.graph import Edge, Graph, register_worker_kind, worker
+from surge.envs.spaces import EnvInfo
 from surge.streams.params import NONE, ParameterService
 from surge.workers.base import Binding, RunContext
+from surge.workers.graph import Edge, Graph, register_worker_kind, worker
 from tests.conftest import workers_by_name
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from surge.config.schema import ModelConfig
 from surge.evaluation.episodes import play_episodes
 from surge.models.actor_critic import ActorCritic
 from surge.models.flat_policy import FlatPolicy, TorchActing
+from surge.models.weights import model_to_flat
 from surge.tracking.video import TensorBoardVideo, gif_bytes
 from surge.workers.evaluation import video_due
-from surge.workers.weights import model_to_flat
 
 
 def _cartpole_policy(normalize: bool = False) -> tuple[gym.Env, FlatPolicy, np.ndarray]:  # type: ignore[type-arg]

@@ -71,7 +71,7 @@ def test_evaluators_subscribe_and_report_to_the_trainer() -> None:
 def test_unknown_kinds_and_streams_are_refused() -> None:
     import pytest
 
-    from surge.runtime.graph import Edge, register_worker_kind, worker
+    from surge.workers.graph import Edge, register_worker_kind, worker
 
     with pytest.raises(ValueError, match="unknown worker kind 'nope'"):
         worker("nope", 0)

@@ -16,7 +16,7 @@ from surge.models.actor_critic import ActorCritic
 from surge.models.flat_policy import FlatPolicy
 from surge.models.grid_actions import landing_rows, landing_scores
 from surge.models.numpy_policy import NumpyPolicy, acting_layout
-from surge.workers.weights import model_to_flat
+from surge.models.weights import model_to_flat
 from tests.numerics import assert_float32_close
 
 C4_OBS = gym.spaces.Dict(

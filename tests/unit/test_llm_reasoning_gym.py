@@ -13,6 +13,7 @@ pytest.importorskip("reasoning_gym")
 
 from surge.config.load import load_config  # noqa: E402
 from surge.errors import ConfigError, UserError  # noqa: E402
+from surge.llm.problems import split_of
 from surge.llm.reasoning_gym_task import (  # noqa: E402
     MAX_POSITIONS,
     TEXT_SAMPLE,
@@ -20,7 +21,7 @@ from surge.llm.reasoning_gym_task import (  # noqa: E402
     text_sample,
     tiny_model_positions,
 )
-from surge.llm.tasks import _split_of, alphabet_of, heldout_set, make_task  # noqa: E402
+from surge.llm.tasks import alphabet_of, heldout_set, make_task  # noqa: E402
 
 SMALL_SUMS = {"min_terms": 2, "max_terms": 2, "max_digits": 1}  # "4 + 2 =", answers -9..18
 
@@ -49,7 +50,7 @@ def test_heldout_questions_never_appear_in_training() -> None:
     train = {p.prompt for seed in (1, 2) for p in task.sample("train", 800, random.Random(seed))}
     heldout = heldout_set(task, 100)
     assert len(heldout) == 100
-    assert all(_split_of(p.prompt) == "heldout" for p in heldout)
+    assert all(split_of(p.prompt) == "heldout" for p in heldout)
     assert train and not train & {p.prompt for p in heldout}
     assert heldout == heldout_set(task, 100)  # the same evaluation problems in every run
     # A small space (two 1-digit terms: 200 questions, some from several entries) is split
@@ -144,7 +145,7 @@ def test_the_warm_start_trains_on_a_reasoning_gym_task(tmp_path) -> None:
 
 
 def test_an_unknown_dataset_or_setting_is_a_clear_config_error() -> None:
-    from surge.llm.setup import task_of
+    from surge.llm.tasks import task_of
 
     with pytest.raises(ValueError, match="did you mean chain_sum"):
         make_task("reasoning-gym:chain_summ", {})
@@ -162,7 +163,7 @@ def test_an_unknown_dataset_or_setting_is_a_clear_config_error() -> None:
 
 
 def test_without_the_package_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from surge.llm.setup import task_of
+    from surge.llm.tasks import task_of
 
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # `import reasoning_gym` fails
     with pytest.raises(UserError, match=r"pip install -e '\.\[reasoning-gym\]'") as caught:

@@ -26,10 +26,10 @@ def test_heldout_problems_never_appear_in_training() -> None:
     heldout = {p.prompt for p in task.sample("heldout", 300, random.Random(2))}
     assert train and heldout and not train & heldout
     # About one problem in ten is held out, whatever the seed.
-    from surge.llm.tasks import _split_of
+    from surge.llm.problems import split_of
 
     everything = [f"{a}+{b}=" for a in range(10, 100) for b in range(10, 100)]
-    share = sum(_split_of(p) == "heldout" for p in everything) / len(everything)
+    share = sum(split_of(p) == "heldout" for p in everything) / len(everything)
     assert 0.08 < share < 0.12, share
 
 

@@ -1,4 +1,4 @@
-"""Observation normalisation and reward scaling (surge/algos/normalize.py): the maths against
+"""Observation normalisation and reward scaling (surge/models/normalize.py): the maths against
 hand-computed numbers and a sequential numpy reference, and the trainer's statistics."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from surge.algos.normalize import (
+from surge.errors import ConfigError
+from surge.models.normalize import (
     EPS,
     INITIAL_COUNT,
     ObsNormalizer,
@@ -19,7 +20,6 @@ from surge.algos.normalize import (
     scale_rewards,
     update_moments,
 )
-from surge.errors import ConfigError
 
 
 def test_merge_moments_hand_computed() -> None:

@@ -295,9 +295,9 @@ from pathlib import Path
 from surge.config.load import load_config
 from surge.envs.make import probe_env
 from surge.recipes import build_graph
-from surge.runtime.control import Control
+from surge.streams.control import Control
 from surge.runtime.controller import _count_params
-from surge.runtime.graph import start_worker
+from surge.runtime.launch import start_worker
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext
 
@@ -397,7 +397,7 @@ def test_multiagent_update_matches_the_torch_learner(
     batch = _ma_batch(model)
     np_batch = batch.map(lambda t: t.numpy())
     monkeypatch.setattr(torch, "randperm", lambda n, generator=None: torch.arange(n))
-    from surge.algos.normalize import ValueNormalizer
+    from surge.models.normalize import ValueNormalizer
 
     ref = PPOLearner(model, cfg, torch.Generator(), vtrace, ValueNormalizer())
     mine = NumpyPPOLearner(net, cfg, _InOrder(), vtrace, ValueNormalizer())  # type: ignore[arg-type]
@@ -416,7 +416,7 @@ def test_multiagent_update_matches_the_torch_learner(
 def test_inactive_samples_do_not_change_the_update(backend: str) -> None:
     """Whatever an inactive sample holds (its agent was out of the episode), the update is
     the same: it is left out of the minibatches, the value statistics and the advantages."""
-    from surge.algos.normalize import ValueNormalizer
+    from surge.models.normalize import ValueNormalizer
 
     space = gym.spaces.Discrete(3)
     cfg = PPOConfig(epochs=2, minibatches=4, ent_coef=0.01, lr=1e-3)

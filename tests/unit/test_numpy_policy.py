@@ -14,7 +14,7 @@ from surge.config.schema import ModelConfig
 from surge.envs.spaces import flatten_obs_space
 from surge.models.actor_critic import ActorCritic
 from surge.models.numpy_policy import NumpyPolicy, acting_layout, numpy_layout
-from surge.workers.weights import model_to_flat
+from surge.models.weights import model_to_flat
 from tests.numerics import assert_float32_close
 
 pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)

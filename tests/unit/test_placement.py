@@ -8,9 +8,9 @@ from surge.config.load import load_config
 from surge.envs.make import probe_env
 from surge.errors import UserError
 from surge.recipes import build_graph
-from surge.runtime.graph import WorkerSpec
 from surge.runtime.placement import NodeInfo, place
 from surge.runtime.placement import pods as pods_of
+from surge.workers.graph import WorkerSpec
 
 
 def _cfg(*overrides: str):  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from surge.config.load import load_config
-from surge.runtime.graph import start_worker
+from surge.runtime.launch import start_worker
 from tests.conftest import in_process_streams
 
 

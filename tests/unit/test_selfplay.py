@@ -17,9 +17,9 @@ from surge.envs.connect_four import (  # noqa: E402
     landing_row,
 )
 from surge.envs.make import probe_env  # noqa: E402
+from surge.envs.players import RandomPlayer  # noqa: E402
 from surge.envs.selfplay import (  # noqa: E402
     Fixed,
-    RandomPlayer,
     fixed_player,
     make_selfplay_env,
 )

@@ -15,21 +15,14 @@ here knows a worker kind or a stream kind:
 
 from __future__ import annotations
 
-import importlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from surge.runtime.control import STOP, Control, control_layout
+from surge.streams.control import Control, control_layout
 from surge.streams.flow import VersionBound
 from surge.streams.ports import Port
 from surge.streams.transport import BlockLayout, Transport
-from surge.tracking import timing
-from surge.tracking.files import atomic_writer
 from surge.workers.base import Binding, RunContext, Worker
 
 WORKER_KINDS: dict[str, str] = {
@@ -253,51 +246,3 @@ def _edge_lines(stream: StreamSpec, arrow: str) -> list[str]:
         else:
             lines.append(f"{names(sources)} {arrow} {target}")
     return lines
-
-
-def write_timing(run_dir: Path, graph: Graph, rows: np.ndarray) -> None:
-    """timing.json: CPU seconds by activity per process, totals and the overhead share."""
-    names = [spec.name for spec in graph.workers] + ["controller"]
-    record = {
-        "processes": {
-            name: dict(zip(timing.FIELDS, map(float, rows[i]), strict=True))
-            for i, name in enumerate(names)
-        },
-        "total": timing.summarize(rows),
-    }
-    with atomic_writer(run_dir / "timing.json") as f:
-        json.dump(record, f, indent=1)
-
-
-def drive(
-    worker: Worker,
-    control: Control,
-    spec: WorkerSpec,
-    poll_s: float,
-    parent_alive: Callable[[], bool] = lambda: True,
-) -> None:
-    """The loop of a worker process, on every runtime: heartbeat, stop checks, one poll."""
-    while not worker.finished:
-        control.beat()
-        if not parent_alive():
-            break  # the controller is gone: never outlive it
-        if not spec.ends_run and control.stop_request == STOP:
-            break
-        worker.poll(poll_s)
-
-
-def build_worker(ctx: RunContext, spec: WorkerSpec, binding: Binding) -> Worker:
-    """Construct one worker inside the process (or thread) that will run it."""
-    module, _, function = spec.factory.partition(":")
-    factory: Factory = getattr(importlib.import_module(module), function)
-    return factory(ctx, binding)
-
-
-def start_worker(
-    ctx: RunContext, graph: Graph, slot: int, transport: Transport, life: int = 0
-) -> tuple[WorkerSpec, Control, Worker]:
-    """Bind and build the worker of `slot` (`life` counts its restarts in the run)."""
-    spec = graph.workers[slot]
-    control = Control(transport, slot)
-    worker = build_worker(ctx, spec, graph.binding(spec, transport, control, life))
-    return spec, control, worker
