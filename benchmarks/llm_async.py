@@ -110,7 +110,7 @@ def run(
         "computed_groups": float(np.mean([r["computed_groups"] for r in train])),
         "evals": evals,
         "busy": {
-            "trainer": timing["llm-trainer-0"]["learn"] / wall,
+            "trainer": timing["trainer-0"]["learn"] / wall,
             "generator": timing["generator-0"]["inference"] / wall,
             "weight_load": timing["generator-0"]["copy"] / wall,
             "rewarder": timing["rewarder-0"]["env"] / wall,

@@ -22,8 +22,6 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from surge.errors import UserError, WorkerFailure
 
 if TYPE_CHECKING:
@@ -156,10 +154,14 @@ def _train(args: argparse.Namespace) -> int:
 
 def _train_with(args: argparse.Namespace, warm: WarmProcess) -> int:
     from surge.config.load import load_config
+    from surge.recipes import algorithm_of
     from surge.runtime.controller import train
 
     source, overrides = _source_and_overrides(args.items)
     cfg, name = load_config(source, overrides)
+    module = algorithm_of(cfg).warm_module
+    if module is not None:
+        warm.preload(module)  # its learner's imports, while this process prepares the run
     if any(o.split("=", 1)[0].strip() in ("env", "env.id") for o in overrides):
         name = f"{_slug(cfg.env.id)}-{cfg.algo}"  # the preset's name would mislead
     result = train(cfg, name, warm)
@@ -216,65 +218,13 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from surge.evaluation.checkpoint import evaluate
+    """`surge eval RUN [key=value ...]`: the run's algorithm scores its newest checkpoint."""
+    from surge.recipes import algorithm_of
+    from surge.tracking.run_dir import load_run_config
 
-    if _is_llm_run(args.run_dir):
-        return _eval_llm(args)
-    options = _eval_options(args.options, {"episodes": int, "deterministic": bool, "seed": int})
-    result = evaluate(args.run_dir, **options, video=args.video)  # type: ignore[arg-type]
-    print(
-        f"{result['episodes']} episodes with policy version {result['policy_version']} "
-        f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
-        f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
-    )
-    if "video" in result:
-        print(f"video of the first episode: {result['video']}")
+    algorithm = algorithm_of(load_run_config(args.run_dir))
+    print(algorithm.evaluate(Path(args.run_dir), args.options, args.video))
     return 0
-
-
-def _is_llm_run(run_dir: Path) -> bool:
-    config = Path(run_dir) / "config.yaml"
-    return config.is_file() and (yaml.safe_load(config.read_text()) or {}).get("algo") == "grpo"
-
-
-def _eval_llm(args: argparse.Namespace) -> int:
-    """`surge eval RUN` on an LLM run: held-out greedy accuracy (and pass@k) of its newest
-    checkpoint."""
-    from surge.config.load import load_config
-    from surge.llm.evaluate import evaluate_run
-    from surge.tracking.checkpoint import latest_checkpoint
-
-    options = _eval_options(args.options, {"pass_k": int, "problems": int})
-    run_dir = Path(args.run_dir)
-    overrides = [f"task.heldout={options['problems']}"] if "problems" in options else []
-    cfg, _ = load_config(str(run_dir / "config.yaml"), overrides)
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise UserError(f"{run_dir} has no checkpoint to evaluate")
-    result = evaluate_run(run_dir, cfg, checkpoint, int(options.get("pass_k", 0)))  # type: ignore[call-overload]
-    extra = "".join(f", {k} {v:.3f}" for k, v in result.items() if k.startswith("pass@"))
-    print(
-        f"{result['problems']} held-out problems with policy version {result['policy_version']} "
-        f"({result['env_steps']:,} completions trained): greedy accuracy "
-        f"{result['accuracy']:.3f}{extra}"
-    )
-    return 0
-
-
-def _eval_options(items: list[str], allowed: dict[str, type]) -> dict[str, object]:
-    options: dict[str, object] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or key not in allowed:
-            raise UserError(
-                f"eval option {item!r} not understood",
-                "use key=value with key one of: " + ", ".join(allowed),
-            )
-        value = yaml.safe_load(raw)
-        if not isinstance(value, allowed[key]) or (allowed[key] is int and isinstance(value, bool)):
-            raise UserError(f"eval option {key}: expected {allowed[key].__name__}, got {raw!r}")
-        options[key] = value
-    return options
 
 
 def _plot(args: argparse.Namespace) -> int:

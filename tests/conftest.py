@@ -79,22 +79,26 @@ def wait_for(predicate: object, timeout: float, interval: float = 0.1) -> bool:
     return False
 
 
+def sketch_graph(cfg: ExperimentConfig) -> Graph:
+    """The graph `surge graph` draws for `cfg` (its algorithm's, nothing prepared on disk)."""
+    from surge.recipes import algorithm_of
+
+    algorithm = algorithm_of(cfg)
+    return algorithm.graph(algorithm.prepare(cfg, run_dir=None, checkpoint=None))
+
+
 def in_process_streams(
     cfg: ExperimentConfig, run_dir: Path
 ) -> tuple[Graph, RunContext, InlineTransport]:
     """(graph, run context, transport) of `cfg` as the serial runtime builds them, the
     control block reset: for tests that start (`start_worker`) and poll workers themselves."""
-    from surge.envs.make import probe_env
-    from surge.recipes import build_graph
-    from surge.runtime.controller import _count_params
+    from surge.recipes import algorithm_of
     from surge.streams.control import Control
     from surge.streams.transport import InlineTransport
-    from surge.workers.base import RunContext
 
-    env = probe_env(cfg.env, cfg.seed)
-    n_params = _count_params(cfg, env)
-    graph = build_graph(cfg, env, n_params)
-    ctx = RunContext(cfg=cfg, env=env, run_dir=run_dir, n_params=n_params)
+    algorithm = algorithm_of(cfg)
+    ctx = algorithm.prepare(cfg, run_dir, checkpoint=None)
+    graph = algorithm.graph(ctx)
     transport = InlineTransport(graph.all_layouts(), graph.channels)
     Control(transport).reset()
     return graph, ctx, transport

@@ -1,4 +1,5 @@
-"""The rollout batch both learners train on, built from a sample-stream slot in place."""
+"""The rollout batch both PPO learners train on (built from a sample-stream slot in place by
+surge/learners/ppo.py `slot_batch`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from surge.models.recurrent_state import CORE0
-from surge.streams.sample import prefixed
 
 Array = Any
 """numpy arrays for the numpy learner, torch tensors (sharing the memory) for the torch one."""
@@ -53,25 +51,3 @@ class RolloutBatch:
             if k != "active" and v is not None
         }
         return RolloutBatch(**fields, active=self.active)
-
-
-def slot_batch(
-    arrays: dict[str, np.ndarray], steps: int, wrap: Callable[[np.ndarray], Array] = lambda x: x
-) -> RolloutBatch:
-    """The batch over a slot's arrays without copying (the slot is not rewritten until the
-    trainer publishes the next version); `wrap` turns each array into the learner's kind
-    (torch.from_numpy for the torch learner)."""
-    obs = prefixed(arrays, "obs/")
-    return RolloutBatch(
-        obs={k: v[:steps] for k, v in obs.items()},
-        last_obs={k: v[steps] for k, v in obs.items()},
-        final_obs=prefixed(arrays, "final_obs/"),
-        actions=arrays["action"],
-        logp=arrays["logp"],
-        values=arrays["value"],
-        rewards=arrays["reward"],
-        terminated=arrays["terminated"],
-        truncated=arrays["truncated"],
-        core0=arrays[CORE0][0] if CORE0 in arrays else None,  # [depth, 1, N, S] in the block
-        active=arrays.get("active"),
-    ).map(wrap)

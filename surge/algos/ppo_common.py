@@ -1,6 +1,7 @@
 """What the two PPO learners share (algos/ppo.py in torch, algos/numpy_ppo.py in numpy): the
-per-step policy outputs their samples carry, the statistics an update reports, and the
-minibatch plan checked against the batch.
+statistics an update reports, and the minibatch plan checked against the batch (the
+per-step policy outputs their samples carry are the acting policy's, models/flat_policy.py
+`FlatPolicy.OUTPUTS`).
 
 Both learners run the same algorithm on the same batch layout; the tests keep their numbers
 equal (tests/unit/test_numpy_learner.py). This module imports neither torch nor a learner.
@@ -12,10 +13,6 @@ import numpy as np
 
 from surge.config.schema import PPOConfig
 from surge.errors import ConfigError
-
-POLICY_OUTPUTS = {"logp": "<f4", "value": "<f4"}
-"""What the acting policy records per step besides the action, in the order `act` returns
-them: the inference answer and the sample stream carry these fields (the sample schema)."""
 
 LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 """The order of the statistics the PPO loss returns beside the loss."""

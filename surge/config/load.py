@@ -22,6 +22,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from surge.config.algorithms import load_algorithm
 from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError, UserError
 
@@ -402,6 +403,7 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
 
 def validate(cfg: ExperimentConfig) -> None:
     """Check values the types cannot express; raise ConfigError naming the field."""
+    algorithm = load_algorithm(cfg.algo)  # first: an unknown algorithm is the mistake to name
     for field, ok, rule in RULES:
         value = functools.reduce(getattr, field.split("."), cfg)
         if not ok(value):
@@ -410,12 +412,9 @@ def validate(cfg: ExperimentConfig) -> None:
             )
     _check_inference_splits(cfg)
     _check_policies(cfg)
-    if cfg.algo == "grpo":
-        _check_llm(cfg)
-    else:
-        _check_minibatches(cfg)
-        _check_recurrent(cfg)
     _check_extras(cfg)
+    # the algorithm's own checks, by its plug-in (found by import path: config/algorithms.py)
+    algorithm.validate(cfg)
 
 
 def _check_inference_splits(cfg: ExperimentConfig) -> None:
@@ -458,87 +457,6 @@ def _check_policies(cfg: ExperimentConfig) -> None:
             f"policies declares {len(names)} policies but policy_mapping is empty",
             "map agent-name patterns to policies, e.g. policy_mapping={'adversary_*': "
             f"{names[0]}, '*': {names[1]}}}",
-        )
-    if cfg.algo == "grpo":
-        raise ConfigError("policies: LLM RL (algo: grpo) has one policy", "remove policies")
-
-
-def _check_minibatches(cfg: ExperimentConfig) -> None:
-    batch, p = cfg.batch_steps, cfg.ppo
-    if batch % p.minibatches:
-        divisors = [d for d in range(1, min(batch, 4096) + 1) if batch % d == 0]
-        near = sorted(divisors, key=lambda d: abs(d - p.minibatches))[:3]
-        raise ConfigError(
-            f"ppo.minibatches: the batch of {batch} steps (ppo.rollout_len {p.rollout_len} x "
-            f"{cfg.total_envs} envs) does not divide into {p.minibatches} minibatches",
-            f"set ppo.minibatches to a divisor of {batch} (e.g. "
-            f"{', '.join(map(str, sorted(near)))}), or change ppo.rollout_len or "
-            "workers.actors / workers.ring_size / workers.envs_per_group",
-        )
-
-
-def _check_recurrent(cfg: ExperimentConfig) -> None:
-    """A recurrent core's settings: burn-in inside a segment, minibatches of whole
-    sequences, and the torch backend."""
-    m, p = cfg.model, cfg.ppo
-    if m.core == "none":
-        if p.burn_in:
-            raise ConfigError(
-                f"ppo.burn_in={p.burn_in} applies to recurrent models, and model.core is none",
-                "set model.core=gru or lstm, or ppo.burn_in=0",
-            )
-        return
-    if p.burn_in >= p.rollout_len:
-        raise ConfigError(
-            f"ppo.burn_in={p.burn_in} must be below ppo.rollout_len={p.rollout_len}: the "
-            "burn-in steps of a segment are left out of the loss, so none would remain",
-            f"set ppo.burn_in below {p.rollout_len} (or raise ppo.rollout_len)",
-        )
-    envs = cfg.total_envs
-    if envs % p.minibatches:
-        divisors = [d for d in range(1, envs + 1) if envs % d == 0]
-        raise ConfigError(
-            f"ppo.minibatches={p.minibatches}: with model.core={m.core} a minibatch is whole "
-            f"segments, and the {envs} envs do not divide into {p.minibatches} minibatches",
-            f"set ppo.minibatches to a divisor of {envs} ({', '.join(map(str, divisors))}), "
-            "or change workers.actors / workers.ring_size / workers.envs_per_group",
-        )
-    if m.backend == "numpy":
-        raise ConfigError(
-            f"model.backend=numpy covers feed-forward MLPs; model.core={m.core} is recurrent",
-            "set model.backend to auto or torch (auto picks torch for recurrent models)",
-        )
-    from surge.envs.selfplay import is_selfplay_id  # only for recurrent configs: gymnasium
-
-    if is_selfplay_id(cfg.env.id):
-        # a league opponent is one player object per snapshot, shared by the games that
-        # drew it: it has nowhere to keep a per-game recurrent state (surge/streams/league.py)
-        raise ConfigError(
-            f"model.core={m.core} with a self-play env ({cfg.env.id}): league opponents play "
-            "feed-forward only",
-            "set model.core=none for self-play",
-        )
-
-
-def _check_llm(cfg: ExperimentConfig) -> None:
-    r = cfg.rollout
-    if r.slots and r.slots < r.group_size:
-        raise ConfigError(
-            f"rollout.slots={r.slots}: a generation worker needs room for one group "
-            f"(rollout.group_size={r.group_size})",
-            f"set rollout.slots to at least {r.group_size}, or 0 for the default",
-        )
-    if r.group_size < 2 and cfg.grpo.advantage != "dr_grpo":
-        raise ConfigError(
-            f"rollout.group_size=1: grpo.advantage={cfg.grpo.advantage} compares completions "
-            "of one prompt, so it needs at least 2",
-            "raise rollout.group_size (8 is common)",
-        )
-    if importlib.util.find_spec("transformers") is None:
-        raise ConfigError(
-            "algo: grpo needs the transformers and tokenizers packages, which are not installed",
-            "install the extra (pip install 'surge-rl[llm]', or .venv/bin/pip install "
-            "transformers tokenizers in a clone)",
         )
 
 

@@ -22,7 +22,6 @@ from surge.config.llm_schema import (
 )
 
 RuntimeName = Literal["serial", "local", "ray"]
-AlgoName = Literal["ppo", "appo", "grpo"]
 Activation = Literal["tanh", "relu"]
 EnvBackend = Literal["auto", "gymnasium", "ale", "envpool"]
 EncoderName = Literal["auto", "flat", "nature_cnn", "small_cnn", "grid_cnn"]
@@ -533,7 +532,16 @@ class ExperimentConfig:
     resumed runs included): a time budget, as benchmarks use. None: no limit."""
 
     stop_return: float | None = None
-    """Also stop once the mean return of the last `return_window` episodes reaches this."""
+    """Also stop once the mean return of the last `return_window` episodes reaches this, and
+    an evaluation of the newest version confirms it (`stop_confirm`)."""
+
+    stop_confirm: bool = True
+    """Stop at `stop_return` only when an evaluation of the newest version also reaches it:
+    `eval.episodes` episodes (`eval.deterministic`) played by the evaluation workers, or by
+    the trainer itself when there are none (LLM runs: held-out accuracy). Training waits for
+    it, so the final checkpoint holds the version evaluated; after a failed check the next
+    comes once `return_window` more episodes have finished. The closing line gives both
+    numbers. false: stop on the training mean alone."""
 
     return_window: int = 20
     """Episodes averaged for `stop_return` and for `episode_return_mean` in the metrics."""
@@ -554,10 +562,11 @@ class ExperimentConfig:
     """Agent-name pattern (shell-style: `adversary_*`) -> policy, for `policies`; each agent
     takes the first pattern it matches, and every agent must match one."""
 
-    algo: AlgoName = "ppo"
+    algo: str = "ppo"
     """The learning algorithm: `ppo` (GAE advantages from the behaviour policy's values),
     `appo` (V-trace targets and advantages, corrected for policy lag), or `grpo` (LLM RL:
-    group-relative advantages; the sections `task`, `rollout`, `grpo`, `sft`, docs/llm.md)."""
+    group-relative advantages; the sections `task`, `rollout`, `grpo`, `sft`, docs/llm.md);
+    or `module:Object`, an algorithm plug-in of your own (docs/architecture.md)."""
 
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO settings (also used by `appo`)."""
@@ -608,14 +617,6 @@ class ExperimentConfig:
     @property
     def total_envs(self) -> int:
         return self.workers.actors * self.workers.ring_size * self.workers.envs_per_group
-
-    @property
-    def batch_steps(self) -> int:
-        """Env steps in one training batch: one segment of every env (LLM runs: the batch's
-        completions, each a one-step episode)."""
-        if self.algo == "grpo":
-            return self.rollout.prompts_per_batch * self.rollout.group_size
-        return self.ppo.rollout_len * self.total_envs
 
     @property
     def total_groups(self) -> int:

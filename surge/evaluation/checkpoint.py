@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from surge.config.load import load_config
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import probe_policies
 from surge.errors import UserError
 from surge.evaluation.suite import EvalSuite
+from surge.models.acting import ActingPolicy
 from surge.models.flat_policy import FlatPolicy
 from surge.models.normalize import ValueNormalizer, stats_vector
 from surge.models.numpy_policy import numpy_layout
@@ -94,7 +96,7 @@ def evaluate(
         env.observation_space, env.action_space, cfg.model, derive_seed(seed, "eval")
     )
     first.load(checkpoint_flat(cfg, env, state))
-    policy: FlatPolicy | dict[str, FlatPolicy] = first
+    policy: ActingPolicy | dict[str, ActingPolicy] = first
     if len(cfg.policy_names) > 1:  # every policy from its own newest checkpoint
         policy = {cfg.policy_names[0]: first, **_other_policies(cfg, run_dir, seed)}
     limit_torch_threads(1)  # if a CNN (or a checkpoint's tensors) brought torch
@@ -122,11 +124,11 @@ def evaluate(
     return result
 
 
-def _other_policies(cfg: ExperimentConfig, run_dir: Path, seed: int) -> dict[str, FlatPolicy]:
+def _other_policies(cfg: ExperimentConfig, run_dir: Path, seed: int) -> dict[str, ActingPolicy]:
     """The policies but the first of a multi-agent run, each loaded from the newest
     checkpoint in its home (surge/workers/base.py `policy_home`)."""
     envs = probe_policies(cfg)
-    policies = {}
+    policies: dict[str, ActingPolicy] = {}
     for name in cfg.policy_names[1:]:
         checkpoint = latest_checkpoint(policy_home(run_dir, name))
         if checkpoint is None:
@@ -138,3 +140,20 @@ def _other_policies(cfg: ExperimentConfig, run_dir: Path, seed: int) -> dict[str
         policy.load(checkpoint_flat(cfg, env, load_checkpoint(checkpoint)))
         policies[name] = policy
     return policies
+
+
+def parse_options(items: list[str], kinds: dict[str, type]) -> dict[str, Any]:
+    """`surge eval`'s `key=value` options, each of the type `kinds` gives it."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in kinds:
+            raise UserError(
+                f"eval option {item!r} not understood",
+                "use key=value with key one of: " + ", ".join(kinds),
+            )
+        value = yaml.safe_load(raw)
+        if not isinstance(value, kinds[key]) or (kinds[key] is int and isinstance(value, bool)):
+            raise UserError(f"eval option {key}: expected {kinds[key].__name__}, got {raw!r}")
+        options[key] = value
+    return options

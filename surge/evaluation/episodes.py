@@ -20,7 +20,7 @@ import numpy as np
 from surge.config.schema import EnvConfig
 from surge.envs.multiagent import MultiAgentGroup
 from surge.envs.spaces import action_converter, split_obs
-from surge.models.flat_policy import FlatPolicy
+from surge.models.acting import ActingPolicy
 from surge.models.recurrent_state import carry
 from surge.seeds import derive_seed
 from surge.tracking.video import require_av
@@ -59,7 +59,7 @@ class EpisodeResults:
 
 def play_episodes(
     env: gym.Env[Any, Any],
-    policy: FlatPolicy,
+    policy: ActingPolicy,
     episodes: int,
     seed: int,
     deterministic: bool,
@@ -103,7 +103,7 @@ def play_episodes(
 
 def play_multiagent_episodes(
     group: MultiAgentGroup,
-    policies: dict[str, FlatPolicy],
+    policies: dict[str, ActingPolicy],
     episodes: int,
     seed: int,
     deterministic: bool,

@@ -28,7 +28,7 @@ from surge.evaluation.episodes import (
     play_multiagent_episodes,
     render_fps,
 )
-from surge.models.flat_policy import FlatPolicy
+from surge.models.acting import ActingPolicy, acting_policy
 from surge.seeds import derive_seed
 
 OUTCOMES = ("win_rate", "draw_rate", "loss_rate")
@@ -90,7 +90,7 @@ class EvalSuite:
 
     def play(
         self,
-        policy: FlatPolicy | dict[str, FlatPolicy],
+        policy: ActingPolicy | dict[str, ActingPolicy],
         episodes: int,
         seed: int,
         deterministic: bool,
@@ -138,3 +138,27 @@ def _rows(info: EnvInfo) -> dict[str, np.ndarray]:
     """Observation arrays for the rows of one env of a policy."""
     specs = obs_specs(info.observation_space)
     return {k: np.zeros((info.rows_per_env, *s.shape), s.dtype) for k, s in specs.items()}
+
+
+class InlineEvaluator:
+    """Plays a version's published parameters in the calling process: the trainer's stop
+    check when the run has no evaluation workers (surge/workers/trainer.py). The suite and
+    the policy (`acting`: the algorithm's acting policy, models/acting.py) are made at the
+    first call and kept. Single-policy runs: it plays `env`'s policy for every agent."""
+
+    def __init__(self, cfg: ExperimentConfig, env: EnvInfo, acting: str) -> None:
+        self.cfg, self.env, self.acting = cfg, env, acting
+        self.suite: EvalSuite | None = None
+        self.policy: ActingPolicy | None = None
+
+    def __call__(self, flat: np.ndarray, episodes: int, seed: int) -> EpisodeResults:
+        if self.suite is None or self.policy is None:
+            self.suite = EvalSuite(self.cfg, video=False)
+            self.policy = acting_policy(self.acting, self.env, self.cfg, seed)
+        self.policy.load(flat)
+        played, _ = self.suite.play(self.policy, episodes, seed, self.cfg.eval.deterministic)
+        return played
+
+    def close(self) -> None:
+        if self.suite is not None:
+            self.suite.close()

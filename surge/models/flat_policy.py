@@ -17,7 +17,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surge.config.schema import ModelConfig
+from surge.config.schema import ExperimentConfig, ModelConfig
+from surge.envs.spaces import EnvInfo
 from surge.models.normalize import (
     VALUE_STATS_SIZE,
     ObsNormalizer,
@@ -64,8 +65,17 @@ class TorchActing:
         return tuple(t.numpy() for t in out)
 
 
+def flat_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int) -> FlatPolicy:
+    """The acting policy of PPO's family (`RunContext.acting_policy`, models/acting.py)."""
+    return FlatPolicy(env.observation_space, env.action_space, cfg.model, seed)
+
+
 class FlatPolicy:
     """Acts with the version last written into `flat` (call `reload()` after writing)."""
+
+    OUTPUTS = {"logp": "<f4", "value": "<f4"}
+    """What `act` returns after the action (models/acting.py): the log-probability of the
+    action and the value estimate, the sample fields PPO and APPO learn from."""
 
     def __init__(
         self, obs_space: gym.Space[Any], action_space: gym.Space[Any], model: ModelConfig, seed: int

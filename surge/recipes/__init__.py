@@ -1,45 +1,31 @@
-"""Recipes: one per algorithm family, each turns a config into the experiment's graph.
+"""Recipes: each algorithm as one plug-in (surge/recipes/base.py `Algorithm`), with the graph
+of workers and streams a config of it runs as.
 
-A recipe is `(cfg, env, n_params) -> Graph` (surge/workers/graph.py). The runtimes launch
-whatever graph they are given, so a new shape of experiment is a new recipe (and, if it needs
-them, new worker kinds registered with `register_worker_kind`), never a runtime edit.
+The runtimes launch whatever graph they are given, so a new shape of experiment is a new
+algorithm, or a recipe of its own (`controller.train(cfg, recipe=...)`: a function from the
+run's context to a graph, e.g. the algorithm's graph plus a worker of a new kind registered
+with `register_worker_kind`), never a runtime edit.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
+from typing import cast
 
+from surge.config.algorithms import load_algorithm
 from surge.config.schema import ExperimentConfig
-from surge.envs.spaces import EnvInfo
-from surge.workers.base import PolicyContext
+from surge.recipes.base import Algorithm
+from surge.workers.base import RunContext
 from surge.workers.graph import Graph
 
-Recipe = Callable[[ExperimentConfig, EnvInfo, int], Graph]
-
-RECIPES: dict[str, str] = {
-    "ppo": "surge.recipes.ppo:ppo_graph",
-    "appo": "surge.recipes.ppo:ppo_graph",  # the same graph; the trainer's loss differs
-    "grpo": "surge.recipes.grpo:grpo_graph",
-}
-"""`algo` -> `module:function` of its recipe."""
+Recipe = Callable[[RunContext], Graph]
 
 
-def recipe_for(cfg: ExperimentConfig) -> Recipe:
-    module, _, function = RECIPES[cfg.algo].partition(":")
-    recipe: Recipe = getattr(importlib.import_module(module), function)
-    return recipe
+def algorithm_of(cfg: ExperimentConfig) -> Algorithm:
+    """The plug-in of `cfg.algo` (surge/config/algorithms.py)."""
+    return cast(Algorithm, load_algorithm(cfg.algo))
 
 
-def build_graph(
-    cfg: ExperimentConfig,
-    env: EnvInfo,
-    n_params: int,
-    policies: dict[str, PolicyContext] | None = None,
-) -> Graph:
-    """The graph of this config's algorithm family; `policies`: every policy's env view and
-    size in a multi-agent run with several (PPO's recipe takes them)."""
-    recipe = recipe_for(cfg)
-    if policies and len(policies) > 1:
-        return recipe(cfg, env, n_params, policies=policies)  # type: ignore[call-arg]
-    return recipe(cfg, env, n_params)
+def build_graph(ctx: RunContext) -> Graph:
+    """The graph of the run `ctx` prepares, as its algorithm lays it out."""
+    return algorithm_of(ctx.cfg).graph(ctx)

@@ -1,4 +1,5 @@
-"""The LLM RL graph (asynchronous GRPO family; LlamaRL / AReaL / verl's dataflow):
+"""GRPO as a plug-in (surge/recipes/base.py), and the LLM RL graph (the asynchronous GRPO
+family; LlamaRL / AReaL / verl's dataflow):
 
     generator-i --(rollouts: finished groups)--> rewarder-0 --(scored)--> trainer-0
         (with grpo.kl_coef > 0: rewarder-0 --(scored)--> reference-0 --(referenced)--> trainer-0)
@@ -8,25 +9,33 @@
 Generation is SRL's policy worker and actor in one (the prompt is the observation, the verifier
 the environment), the reward worker is its own stage so a slow verifier never stalls
 generation, and the rollout stream's version bound is AReaL's staleness rule
-(streams/rollouts.py).
+(streams/rollouts.py). The trainer runs GRPO's learner (surge/learners/grpo.py) in the
+trainer chassis.
 """
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from surge.config.schema import ExperimentConfig
 from surge.envs.spaces import EnvInfo
+from surge.errors import ConfigError, UserError
+from surge.recipes.base import Algorithm
 from surge.recipes.evaluation import EVALUATIONS
 from surge.recipes.ppo import POLICY
 from surge.streams.flow import VersionBound
 from surge.streams.params import params_block, params_layout
 from surge.streams.results import results_layout
 from surge.streams.rollouts import rollout_layout
+from surge.workers.base import RunContext
 from surge.workers.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 
 LLM_EVAL_FIELDS = ("version", "problems", "accuracy", "pass_at_k", "length_mean")
 
 
-def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
+def grpo_graph(ctx: RunContext) -> Graph:
+    cfg, env, n_params = ctx.cfg, ctx.env, ctx.n_params
     r, g, ray = cfg.rollout, cfg.grpo, cfg.ray
     # Placement on a Ray cluster (runtime/placement.py): the stages that read every group
     # (reward, reference) and the evaluators share the trainer's pod; each generation worker
@@ -34,8 +43,9 @@ def grpo_graph(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
     # rollout stream and the parameter versions cross nodes by surge/streams/ray_bridge.py.
     pod = "trainer"
     trainer = worker(
-        "llm-trainer",
+        "trainer",
         0,
+        factory="surge.learners.grpo:build",
         threads=g.threads,
         restartable=False,
         ends_run=True,
@@ -150,3 +160,122 @@ def _width(env: EnvInfo) -> int:
     shape = env.observation_space.shape
     assert shape is not None
     return int(shape[0])
+
+
+# ---------------------------------------------------------------------- the plug-in
+
+
+class GRPOFamily(Algorithm):
+    """`algo: grpo`: LLM RL on a task with a verifier (the sections `task`, `rollout`, `grpo`,
+    `sft`, `tiny_model`; docs/llm.md)."""
+
+    name = "grpo"
+    # No warm trainer process: every LLM worker is forked from one process that imported
+    # torch and transformers once (`shared_imports`).
+    warm_module = None
+
+    def validate(self, cfg: ExperimentConfig) -> None:
+        if cfg.policies:
+            raise ConfigError("policies: LLM RL (algo: grpo) has one policy", "remove policies")
+        _check_llm(cfg)
+
+    def prepare(
+        self, cfg: ExperimentConfig, run_dir: Path | None, checkpoint: Path | None
+    ) -> RunContext:
+        from surge.llm import setup
+        from surge.llm.tasks import task_of
+
+        task_of(cfg)  # a bad task fails before any model is loaded or trained
+        if run_dir is None:  # the graph only: the model's shapes, no weights
+            model = Path(cfg.model.path) if cfg.model.path else None
+            env, n_params = setup.shapes_and_size(cfg, model)
+            return RunContext(cfg=cfg, env=env, run_dir=Path("."), n_params=n_params)
+        model_dir, env, n_params = setup.prepare(cfg, run_dir, resuming=checkpoint is not None)
+        start_version, resumes = _resume_point(checkpoint)
+        return RunContext(
+            cfg=cfg,
+            env=env,
+            run_dir=run_dir,
+            n_params=n_params,
+            start_version=start_version,
+            checkpoint=str(checkpoint) if checkpoint else None,
+            resumes=resumes,
+            model_dir=str(model_dir),
+        )
+
+    def graph(self, ctx: RunContext) -> Graph:
+        return grpo_graph(ctx)
+
+    def subject(self, cfg: ExperimentConfig) -> str:
+        return cfg.task.name
+
+    def describe(self, ctx: RunContext, graph: Graph) -> list[str]:
+        cfg, r = ctx.cfg, ctx.cfg.rollout
+        names = ", ".join(spec.name for spec in graph.workers)
+        return [
+            f"workers: {names}; {r.prompts_per_batch} prompts x {r.group_size} completions "
+            f"per batch; max_policy_lag={cfg.max_policy_lag}; interrupt={r.interrupt}; "
+            f"loss {cfg.grpo.loss}"
+        ]
+
+    def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
+        """Held-out greedy accuracy (and pass@k) of the run's newest checkpoint."""
+        from surge.config.load import load_config
+        from surge.evaluation.checkpoint import parse_options
+        from surge.llm.evaluate import evaluate_run
+        from surge.tracking.checkpoint import latest_checkpoint
+
+        given = parse_options(options, {"pass_k": int, "problems": int})
+        overrides = [f"task.heldout={given['problems']}"] if "problems" in given else []
+        cfg, _ = load_config(str(run_dir / "config.yaml"), overrides)
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise UserError(f"{run_dir} has no checkpoint to evaluate")
+        pass_k = given.get("pass_k", 0)
+        assert isinstance(pass_k, int)
+        result = evaluate_run(run_dir, cfg, checkpoint, pass_k)
+        extra = "".join(f", {k} {v:.3f}" for k, v in result.items() if k.startswith("pass@"))
+        return (
+            f"{result['problems']} held-out problems with policy version "
+            f"{result['policy_version']} ({result['env_steps']:,} completions trained): greedy "
+            f"accuracy {result['accuracy']:.3f}{extra}"
+        )
+
+
+GRPO = GRPOFamily()
+
+
+def _resume_point(checkpoint: Path | None) -> tuple[int, int]:
+    if checkpoint is None:
+        return 0, 0
+    from surge.tracking.checkpoint import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    if state.get("kind") != "llm":
+        raise UserError(
+            f"{checkpoint} was not written by an LLM run (algo: grpo)",
+            "resume it with the config it was trained with",
+        )
+    return int(state["version"]), int(state["resumes"]) + 1
+
+
+def _check_llm(cfg: ExperimentConfig) -> None:
+    r = cfg.rollout
+    if r.slots and r.slots < r.group_size:
+        raise ConfigError(
+            f"rollout.slots={r.slots}: a generation worker needs room for one group "
+            f"(rollout.group_size={r.group_size})",
+            f"set rollout.slots to at least {r.group_size}, or 0 for the default",
+        )
+    if r.group_size < 2 and cfg.grpo.advantage != "dr_grpo":
+        raise ConfigError(
+            f"rollout.group_size=1: grpo.advantage={cfg.grpo.advantage} compares completions "
+            "of one prompt, so it needs at least 2",
+            "raise rollout.group_size (8 is common)",
+        )
+    if importlib.util.find_spec("transformers") is None:
+        raise ConfigError(
+            "algo: grpo needs the transformers and tokenizers packages, which are not installed",
+            "install the extra (pip install 'surge-rl[llm]', or .venv/bin/pip install "
+            "transformers tokenizers in a clone)",
+        )

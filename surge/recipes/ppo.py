@@ -1,4 +1,5 @@
-"""The PPO / APPO graph (SRL's actor-policy-trainer dataflow):
+"""PPO and APPO as plug-ins (surge/recipes/base.py), and their graph: SRL's
+actor-policy-trainer dataflow.
 
     actor-i  --(inference: obs -> actions)-->  policy-(i % P)   (or inline in actor-i)
     actor-i  --(samples: segments)---------->  trainer-0
@@ -10,38 +11,53 @@ A multi-agent run with several `policies` has these three streams once per polic
 for all policies and writes each policy's agents into that policy's streams.
 
 Plus evaluation workers when `eval.workers` > 0 (surge/recipes/evaluation.py), and a league
-worker for self-play games (surge/recipes/selfplay.py).
+worker for self-play games (surge/recipes/selfplay.py). The trainer runs PPO's learner
+(surge/learners/ppo.py) in the trainer chassis; actors, policy workers and evaluators act
+with `FlatPolicy` (models/flat_policy.py): numpy for MLPs, torch for the CNNs.
 """
 
 from __future__ import annotations
 
-from surge.algos.ppo_common import POLICY_OUTPUTS
+import importlib.metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
 from surge.config.schema import ExperimentConfig
+from surge.envs.make import probe_policies
 from surge.envs.selfplay import is_selfplay_id
 from surge.envs.spaces import EnvInfo
+from surge.errors import ConfigError, UserError
+from surge.models.flat_policy import FlatPolicy
+from surge.models.images import choose_encoder
+from surge.models.normalize import published_stats_size
+from surge.models.numpy_policy import layout_size, numpy_layout
 from surge.models.recurrent_state import inference_state_fields, segment_state_fields
+from surge.recipes.base import Algorithm
 from surge.recipes.evaluation import add_evaluators
 from surge.recipes.selfplay import add_league
 from surge.streams.flow import VersionBound
 from surge.streams.inference import inference_layout
 from surge.streams.params import params_block, params_layout
 from surge.streams.sample import sample_layout
-from surge.workers.base import PolicyContext
+from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
+from surge.tracking.run_dir import policy_home
+from surge.workers.base import PolicyContext, RunContext
 from surge.workers.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 
 POLICY = "default"
 """The one policy of a PPO graph without `policies`."""
 
 
-def ppo_graph(
-    cfg: ExperimentConfig,
-    env: EnvInfo,
-    n_params: int,
-    policies: dict[str, PolicyContext] | None = None,
-) -> Graph:
-    """`policies`: every policy's env view and size (several policies); None: one policy,
-    `env` and `n_params`."""
-    policies = policies or {cfg.policy_names[0]: PolicyContext(env, n_params)}
+TRAINER = "surge.learners.ppo:build"
+"""The trainer's factory: the chassis with PPO's learner."""
+
+
+def ppo_graph(ctx: RunContext) -> Graph:
+    """The graph of `ctx`'s run: one set of streams and a trainer per policy."""
+    cfg, n_params = ctx.cfg, ctx.n_params
+    policies = ctx.policies or {cfg.policy_names[0]: PolicyContext(ctx.env, n_params)}
     single = len(policies) == 1
     w, r = cfg.workers, cfg.ray
     remote = w.inference == "remote"
@@ -54,6 +70,7 @@ def ppo_graph(
             worker(
                 "trainer",
                 k,
+                factory=TRAINER,
                 threads=w.trainer_threads,
                 restartable=False,
                 ends_run=True,
@@ -142,7 +159,7 @@ def ppo_graph(
         layouts[f"inference{suffix}"] = inference_layout(
             penv.obs,
             penv.action,
-            POLICY_OUTPUTS,
+            FlatPolicy.OUTPUTS,
             groups=cfg.total_groups,
             group_size=rows,
             state=inference_state_fields(cfg.model),
@@ -150,7 +167,7 @@ def ppo_graph(
         layouts[f"samples{suffix}"] = sample_layout(
             penv.obs,
             penv.action,
-            POLICY_OUTPUTS,
+            FlatPolicy.OUTPUTS,
             depth=flow.depth,
             steps=cfg.ppo.rollout_len,
             envs=cfg.total_groups * rows,
@@ -169,3 +186,225 @@ def ppo_graph(
         graph, cfg, trainer=lead, params=lead_params,
         more_params=[params_block(name) for name in list(policies)[1:]],
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- the plug-in
+
+
+class PPOFamily(Algorithm):
+    """`algo: ppo` (GAE on the behaviour values) and `algo: appo` (V-trace targets): the
+    same graph and acting policy; their learners differ in the targets (learners/ppo.py)."""
+
+    warm_module = "surge.learners.ppo"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def validate(self, cfg: ExperimentConfig) -> None:
+        _check_minibatches(cfg)
+        _check_recurrent(cfg)
+        several = len(cfg.policy_names) > 1
+        if cfg.stop_return is not None and cfg.stop_confirm and several and not cfg.eval.workers:
+            raise ConfigError(
+                f"stop_return with {len(cfg.policy_names)} policies: the stop check plays "
+                "every policy's newest version, which only evaluation workers can",
+                "set eval.workers=1, or stop_confirm=false to stop on the training mean",
+            )
+
+    def prepare(
+        self, cfg: ExperimentConfig, run_dir: Path | None, checkpoint: Path | None
+    ) -> RunContext:
+        envs = probe_policies(cfg)  # fails on a bad env before anything runs
+        for env in envs.values():
+            choose_encoder(env.observation_space, cfg.model)  # and on images no encoder fits
+        first = next(iter(envs.values()))
+        start_version, resumes = _resume_point(cfg, first, checkpoint)
+        policies = {}
+        if len(envs) > 1:  # several policies: each its own size, home and resume point
+            policies = _policy_contexts(cfg, envs, run_dir, checkpoint)
+        return RunContext(
+            cfg=cfg,
+            env=first,
+            run_dir=run_dir or Path("."),
+            n_params=count_params(cfg, first),
+            start_version=start_version,
+            checkpoint=str(checkpoint) if checkpoint else None,
+            resumes=resumes,
+            policies=policies,
+            acting_policy="surge.models.flat_policy:flat_policy",
+        )
+
+    def graph(self, ctx: RunContext) -> Graph:
+        return ppo_graph(ctx)
+
+    def describe(self, ctx: RunContext, graph: Graph) -> list[str]:
+        from surge.learners.ppo import backend_name
+
+        cfg, w = ctx.cfg, ctx.cfg.workers
+        learner = backend_name(cfg, ctx.env)  # here, so a backend the model cannot use fails
+        if learner == "torch":
+            learner += f" {importlib.metadata.version('torch')}"
+        names = ", ".join(s.name for s in graph.workers)
+        return [
+            f"workers: {names}; {cfg.total_envs} envs ({w.actors} actors x {w.ring_size} groups "
+            f"x {w.envs_per_group}); max_policy_lag={cfg.max_policy_lag}; inference "
+            f"{w.inference}; learner {learner}"
+        ]
+
+    def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
+        from surge.evaluation.checkpoint import evaluate, parse_options
+
+        kinds = {"episodes": int, "deterministic": bool, "seed": int}
+        result = evaluate(run_dir, **parse_options(options, kinds), video=video)
+        line = (
+            f"{result['episodes']} episodes with policy version {result['policy_version']} "
+            f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
+            f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
+        )
+        if "video" in result:
+            line += f"\nvideo of the first episode: {result['video']}"
+        return line
+
+
+PPO = PPOFamily("ppo")
+APPO = PPOFamily("appo")
+
+
+def batch_steps(cfg: ExperimentConfig) -> int:
+    """Env steps in one training batch: one segment of every env."""
+    return cfg.ppo.rollout_len * cfg.total_envs
+
+
+def count_params(cfg: ExperimentConfig, env: EnvInfo) -> int:
+    """Size of the published flat vector: the weights, then the observation and value
+    statistics (models/normalize.py). MLP policies are counted without importing torch (the
+    controller stays small: it only watches); other models are built once to count."""
+    m = cfg.model
+    stats = published_stats_size(env.observation_space, m.normalize_obs, m.value_norm)
+    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
+    if layout is not None:
+        return layout_size(layout) + stats
+    from surge.models.actor_critic import ActorCritic
+    from surge.models.weights import count_params as count
+
+    return count(ActorCritic(env.observation_space, env.action_space, cfg.model)) + stats
+
+
+def _resume_point(cfg: ExperimentConfig, env: EnvInfo, checkpoint: Path | None) -> tuple[int, int]:
+    """(the version to start from, how many times the run has been resumed), after checking
+    that the checkpoint fits the network this config builds."""
+    if checkpoint is None:
+        return 0, 0
+    state = load_checkpoint(checkpoint)
+    problem = _misfit(cfg, env, state["model"])
+    if problem:
+        raise UserError(
+            f"{checkpoint} does not fit the network this config builds: {problem}",
+            "resume with the env and model settings the run was trained with",
+        )
+    return int(state["version"]), int(state["resumes"]) + 1
+
+
+def _policy_contexts(
+    cfg: ExperimentConfig,
+    envs: dict[str, EnvInfo],
+    run_dir: Path | None,
+    checkpoint: Path | None,
+) -> dict[str, PolicyContext]:
+    """Every policy's view, size and resume point; a resumed run finds each policy's newest
+    checkpoint in its home (the first policy's is `checkpoint`)."""
+    contexts = {}
+    for k, (name, env) in enumerate(envs.items()):
+        own = checkpoint
+        if checkpoint is not None and k > 0:
+            assert run_dir is not None, "a resumed run has its directory"
+            own = latest_checkpoint(policy_home(run_dir, name))
+            if own is None:
+                raise UserError(
+                    f"{run_dir} has a checkpoint of policy {cfg.policy_names[0]} but none of "
+                    f"policy {name} (in {policy_home(run_dir, name)})",
+                    "resume a run whose trainers all wrote a checkpoint",
+                )
+        start, _ = _resume_point(cfg, env, own)
+        contexts[name] = PolicyContext(
+            env, count_params(cfg, env), start, str(own) if own else None
+        )
+    return contexts
+
+
+def _misfit(cfg: ExperimentConfig, env: EnvInfo, saved: dict[str, Any]) -> str:
+    """Why a checkpoint's model state does not fit the model this config builds ("" if it
+    does). MLPs are compared by parameter names and shapes without importing torch."""
+    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
+    if layout is not None:
+        want = dict(layout.params)
+        have = {name: tuple(np.shape(value)) for name, value in saved.items()}
+        if want == have:
+            return ""
+        diff = sorted(set(want.items()) ^ set(have.items()))
+        return f"parameters differ: {', '.join(f'{n} {s}' for n, s in diff[:6])}"
+    import torch
+
+    from surge.models.actor_critic import ActorCritic
+
+    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    try:
+        model.load_state_dict({k: torch.as_tensor(v) for k, v in saved.items()})
+    except RuntimeError as e:
+        return str(e)
+    return ""
+
+
+def _check_minibatches(cfg: ExperimentConfig) -> None:
+    batch, p = batch_steps(cfg), cfg.ppo
+    if batch % p.minibatches:
+        divisors = [d for d in range(1, min(batch, 4096) + 1) if batch % d == 0]
+        near = sorted(divisors, key=lambda d: abs(d - p.minibatches))[:3]
+        raise ConfigError(
+            f"ppo.minibatches: the batch of {batch} steps (ppo.rollout_len {p.rollout_len} x "
+            f"{cfg.total_envs} envs) does not divide into {p.minibatches} minibatches",
+            f"set ppo.minibatches to a divisor of {batch} (e.g. "
+            f"{', '.join(map(str, sorted(near)))}), or change ppo.rollout_len or "
+            "workers.actors / workers.ring_size / workers.envs_per_group",
+        )
+
+
+def _check_recurrent(cfg: ExperimentConfig) -> None:
+    """A recurrent core's settings: burn-in inside a segment, minibatches of whole
+    sequences, and the torch backend."""
+    m, p = cfg.model, cfg.ppo
+    if m.core == "none":
+        if p.burn_in:
+            raise ConfigError(
+                f"ppo.burn_in={p.burn_in} applies to recurrent models, and model.core is none",
+                "set model.core=gru or lstm, or ppo.burn_in=0",
+            )
+        return
+    if p.burn_in >= p.rollout_len:
+        raise ConfigError(
+            f"ppo.burn_in={p.burn_in} must be below ppo.rollout_len={p.rollout_len}: the "
+            "burn-in steps of a segment are left out of the loss, so none would remain",
+            f"set ppo.burn_in below {p.rollout_len} (or raise ppo.rollout_len)",
+        )
+    envs = cfg.total_envs
+    if envs % p.minibatches:
+        divisors = [d for d in range(1, envs + 1) if envs % d == 0]
+        raise ConfigError(
+            f"ppo.minibatches={p.minibatches}: with model.core={m.core} a minibatch is whole "
+            f"segments, and the {envs} envs do not divide into {p.minibatches} minibatches",
+            f"set ppo.minibatches to a divisor of {envs} ({', '.join(map(str, divisors))}), "
+            "or change workers.actors / workers.ring_size / workers.envs_per_group",
+        )
+    if m.backend == "numpy":
+        raise ConfigError(
+            f"model.backend=numpy covers feed-forward MLPs; model.core={m.core} is recurrent",
+            "set model.backend to auto or torch (auto picks torch for recurrent models)",
+        )
+    if is_selfplay_id(cfg.env.id):
+        # a league opponent is one player object per snapshot, shared by the games that
+        # drew it: it has nowhere to keep a per-game recurrent state (surge/streams/league.py)
+        raise ConfigError(
+            f"model.core={m.core} with a self-play env ({cfg.env.id}): league opponents play "
+            "feed-forward only",
+            "set model.core=none for self-play",
+        )

@@ -1,11 +1,12 @@
 """The controller: turns a config into a running graph on the chosen runtime, and reports.
 
-`train` and `resume` are what `surge train` / `surge resume` call, and the Python API.
+`train` and `resume` are what `surge train` / `surge resume` call, and the Python API. The
+algorithm is a plug-in (surge/recipes/base.py): it prepares the run's context and lays out
+its graph; the controller names none, and only launches, watches and reports.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import math
 import sys
 import time
@@ -15,29 +16,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from surge.config.load import dump_yaml, load_config
 from surge.config.schema import ExperimentConfig
-from surge.envs.make import probe_policies
-from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError, UserError
-from surge.models.images import choose_encoder
-from surge.models.normalize import published_stats_size
-from surge.models.numpy_policy import layout_size, numpy_layout
-from surge.recipes import Recipe, build_graph
+from surge.recipes import Recipe, algorithm_of
+from surge.recipes.base import Algorithm
 from surge.runtime.warm import WarmProcess
 from surge.streams.control import Control
+from surge.tracking.checkpoint import latest_checkpoint
 from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress
-from surge.tracking.run_dir import create_run_dir, policy_home
-from surge.workers.base import PolicyContext, RunContext
-from surge.workers.graph import Graph, WorkerSpec
-from surge.workers.learners import backend_name
+from surge.tracking.run_dir import create_run_dir, discard_run_dir
+from surge.workers.base import RunContext
+from surge.workers.graph import Graph
 
-# Sections and keys that define what a checkpoint holds: changing them on resume cannot work.
 RATE_WINDOW_S = 5.0  # the live display's steps/s is measured over this window
 
+# Sections and keys that define what a checkpoint holds: changing them on resume cannot work.
 FROZEN_ON_RESUME = ("env", "model", "algo")
 CHANGEABLE_ON_RESUME = ("env.max_episode_steps", "env.clip_actions")
 
@@ -51,6 +46,12 @@ class TrainResult:
     """Mean return of the last `return_window` episodes; NaN when none has ended."""
     wall_time_s: float
     episodes: int = 0
+    eval_return_mean: float = math.nan
+    """The newest evaluation's mean return (the stop check's, when the run was solved)."""
+    eval_return_std: float = math.nan
+    eval_episodes: int = 0
+    eval_version: int = -1
+    """The policy version that evaluation played (-1: none)."""
 
 
 def train(
@@ -62,19 +63,16 @@ def train(
     """Train from scratch into a new run directory.
 
     `warm`: a trainer process already started (surge/runtime/warm.py), used by the `local`
-    runtime; the caller closes it whatever happens. `recipe`: builds the graph instead of the
-    algorithm's own recipe (surge/recipes), e.g. to add a worker of a new kind."""
-    envs = None
-    if cfg.algo == "grpo":
-        from surge.llm.tasks import task_of
-
-        task_of(cfg)  # fail on a bad task before creating anything
-    else:
-        envs = probe_policies(cfg)  # fail on a bad env before creating anything
-        for env in envs.values():
-            choose_encoder(env.observation_space, cfg.model)  # and on images no encoder fits
+    runtime; the caller closes it whatever happens. `recipe`: builds the graph from the
+    run's context instead of the algorithm's own (e.g. to add a worker of a new kind)."""
+    algorithm = algorithm_of(cfg)
     run_dir = create_run_dir(cfg, name)
-    return _run(cfg, run_dir, checkpoint=None, envs=envs, warm=warm, recipe=recipe)
+    try:
+        ctx = algorithm.prepare(cfg, run_dir, checkpoint=None)
+    except BaseException:
+        discard_run_dir(run_dir)  # a run that never started leaves nothing behind
+        raise
+    return _run(algorithm, ctx, warm, recipe)
 
 
 def resume(run_dir: Path, overrides: list[str], warm: WarmProcess | None = None) -> TrainResult:
@@ -95,137 +93,43 @@ def resume(run_dir: Path, overrides: list[str], warm: WarmProcess | None = None)
                 "start a new run with `surge train` instead",
             )
     cfg, _ = load_config(str(config_path), overrides)
-    from surge.tracking.checkpoint import latest_checkpoint
-
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise UserError(
             f"{run_dir} has no checkpoint to resume from",
             "a checkpoint is written every log.checkpoint_interval_s, at the end and on Ctrl+C",
         )
-    return _run(cfg, run_dir, checkpoint=checkpoint, save_config_to=config_path, warm=warm)
+    algorithm = algorithm_of(cfg)
+    ctx = algorithm.prepare(cfg, run_dir, checkpoint)
+    dump_yaml(cfg, config_path)  # only once the config is known to work
+    return _run(algorithm, ctx, warm, None)
 
 
 def _run(
-    cfg: ExperimentConfig,
-    run_dir: Path,
-    checkpoint: Path | None,
-    save_config_to: Path | None = None,
-    envs: dict[str, EnvInfo] | None = None,
-    warm: WarmProcess | None = None,
-    recipe: Recipe | None = None,
+    algorithm: Algorithm, ctx: RunContext, warm: WarmProcess | None, recipe: Recipe | None
 ) -> TrainResult:
-    """Build the graph, launch it on the configured runtime, report."""
-    model_dir = None
-    policies: dict[str, PolicyContext] = {}
-    if cfg.algo == "grpo":
-        from surge.llm import setup
-
-        model_dir, env, n_params = setup.prepare(cfg, run_dir, resuming=checkpoint is not None)
-        start_version, resumes = _llm_resume_point(checkpoint)
-    else:
-        envs = envs or probe_policies(cfg)
-        first = next(iter(envs))
-        env, n_params = envs[first], _count_params(cfg, envs[first])
-        start_version, resumes = _resume_point(cfg, env, checkpoint)
-        if len(envs) > 1:  # several policies: each its own size, home and resume point
-            policies = _policy_contexts(cfg, envs, run_dir, checkpoint)
-    if save_config_to is not None:
-        dump_yaml(cfg, save_config_to)  # only once the config is known to work
-    if policies:
-        graph = (recipe or build_graph)(cfg, env, n_params, policies=policies)  # type: ignore[call-arg]
-    else:
-        graph = (recipe or build_graph)(cfg, env, n_params)
-    ctx = RunContext(
-        cfg=cfg,
-        env=env,
-        run_dir=run_dir,
-        n_params=n_params,
-        start_version=start_version,
-        checkpoint=str(checkpoint) if checkpoint else None,
-        resumes=resumes,
-        model_dir=str(model_dir) if model_dir else None,
-        policies=policies,
-    )
-    learner = (
-        "torch" if cfg.algo == "grpo" else backend_name(ctx)
-    )  # here, so that a backend the model cannot use fails early
-    if learner == "torch":
-        learner += f" {importlib.metadata.version('torch')}"
-    _print_header(cfg, run_dir, graph.workers, checkpoint, learner)
-    progress = Progress(cfg.total_env_steps, enabled=cfg.log.progress)
+    """Lay out the graph, launch it on the configured runtime, report."""
+    graph = (recipe or algorithm.graph)(ctx)
+    _print_header(algorithm, ctx, graph)
+    progress = Progress(ctx.cfg.total_env_steps, enabled=ctx.cfg.log.progress)
     try:
-        reason = _launch(ctx, graph, ProgressFeed(progress, start_version), warm)
+        reason = _launch(ctx, graph, ProgressFeed(progress, ctx.start_version), warm)
     finally:
         progress.close()
-    result = _result(run_dir, reason)
+    result = _result(ctx.run_dir, reason)
     _print_footer(result)
     return result
-
-
-def _resume_point(cfg: ExperimentConfig, env: EnvInfo, checkpoint: Path | None) -> tuple[int, int]:
-    """(the version to start from, how many times the run has been resumed), after checking
-    that the checkpoint fits the network this config builds."""
-    if checkpoint is None:
-        return 0, 0
-    from surge.tracking.checkpoint import load_checkpoint
-
-    state = load_checkpoint(checkpoint)
-    problem = _misfit(cfg, env, state["model"])
-    if problem:
-        raise UserError(
-            f"{checkpoint} does not fit the network this config builds: {problem}",
-            "resume with the env and model settings the run was trained with",
-        )
-    return int(state["version"]), int(state["resumes"]) + 1
-
-
-def _policy_contexts(
-    cfg: ExperimentConfig, envs: dict[str, EnvInfo], run_dir: Path, checkpoint: Path | None
-) -> dict[str, PolicyContext]:
-    """Every policy's view, size and resume point; a resumed run finds each policy's newest
-    checkpoint in its home (the first policy's is `checkpoint`)."""
-    from surge.tracking.checkpoint import latest_checkpoint
-
-    contexts = {}
-    for k, (name, env) in enumerate(envs.items()):
-        own = checkpoint
-        if checkpoint is not None and k > 0:
-            own = latest_checkpoint(policy_home(run_dir, name))
-            if own is None:
-                raise UserError(
-                    f"{run_dir} has a checkpoint of policy {cfg.policy_names[0]} but none of "
-                    f"policy {name} (in {policy_home(run_dir, name)})",
-                    "resume a run whose trainers all wrote a checkpoint",
-                )
-        start, _ = _resume_point(cfg, env, own)
-        contexts[name] = PolicyContext(
-            env, _count_params(cfg, env), start, str(own) if own else None
-        )
-    return contexts
-
-
-def _llm_resume_point(checkpoint: Path | None) -> tuple[int, int]:
-    if checkpoint is None:
-        return 0, 0
-    from surge.tracking.checkpoint import load_checkpoint
-
-    state = load_checkpoint(checkpoint)
-    if state.get("kind") != "llm":
-        raise UserError(
-            f"{checkpoint} was not written by an LLM run (algo: grpo)",
-            "resume it with the config it was trained with",
-        )
-    return int(state["version"]), int(state["resumes"]) + 1
 
 
 def _launch(
     ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None], warm: WarmProcess | None
 ) -> str:
     """Run the graph on the configured runtime until it ends; the trainer's finish reason."""
-    if warm is not None and (ctx.cfg.runtime != "local" or warm.name not in graph.channels):
-        # only the local runtime starts its trainer as a process of this machine, and only
-        # a graph with a worker of that name (not LLM RL's) can use it
+    usable = (
+        ctx.cfg.runtime == "local"  # only local starts its trainer as a process here
+        and not graph.shared_imports  # whose workers are forked, not spawned
+    )
+    if warm is not None and (not usable or warm.name not in graph.channels):
         warm.close()
         warm = None
     if ctx.cfg.runtime == "serial":
@@ -273,9 +177,12 @@ class ProgressFeed:
 
 
 def _result(run_dir: Path, reason: str) -> TrainResult:
-    """The run's outcome, from the last metrics record."""
-    records = [r for r in read_metrics(run_dir) if "steps_per_s" in r]  # not eval/* rows
-    last = records[-1] if records else {}
+    """The run's outcome, from the last training and evaluation records of its metrics."""
+    records = read_metrics(run_dir)
+    trained = [r for r in records if "steps_per_s" in r]  # not eval/* rows
+    last = trained[-1] if trained else {}
+    evaluated = [r for r in records if "eval/return_mean" in r or "eval/accuracy" in r]
+    ev: dict[str, Any] = evaluated[-1] if evaluated else {}
     return TrainResult(
         run_dir=run_dir,
         reason=reason,
@@ -283,46 +190,11 @@ def _result(run_dir: Path, reason: str) -> TrainResult:
         episode_return_mean=_number(last.get("episode_return_mean")),
         wall_time_s=float(last.get("wall_time_s", 0.0)),
         episodes=int(last.get("episodes", 0)),
+        eval_return_mean=_number(ev.get("eval/return_mean", ev.get("eval/accuracy"))),
+        eval_return_std=_number(ev.get("eval/return_std")),
+        eval_episodes=int(ev.get("eval/episodes", ev.get("eval/problems", 0))),
+        eval_version=int(ev.get("eval/policy_version", -1)),
     )
-
-
-def _misfit(cfg: ExperimentConfig, env: EnvInfo, saved: dict[str, Any]) -> str:
-    """Why a checkpoint's model state does not fit the model this config builds ("" if it
-    does). MLPs are compared by parameter names and shapes without importing torch."""
-    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
-    if layout is not None:
-        want = dict(layout.params)
-        have = {name: tuple(np.shape(value)) for name, value in saved.items()}
-        if want == have:
-            return ""
-        diff = sorted(set(want.items()) ^ set(have.items()))
-        return f"parameters differ: {', '.join(f'{n} {s}' for n, s in diff[:6])}"
-    import torch
-
-    from surge.models.actor_critic import ActorCritic
-
-    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
-    try:
-        model.load_state_dict({k: torch.as_tensor(v) for k, v in saved.items()})
-    except RuntimeError as e:
-        return str(e)
-    return ""
-
-
-def _count_params(cfg: ExperimentConfig, env: EnvInfo) -> int:
-    """Size of the published flat vector: the weights, then the observation and value
-    statistics (models/normalize.py). MLP policies are counted without importing torch (the
-    controller stays small: it only watches); other models are built once to count."""
-    m = cfg.model
-    stats = published_stats_size(env.observation_space, m.normalize_obs, m.value_norm)
-    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
-    if layout is not None:
-        return layout_size(layout) + stats
-    from surge.models.actor_critic import ActorCritic
-    from surge.models.weights import count_params
-
-    model = ActorCritic(env.observation_space, env.action_space, cfg.model)
-    return count_params(model) + stats
 
 
 def _number(value: object) -> float:
@@ -330,38 +202,17 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
-def _print_header(
-    cfg: ExperimentConfig,
-    run_dir: Path,
-    workers: list[WorkerSpec],
-    checkpoint: Path | None,
-    learner: str,
-) -> None:
-    names = ", ".join(s.name for s in workers)
-    on = cfg.task.name if cfg.algo == "grpo" else cfg.env.id
-    print(f"surge: {cfg.algo} on {on}, runtime={cfg.runtime}, run_dir={run_dir}", file=sys.stderr)
-    if cfg.algo == "grpo":
-        r = cfg.rollout
-        print(
-            f"  workers: {names}; {r.prompts_per_batch} prompts x {r.group_size} completions "
-            f"per batch; max_policy_lag={cfg.max_policy_lag}; interrupt={r.interrupt}; "
-            f"loss {cfg.grpo.loss}",
-            file=sys.stderr,
-        )
-    else:
-        _print_env_workers(cfg, names, learner)
-    if checkpoint is not None:
-        print(f"  resuming from {checkpoint}", file=sys.stderr)
-
-
-def _print_env_workers(cfg: ExperimentConfig, names: str, learner: str) -> None:
-    w = cfg.workers
+def _print_header(algorithm: Algorithm, ctx: RunContext, graph: Graph) -> None:
+    cfg = ctx.cfg
+    subject = algorithm.subject(cfg)
     print(
-        f"  workers: {names}; {cfg.total_envs} envs ({w.actors} actors x {w.ring_size} groups x "
-        f"{w.envs_per_group}); max_policy_lag={cfg.max_policy_lag}; inference {w.inference}; "
-        f"learner {learner}",
+        f"surge: {cfg.algo} on {subject}, runtime={cfg.runtime}, run_dir={ctx.run_dir}",
         file=sys.stderr,
     )
+    for line in algorithm.describe(ctx, graph):
+        print(f"  {line}", file=sys.stderr)
+    if ctx.checkpoint is not None:
+        print(f"  resuming from {ctx.checkpoint}", file=sys.stderr)
 
 
 def _print_footer(result: TrainResult) -> None:
@@ -377,8 +228,17 @@ def _print_footer(result: TrainResult) -> None:
         if result.episodes and math.isfinite(result.episode_return_mean)
         else "no episode has ended yet"
     )
+    evaluation = ""
+    if result.eval_version >= 0 and math.isfinite(result.eval_return_mean):
+        spread = (
+            f" +- {result.eval_return_std:.1f}" if math.isfinite(result.eval_return_std) else ""
+        )
+        evaluation = (
+            f"; evaluation of version {result.eval_version}: {result.eval_return_mean:.1f}"
+            f"{spread} over {result.eval_episodes} episodes"
+        )
     print(
         f"surge: {summary}: {result.env_steps:,} env steps in {result.wall_time_s:.1f} s, "
-        f"{episodes}",
+        f"{episodes}{evaluation}",
         file=sys.stderr,
     )

@@ -11,10 +11,7 @@ import sys
 from pathlib import Path
 
 from surge.config.load import DEFAULT_PRESET, list_presets, load_config
-from surge.envs.make import probe_policies
-from surge.recipes import build_graph
-from surge.runtime.controller import _count_params
-from surge.workers.base import PolicyContext
+from surge.recipes import algorithm_of
 from surge.workers.graph import describe
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "graphs.md"
@@ -23,20 +20,10 @@ DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "graphs.md"
 def graph_text(source: str | None, overrides: list[str]) -> list[str]:
     """What `surge graph SOURCE OVERRIDES` prints, as lines."""
     cfg, name = load_config(source, overrides)
-    if cfg.algo == "grpo":
-        from surge.llm.setup import shapes_and_size
-
-        model = Path(cfg.model.path) if cfg.model.path else None
-        env, n_params = shapes_and_size(cfg, model)
-        graph = build_graph(cfg, env, n_params)
-        header = f"{name}: {cfg.algo} on {cfg.task.name} (runtime {cfg.runtime})"
-        return [header, *describe(graph)]
-    envs = probe_policies(cfg)
-    env = next(iter(envs.values()))
-    policies = {p: PolicyContext(e, _count_params(cfg, e)) for p, e in envs.items()}
-    graph = build_graph(cfg, env, _count_params(cfg, env), policies)
-    header = f"{name}: {cfg.algo} on {cfg.env.id} ({cfg.total_envs} envs, runtime {cfg.runtime})"
-    return [header, *describe(graph)]
+    algorithm = algorithm_of(cfg)
+    ctx = algorithm.prepare(cfg, run_dir=None, checkpoint=None)
+    header = f"{name}: {cfg.algo} on {algorithm.subject(cfg)} (runtime {cfg.runtime})"
+    return [header, *describe(algorithm.graph(ctx))]
 
 
 def render() -> str:

@@ -2,11 +2,13 @@
 
 A trainer cannot publish the first parameters before its imports are done, and on a small
 run that is a large part of the time to solve. `surge train` therefore starts the trainer's
-process first thing, while the controller loads the config, probes the env and lays out
-shared memory; `run_local` then hands it its worker's arguments through a pipe. A run that
-does not use it (serial or Ray runtime, a bad config) closes it, and it exits.
+process first thing, importing the trainer chassis, while the controller loads the config,
+probes the env and lays out shared memory. Once the config names the algorithm, the process
+is told to import its learner's module too (`preload`: the algorithm's `warm_module`), and
+`run_local` then hands it its worker's arguments through a pipe. A run that does not use it
+(serial or Ray runtime, a bad config, an algorithm without one) closes it, and it exits.
 
-With `model.backend` numpy (the default for MLP models) the trainer never imports torch;
+With `model.backend` numpy (the default for MLP models) PPO's trainer never imports torch;
 the warm process then saves the imports of numpy, the streams and the learner.
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 
 
 def warm_trainer() -> WarmProcess:
-    """The trainer's process (worker `trainer-0`), importing the trainer."""
+    """The trainer's process (worker `trainer-0`), importing the trainer chassis."""
     return WarmProcess("trainer-0", preload="surge.workers.trainer")
 
 
@@ -59,8 +61,8 @@ def thread_env(threads: int) -> dict[str, str]:
 
 
 class WarmProcess:
-    """A spawned process that imports `preload`, calls its `warm_up()` if it has one, and
-    waits for a worker's arguments."""
+    """A spawned process that imports `preload` (and calls its `warm_up()` if it has one),
+    then more modules as it is told (`preload`), until it gets a worker's arguments."""
 
     def __init__(self, name: str, preload: str) -> None:
         spawn = mp.get_context("spawn")
@@ -75,12 +77,17 @@ class WarmProcess:
         reader.close()
         self.name = name
 
+    def preload(self, module: str) -> None:
+        """Import `module` too (and call its `warm_up()`), while the run is prepared."""
+        if self.process is not None:
+            self._writer.send(("preload", module))
+
     def launch(self, args: tuple[Any, ...]) -> BaseProcess:
         """Run `surge.runtime.worker_process.worker_main(*args)` in the process; returns it."""
         process = self.process
         if process is None:
             raise RuntimeError(f"the warm process for {self.name} was already used or closed")
-        self._writer.send(args)
+        self._writer.send(("launch", args))
         self._writer.close()
         self.process = None
         return process
@@ -98,13 +105,22 @@ class WarmProcess:
 
 def _warm_main(reader: Connection, preload: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the controller's to handle
-    module = importlib.import_module(preload)
+    _import(preload)
+    while True:
+        try:
+            what, payload = reader.recv()
+        except EOFError:
+            return  # the run did not need this process
+        if what == "preload":
+            _import(payload)
+            continue
+        from surge.runtime.worker_process import worker_main
+
+        worker_main(*payload)
+        return
+
+
+def _import(name: str) -> None:
+    module = importlib.import_module(name)
     if hasattr(module, "warm_up"):
         module.warm_up()
-    try:
-        args = reader.recv()
-    except EOFError:
-        return  # the run did not need this process
-    from surge.runtime.worker_process import worker_main
-
-    worker_main(*args)

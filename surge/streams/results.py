@@ -5,6 +5,10 @@ One row per writer (its port's slot). A writer fills the row's fields and bumps 
 (the trainer, once per update) takes every row whose `seq` moved since it last looked.
 Nobody waits on anybody: a writer never blocks, and a reader only skips a row being written
 until its next look.
+
+The other way, the reader may ask for one record out of turn: `request(version)` names a
+version whose evaluation it wants now (the trainer's stop check); the writers look at
+`requested()` on their own clock.
 """
 
 from __future__ import annotations
@@ -12,9 +16,14 @@ from __future__ import annotations
 from surge.streams.ports import Port
 from surge.streams.transport import BlockLayout, Field, Transport
 
+NONE = -1
+
+_CONTROL = ("seq", "request")
+"""The block's fields that are not a record's."""
+
 
 def results_layout(rows: int, fields: tuple[str, ...]) -> BlockLayout:
-    layout = {"seq": Field((rows,), "<i8")}
+    layout = {"seq": Field((rows,), "<i8"), "request": Field((1,), "<i8")}
     layout.update({name: Field((rows,), "<f8") for name in fields})
     return BlockLayout(layout)
 
@@ -23,6 +32,10 @@ class ResultWriter:
     def __init__(self, transport: Transport, port: Port) -> None:
         self._arrays = transport.block(port.block)
         (self.row,) = port.slots
+
+    def requested(self) -> int:
+        """The version whose record the reader asked for (NONE: none)."""
+        return int(self._arrays["request"][0])
 
     def write(self, record: dict[str, float]) -> None:
         seq, row = self._arrays["seq"], self.row
@@ -35,9 +48,14 @@ class ResultWriter:
 class ResultReader:
     def __init__(self, transport: Transport, port: Port) -> None:
         self._arrays = transport.block(port.block)
-        self._fields = [k for k in self._arrays if k != "seq"]
+        self._fields = [k for k in self._arrays if k not in _CONTROL]
         self._rows = list(port.slots)
         self._seen = {row: 0 for row in self._rows}
+        self._arrays["request"][0] = NONE
+
+    def request(self, version: int) -> None:
+        """Ask the writers for a record of `version` now (they answer with a `new()` one)."""
+        self._arrays["request"][0] = version
 
     def new(self) -> list[dict[str, float]]:
         """Records completed since the last call, in row order."""

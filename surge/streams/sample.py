@@ -87,6 +87,8 @@ class SampleProducer:
         self.arrays = {k: v for k, v in arrays.items() if k != PROGRESS}
         self.depth = depth
         self.group_size = group_size
+        self.steps = int(self.arrays["reward"].shape[1])
+        """T: steps in a segment."""
         (reader,) = port.sends_to
         self._channel = transport.channel(reader)
 

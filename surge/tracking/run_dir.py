@@ -52,6 +52,15 @@ def create_run_dir(cfg: ExperimentConfig, name: str) -> Path:
     return path
 
 
+def discard_run_dir(path: Path) -> None:
+    """Undo `create_run_dir` for a run that never started (its preparation failed): its two
+    files, and the directory if nothing else is in it."""
+    for name in (CONFIG_FILE, VERSIONS_FILE):
+        (path / name).unlink(missing_ok=True)
+    if path.is_dir() and not any(path.iterdir()):
+        path.rmdir()
+
+
 def _fresh_dir(parent: Path, base: str) -> Path:
     parent.mkdir(parents=True, exist_ok=True)
     for i in range(1, 1000):

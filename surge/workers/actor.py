@@ -7,8 +7,8 @@ arrive (a group still waiting never holds up one that is ready).
 Per step of group k the actor copies the observation the policy saw and the policy's answer
 (action, the algorithm's policy outputs such as log-prob and value, version) into the
 segment, steps the envs (which write the next observations straight into the inference slot),
-records rewards and episode ends, and posts the next request. After `rollout_len` steps the
-segment is published to the trainer.
+records rewards and episode ends, and posts the next request. After the segment's T steps (the
+sample stream's layout says how many) it is published to its reader.
 
 A multi-agent run with several policies gives the actor one lane per policy (its inference
 and sample streams, surge/envs/multiagent.py routes the agents): a group is ready once every
@@ -41,7 +41,8 @@ from surge.tracking.timing import COPY, ENV
 from surge.workers.base import Binding, RunContext
 
 # The fields of an inference answer that are not policy outputs, and the sample fields the
-# actor writes itself: the rest of the sample schema is the algorithm's (POLICY_OUTPUTS).
+# actor writes itself: the rest of the sample schema is the algorithm's (its acting policy's
+# OUTPUTS, models/acting.py).
 # A recurrent policy's state travels apart from them (models/recurrent_state.py).
 _ANSWER = {"min_version", "request_id", "response_id", "action", "version", CORE_IN, CORE_OUT}
 
@@ -152,9 +153,9 @@ class ActorWorker:
         self.life = b.life  # 0, then 1, 2, ... when the runtime restarts this actor in place
         self.finished = False
         self.timers = b.control.timers
-        self.rollout_len = cfg.ppo.rollout_len
         self.lanes = _lanes(ctx, b)
         first = self.lanes[0]
+        self.rollout_len = first.producer.steps  # the sample stream's segment length
         self.ring = first.ring  # this actor's env groups (global ids), the same in every lane
         self.ring_size = len(self.ring)
         self.head = 0
@@ -329,14 +330,14 @@ def _league_pool(ctx: RunContext, b: Binding) -> LeaguePool | None:
     snapshots = [p for p in b.ports.values() if p.kind == "snapshots"]
     if not snapshots:
         return None
-    from surge.models.flat_policy import FlatPolicy
+    from surge.models.acting import ActingPolicy, acting_policy
 
     env, cfg = ctx.env, ctx.cfg
     seeds = iter(range(1_000_000))
 
-    def make_policy() -> FlatPolicy:
+    def make_policy() -> ActingPolicy:
         seed = derive_seed(cfg.seed, "opponent", ctx.resumes, b.index, b.life, next(seeds))
-        return FlatPolicy(env.observation_space, env.action_space, cfg.model, seed)
+        return acting_policy(ctx.acting_policy, env, cfg, seed)
 
     s = cfg.selfplay
     return LeaguePool(b.transport, snapshots[0].block, make_policy, s.latest_share, s.pfsp_power)

@@ -55,6 +55,9 @@ class RunContext:
     """LLM runs: the Hugging Face directory every worker loads its model from."""
     policies: dict[str, PolicyContext] = field(default_factory=dict)
     """Every policy's context, by name, when the run has several; empty otherwise."""
+    acting_policy: str = ""
+    """The algorithm's acting policy: `module:function` building it (models/acting.py), for
+    every worker that acts (policy workers, inline inference, evaluators, opponents)."""
 
     def for_policy(self, name: str) -> RunContext:
         """The context of policy `name`'s workers: its env view, parameter count, resume

@@ -12,6 +12,10 @@ evaluation workers, worker i takes the evaluations with k % workers == i. An eva
 the newest version at the time it starts; evaluations that fell due while one was playing are
 skipped, never queued, so a slow evaluator lags behind, it does not pile up work.
 
+The trainer's stop check (surge/workers/trainer.py) may ask for an evaluation of its newest
+version out of turn (`ResultWriter.requested`): evaluation worker 0 plays it at its next
+look, ahead of the schedule, with no video.
+
 Videos: one falls due at every `eval.video_every`-th evaluation number; evaluation worker 0
 records it with the first evaluation it plays at or after that number, so a skipped number
 delays its video, it never drops it (and several evaluation workers never record the same one).
@@ -25,7 +29,7 @@ import numpy as np
 
 from surge.config.schema import ExperimentConfig
 from surge.evaluation.suite import EvalSuite
-from surge.models.flat_policy import FlatPolicy
+from surge.models.acting import acting_policy
 from surge.seeds import derive_seed
 from surge.streams.params import NONE, ParameterService
 from surge.streams.results import ResultWriter
@@ -52,11 +56,14 @@ class ScheduledEvaluations:
 
     cfg: ExperimentConfig
     params: ParameterService
+    results: ResultWriter
     inbox: Channel
     index: int
     workers: int
     started: float
     next: int
+    answered: int = NONE
+    """The newest version the trainer asked for that this worker evaluated."""
 
     def _start_schedule(self, from_version_zero: bool = False) -> None:
         """`from_version_zero`: evaluation 0 (the starting weights) is due at once, however
@@ -77,6 +84,11 @@ class ScheduledEvaluations:
         return k + (self.index - k) % self.workers
 
     def poll(self, timeout: float) -> bool:
+        asked = self.results.requested()
+        if self.index == 0 and asked > self.answered and self.params.latest_version() >= asked:
+            self.answered = asked
+            self._evaluate(-1 - asked)  # out of turn: its own seeds, never a video
+            return True
         due = self._due()
         if due < self.next or self.params.latest_version() == NONE:
             self.inbox.recv(timeout)
@@ -86,6 +98,7 @@ class ScheduledEvaluations:
         return True
 
     def _evaluate(self, number: int) -> None:
+        """Play evaluation `number` (negative: one the trainer asked for) and write it."""
         raise NotImplementedError
 
 
@@ -113,9 +126,8 @@ class EvalWorker(ScheduledEvaluations):
         seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
         self.policies = {}
         for n in names:
-            env = ctx.for_policy(n).env
-            spaces = (env.observation_space, env.action_space)
-            self.policies[n] = FlatPolicy(*spaces, cfg.model, derive_seed(seed, n) if n else seed)
+            own = derive_seed(seed, n) if n else seed
+            self.policies[n] = acting_policy(ctx.acting_policy, ctx.for_policy(n).env, cfg, own)
         self.policy = self.policies[names[0]]
         limit_torch_threads(1)
         self.index, self.workers = b.index, cfg.eval.workers
@@ -128,7 +140,9 @@ class EvalWorker(ScheduledEvaluations):
         for policy in self.policies.values():
             policy.reload()
         version = versions[next(iter(versions))]
-        record = self.video and video_due(number, e.video_every, self.videos_recorded)
+        record = (
+            self.video and number >= 0 and video_due(number, e.video_every, self.videos_recorded)
+        )
         played, rates = self.suite.play(
             self.policies if len(self.policies) > 1 else self.policy,
             episodes=e.episodes,
@@ -154,13 +168,14 @@ class EvalWorker(ScheduledEvaluations):
 
     def _save_video(self, version: int, frames: list[np.ndarray]) -> None:
         """`videos/eval-v<version>.mp4`, the name `surge eval --video` uses, and TensorBoard
-        (at the env steps of that version: version x batch steps)."""
+        (at the trainer's env steps now, shortly after that version)."""
         fps = self.suite.render_fps
         write_mp4(self.ctx.run_dir / "videos" / f"eval-v{version:08d}.mp4", frames, fps)
         if self.cfg.log.tensorboard:
             if self.board is None:
                 self.board = TensorBoardVideo(self.ctx.run_dir / "tensorboard")
-            self.board.add("eval/video", frames, version * self.cfg.batch_steps, fps)
+            steps = int(self.control.progress()["env_steps"])
+            self.board.add("eval/video", frames, steps, fps)
 
     def close(self) -> None:
         self.suite.close()

@@ -26,7 +26,6 @@ from surge.streams.transport import BlockLayout, Transport
 from surge.workers.base import Binding, RunContext, Worker
 
 WORKER_KINDS: dict[str, str] = {
-    "trainer": "surge.workers.trainer:build",
     "policy": "surge.workers.policy:build",
     "actor": "surge.workers.actor:build",
     "evaluator": "surge.workers.evaluation:build",
@@ -34,7 +33,6 @@ WORKER_KINDS: dict[str, str] = {
     "generator": "surge.workers.generator:build",
     "rewarder": "surge.workers.rewarder:build",
     "reference": "surge.workers.reference:build",
-    "llm-trainer": "surge.workers.llm_trainer:build",
     "llm-evaluator": "surge.workers.llm_evaluator:build",
 }
 """Worker kind -> `module:function` that builds one inside its process (`Factory`). An import
@@ -84,9 +82,11 @@ class WorkerSpec:
         return f"{self.kind}-{self.index}"
 
 
-def worker(kind: str, index: int, **options: Any) -> WorkerSpec:
-    """A spec for a registered kind."""
-    factory = WORKER_KINDS.get(kind)
+def worker(kind: str, index: int, factory: str | None = None, **options: Any) -> WorkerSpec:
+    """A spec for a registered kind, or for one its `factory` (`module:function`) builds: a
+    trainer is built by its algorithm's learner module, the trainer chassis around the
+    algorithm's learner (surge/workers/trainer.py)."""
+    factory = factory or WORKER_KINDS.get(kind)
     if factory is None:
         raise ValueError(f"unknown worker kind {kind!r}; registered: {sorted(WORKER_KINDS)}")
     return WorkerSpec(kind, index, factory, **options)

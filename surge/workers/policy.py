@@ -1,11 +1,12 @@
 """Inference on versioned parameters: the policy worker, and the same engine inline in an actor.
 
-`PolicyEngine` holds a model, loads parameters from the parameter service when a newer
-version exists (between batches, never during one), and answers a list of env groups with one
-forward pass over all of them, writing actions, log-probs, values and the version it used
-into the groups' inference slots. A recurrent policy reads each row's state from the slots'
-`core_in` and writes the state after the step into `core_out` (models/recurrent_state.py):
-the engine keeps no state between requests.
+`PolicyEngine` holds the algorithm's acting policy (`RunContext.acting_policy`), loads
+parameters from the parameter service when a newer version exists (between batches, never
+during one), and answers a list of env groups with one forward pass over all of them,
+writing the actions, the policy's outputs (PPO's log-probs and values) and the version it
+used into the groups' inference slots. A recurrent policy reads each row's state from the
+slots' `core_in` and writes the state after the step into `core_out`
+(models/recurrent_state.py): the engine keeps no state between requests.
 
 - `PolicyWorker` (`workers.inference: remote`): a process serving many actors. Each poll
   takes every ready request, runs one forward pass, and answers. Requests that need a newer
@@ -21,8 +22,7 @@ import time
 
 import numpy as np
 
-from surge.algos.ppo_common import POLICY_OUTPUTS
-from surge.models.flat_policy import FlatPolicy
+from surge.models.acting import acting_policy
 from surge.models.recurrent_state import CORE_IN, CORE_OUT
 from surge.seeds import derive_seed
 from surge.streams.inference import InferenceServer, request_obs
@@ -51,8 +51,7 @@ class PolicyEngine:
     ) -> None:
         cfg = ctx.cfg
         self.params = ParameterService(transport, params.block)
-        env = ctx.env
-        self.policy = FlatPolicy(env.observation_space, env.action_space, cfg.model, seed)
+        self.policy = acting_policy(ctx.acting_policy, ctx.env, cfg, seed)
         assert self.policy.flat.size == ctx.n_params, "the policy and the trainer disagree"
         self.loaded = -1  # version of the parameters in use; -1: none yet
         self.group_size = ctx.group_rows
@@ -60,7 +59,7 @@ class PolicyEngine:
         # are one slice, which `infer` hands to the policy without a copy or a reshape.
         self.obs = {key: _by_row(v) for key, v in request_obs(arrays).items()}
         self.action = _by_row(arrays["action"])
-        self.outputs = [_by_row(arrays[name]) for name in POLICY_OUTPUTS]  # in `act`'s order
+        self.outputs = [_by_row(arrays[name]) for name in self.policy.OUTPUTS]  # `act`'s order
         core_in, core_out = arrays.get(CORE_IN), arrays.get(CORE_OUT)  # recurrent state
         self.core_in = None if core_in is None else _by_row(core_in, flatten=True)
         self.core_out = None if core_out is None else _by_row(core_out, flatten=True)

@@ -13,7 +13,6 @@ resumed run (whose workers otherwise start from the checkpoint's weights).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,50 +24,35 @@ from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
 from surge.threads import limit_torch_threads
 from surge.tracking.timing import INFERENCE
 from surge.workers.base import Binding, RunContext
+from surge.workers.stage import StageWorker
 
 
 def build(ctx: RunContext, b: Binding) -> ReferenceWorker:
     return ReferenceWorker(ctx, b)
 
 
-class ReferenceWorker:
+class ReferenceWorker(StageWorker):
+    """Adds reference log-probs to SCORED rows and gives them REFERENCED (workers/stage.py)."""
+
+    activity = INFERENCE
+
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         from surge.llm.setup import model_directory
 
-        self.name = b.name
-        self.finished = False
-        self.timers = b.control.timers
         start = model_directory(ctx.cfg, Path(ctx.run_dir), resuming=False)
         model, _ = load_model(start)
         self.lean = LeanLlama(model.eval().requires_grad_(False))
         limit_torch_threads(ctx.cfg.grpo.threads)
         port = b.port("scored")
-        self.rows = RolloutRows(b.transport, port.block, ctx.cfg.rollout.prompts_per_batch)
+        rows = RolloutRows(b.transport, port.block, ctx.cfg.rollout.prompts_per_batch)
         (trainer,) = b.port("referenced").sends_to
-        self.trainer = b.transport.channel(trainer)
-        self.inbox = b.transport.channel(b.inbox)
+        super().__init__(b, rows, takes=SCORED, gives=REFERENCED, downstream=trainer)
+        self.a = rows.a
 
-    def poll(self, timeout: float) -> bool:
-        todo = self.rows.in_state(SCORED)
-        if not todo:
-            waited = time.perf_counter()
-            self.inbox.recv(timeout)
-            self.timers.add_wait(waited)
-            todo = self.rows.in_state(SCORED)
-            if not todo:
-                return False
-        clock = self.timers.now()
-        a = self.rows.a
-        groups = {k: a[k][todo] for k in ("prompt", "prompt_len", "tokens", "length")}
-        a["ref_logprobs"][todo] = reference_logprobs(self.lean, *groups.values())
-        for r in todo:
-            self.rows.set_state(r, REFERENCED)  # after the write
-            self.trainer.send(r)
-        self.timers.add(INFERENCE, clock)
-        return True
-
-    def close(self) -> None:
-        pass
+    def work(self, rows: list[int]) -> None:
+        a = self.a
+        groups = {k: a[k][rows] for k in ("prompt", "prompt_len", "tokens", "length")}
+        a["ref_logprobs"][rows] = reference_logprobs(self.lean, *groups.values())
 
 
 def reference_logprobs(

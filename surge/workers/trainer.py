@@ -1,9 +1,24 @@
-"""The trainer worker: consumes batches of segments, learns, publishes versioned parameters.
+"""The trainer: one loop around an algorithm's learner, the same for every algorithm.
 
-Batch u is segment u of every env group (see streams/sample.py), read in place. After the
-update the trainer publishes version u+1 at once, so actors resume while it logs and
-checkpoints. Episode statistics arrive inside the segments, so every finished episode is
-counted exactly once, by the one worker that also owns the step count.
+A learner (surge/learners/: PPO and APPO, GRPO, ...) says where its batches come from and
+what one update does. The chassis here owns everything around the updates:
+
+- versions: update u trains batch u with the parameters of version u, and the learner's new
+  parameters are published at once as version u+1, before anything else, so the workers
+  that wait for them resume while the trainer logs and checkpoints;
+- counts: env steps and finished episodes, from each update's `Update` (episode statistics
+  travel inside the samples, so every episode is counted once, by the one worker that also
+  owns the step count), and the live progress display;
+- metrics: a row every `log.interval_s` (the common fields and the learner's own), and the
+  evaluation workers' results as `eval/*` rows;
+- checkpoints: the first early (`log.first_checkpoint_s`), then every
+  `log.checkpoint_interval_s`, never queued behind one still being written, one at the end
+  and one on Ctrl+C; a resumed run restores them;
+- the stop rules: the budget (`total_env_steps`), the time (`max_train_time_s`) and the
+  return (`stop_return`). A run stops "solved" only when an evaluation of its newest version
+  also reaches `stop_return` (`stop_confirm`): the evaluation workers play it when the graph
+  has them, else the trainer plays it itself (the learner's `evaluate`). Training waits for
+  that evaluation, so the checkpoint it then writes holds the version that was evaluated.
 """
 
 from __future__ import annotations
@@ -11,79 +26,143 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from surge.errors import UserError
-from surge.models.normalize import TrainerStats
+from surge.seeds import derive_seed
+from surge.streams.control import CHECKPOINT_AND_STOP, STOP
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultReader
-from surge.streams.sample import SampleConsumer, lives_are_unmixed
 from surge.tracking import timing
 from surge.tracking.checkpoint import rng_state
 from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
 from surge.tracking.metrics import MetricsWriter, wandb_options
 from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import Binding, RunContext
-from surge.workers.learners import make_backend
-from surge.workers.trainer_loop import TrainerLoop
-
-CHECKPOINT_FORMAT = 2  # the state's layout (2: FusedAdam's optimizer state, algos/adam.py)
 
 
-def build(ctx: RunContext, b: Binding) -> TrainerWorker:
-    return TrainerWorker(ctx.for_policy(b.policy), b)
+@dataclass
+class Update:
+    """What one update tells the chassis."""
+
+    env_steps: int
+    """Env steps the update's batch brings to the run's count."""
+    returns: Sequence[float] = ()
+    """Returns of the episodes that finished in the batch (LLM RL: completion rewards)."""
+    lengths: Sequence[float] = ()
+    """Their lengths (none for LLM RL)."""
+    agent_steps: int = 0
+    """Multi-agent envs: steps of agents that were in their episode."""
 
 
-class TrainerWorker(TrainerLoop):
-    def __init__(self, ctx: RunContext, b: Binding) -> None:
+@dataclass(frozen=True)
+class Evaluation:
+    """An evaluation of one version: the mean and spread of its episodes' returns (LLM RL:
+    held-out accuracy)."""
+
+    return_mean: float
+    return_std: float
+    episodes: int
+    length_mean: float = math.nan
+
+
+class Learner(Protocol):
+    """An algorithm's side of the trainer."""
+
+    name: str
+    """What computes (`numpy`, `torch`, ...): checkpoints say which wrote them."""
+
+    def wait(self, timeout: float) -> object:
+        """Wait up to `timeout` for news of a batch (its input stream's own wait)."""
+        ...
+
+    def ready(self, version: int) -> bool:
+        """Whether the batch of update `version` can be trained now."""
+        ...
+
+    def update(self, version: int) -> Update:
+        """Train on the batch of update `version` (read everything it needs from shared
+        memory before returning: writers refill it once the next version is published)."""
+        ...
+
+    def parameters(self) -> np.ndarray:
+        """The flat float32 vector published as a version (weights and any statistics)."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """Its part of a checkpoint (model, optimiser, statistics, format)."""
+        ...
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore its part of a checkpoint (a UserError if it cannot)."""
+        ...
+
+    def metrics(self, seconds: float) -> dict[str, Any]:
+        """Its fields of the next metrics row (`seconds` since the previous row), and the
+        start of a new window."""
+        ...
+
+    def eval_record(self, result: dict[str, float]) -> tuple[dict[str, Any], float]:
+        """An evaluation worker's result as `eval/*` fields, and the number that measures
+        it against `stop_return` (a mean return, an accuracy)."""
+        ...
+
+    def evaluate(self, episodes: int, seed: int) -> Evaluation:
+        """Evaluate the current parameters here, in the trainer (no evaluation workers)."""
+        ...
+
+    def export(self, run_dir: Path) -> None:
+        """Write what goes beside each checkpoint (LLM RL: a Hugging Face directory)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def eval_fields(result: dict[str, float]) -> dict[str, Any]:
+    """The `eval/*` fields of an evaluation worker's result: `version` is the policy
+    version, counts are integers, NaN fields (not measured) are left out."""
+    record: dict[str, Any] = {}
+    for name, value in result.items():
+        if isinstance(value, float) and math.isnan(value):
+            continue
+        key = "eval/policy_version" if name == "version" else f"eval/{name}"
+        record[key] = int(value) if name in ("version", "episodes", "video", "problems") else value
+    return record
+
+
+class TrainerWorker:
+    def __init__(self, ctx: RunContext, b: Binding, learner: Learner) -> None:
         cfg = self.cfg = ctx.cfg
+        self.ctx = ctx
         self.name = b.name
         self.finished = False
         self.finish_reason = ""
-        self.ctx = ctx
-        self.control = control = b.control
-        self.timers = control.timers
-        transport = b.transport
-        # model.backend: numpy for MLPs (no torch import in this process), else torch
-        self.learner = make_backend(ctx)
-        # Observation and return statistics (models/normalize.py): published with the weights
-        self.stats = TrainerStats(
-            ctx.env.observation_space,
-            ctx.total_rows,
-            normalize_obs=cfg.model.normalize_obs,
-            clip_obs=cfg.model.clip_obs,
-            normalize_reward=cfg.ppo.normalize_reward,
-            clip_reward=cfg.ppo.clip_reward,
-            gamma=cfg.ppo.gamma,
-        )
-        samples = b.port_of_kind("segments")
-        self.consumer = SampleConsumer(transport, samples, b.inbox, ctx.start_version)
-        self._wait = self.consumer.poll
-        # The first policy's trainer shows the run's progress and logs its evaluations; the
-        # others (multi-agent runs with several policies) log into their own home.
+        self.control = b.control
+        self.timers = b.control.timers
+        self.learner = learner
+        self._wait = learner.wait  # bound once: the trainer waits in every idle poll
+        # The first policy's trainer shows the run's progress; the others (multi-agent runs
+        # with several policies) log into their own home.
         self.primary = b.policy in ("", cfg.policy_names[0])
         ctx.run_dir.mkdir(parents=True, exist_ok=True)
-        self.flow = self.consumer.flow
-        alone = cfg.workers.trainer_threads_alone
-        if alone and alone != cfg.workers.trainer_threads:
-            self.learner.use_threads(self._threads)
         published = b.port_of_kind("versions")
-        subscribers = [transport.channel(name) for name in published.wakes]
-        self.params = ParameterService(transport, published.block, subscribers)
-        # Evaluation workers' results (recipes/evaluation.py), logged as eval/* rows.
-        results = b.ports.get("evaluations")
-        self.evaluations = ResultReader(transport, results) if results else None
+        subscribers = [b.transport.channel(name) for name in published.wakes]
+        self.params = ParameterService(b.transport, published.block, subscribers)
+        results = b.ports.get("evaluations")  # the evaluation workers' (recipes/evaluation.py)
+        self.evaluations = ResultReader(b.transport, results) if results else None
 
         self.version = 0  # = updates done; the parameters of version v trained batches 0..v-1
         self.env_steps = 0
-        self.agent_steps = 0  # multi-agent envs: steps of agents in their episodes
+        self.agent_steps = 0
         self.episodes = 0
         self.wall_time_offset = 0.0
-        self.recent_returns: deque[float] = deque(maxlen=cfg.return_window)
-        self.recent_lengths: deque[float] = deque(maxlen=cfg.return_window)
+        self.recent_returns: deque[float] = deque(maxlen=max(cfg.return_window, 1))
+        self.recent_lengths: deque[float] = deque(maxlen=max(cfg.return_window, 1))
         if ctx.checkpoint is not None:
             from surge.tracking.checkpoint import load_checkpoint
 
@@ -92,50 +171,53 @@ class TrainerWorker(TrainerLoop):
         self.checkpoints = CheckpointWriter(ctx.run_dir, cfg.log.keep_checkpoints)
         wandb = wandb_options(cfg) if self.primary else None
         self.metrics = MetricsWriter(ctx.run_dir, cfg.log.tensorboard, resumed_at, wandb)
-        self._start_clock()
+        self._started = time.monotonic()
+        log = cfg.log
+        self._next_checkpoint = self._started + min(
+            log.first_checkpoint_s, log.checkpoint_interval_s
+        )  # early, so that a run whose trainer dies soon can still be resumed
         self._last_log = (self._started, self.env_steps)
-        self._lag_sum = 0.0
-        self._lag_count = 0
-        self._lag_max = 0
-        self._life_max = 0  # highest actor life seen in a batch (> 0: restarted actors' data)
-        self._latest_stats: dict[str, float] = {}
         self._timing_at_last_log = self.control.timing.sum(axis=0)
+        self._checked_at_episodes: int | None = None  # episodes when the last stop check ran
+        self._awaiting: int | None = None  # the version the evaluation workers are asked for
         self.params.reset()
         self._publish()
 
     # ------------------------------------------------------------------ main loop
 
-    def _ready(self) -> bool:
-        return self.consumer.ready(self.version)
+    def poll(self, timeout: float) -> bool:
+        request = self.control.stop_request
+        if request == CHECKPOINT_AND_STOP:
+            if self.env_steps > self._last_log[1]:
+                self._log(time.monotonic())  # metrics end where the checkpoint does
+            self.save_checkpoint(wait=True)
+            return self._finish("interrupted")
+        if request == STOP:
+            return self._finish("stopped")
+        if self._awaiting is not None:  # no training until the stop check has its answer
+            return self._await_stop_check(timeout)
+        if not self.learner.ready(self.version):
+            waited = time.perf_counter()
+            self._wait(timeout)
+            self.timers.add_wait(waited)
+            if not self.learner.ready(self.version):
+                return False
+        self._train()
+        return True
 
-    def _train_next(self) -> None:
-        self._train(self.consumer.batch(self.version))
-
-    def _threads(self) -> int:
-        """`workers.trainer_threads_alone` once every actor waits for this update (it has
-        published the last batch it may fill ahead, `version + max_policy_lag`), else
-        `workers.trainer_threads`."""
-        w = self.cfg.workers
-        alone = self.consumer.ready(self.version + self.cfg.max_policy_lag)
-        return w.trainer_threads_alone if alone else w.trainer_threads
-
-    def _train(self, arrays: dict[str, np.ndarray]) -> None:
-        """One update on batch `version`, then publish, log, checkpoint and check the stop
-        rules. Everything needed from the slot is read before publishing: actors refill it
-        right after."""
-        self._check_batch(arrays)
-        self._account(arrays)
+    def _train(self) -> None:
         clock = self.timers.now()
-        # normalised with the statistics of this version, rewards scaled (models/normalize.py)
-        batch = self.stats.prepare(arrays)
-        self._latest_stats = self.learner.update(batch, self._learning_rate())
-        self._latest_stats.update(self.stats.metrics())
-        self.stats.observe(arrays, self.cfg.ppo.rollout_len)  # the next version's statistics
+        update = self.learner.update(self.version)
         clock = self.timers.add(LEARN, clock)
         self.version += 1
-        self.env_steps += self.cfg.batch_steps
         self._publish()
         self.timers.add(COPY, clock)
+        self.env_steps += update.env_steps
+        self.agent_steps += update.agent_steps
+        if update.returns:
+            self.recent_returns.extend(update.returns)
+            self.recent_lengths.extend(update.lengths)
+            self.episodes += len(update.returns)
         if self.primary:
             self.control.set_progress(  # every update, for a live display; rates come with logs
                 env_steps=self.env_steps,
@@ -146,70 +228,117 @@ class TrainerWorker(TrainerLoop):
         self._log_evaluations()
         self._after_update(time.monotonic())
 
-    def _check_batch(self, arrays: dict[str, np.ndarray]) -> None:
-        """The sample stream's invariants (broken ones are bugs, never user errors): no
-        segment mixes two lives of an actor, and the stream's version bound admits every
-        step (its slots make older samples impossible, streams/flow.py)."""
-        if not lives_are_unmixed(arrays["life"], self.ctx.group_rows):
-            raise RuntimeError(
-                f"batch {self.version} holds a segment written by two lives of an actor"
-            )
-        rejected = int((~self.flow.admits(self.version, arrays["version"])).sum())
-        if rejected:
-            raise RuntimeError(
-                f"batch {self.version} holds {rejected} step(s) older than the sample "
-                f"stream's bound ({self.flow.describe()})"
-            )
-
-    def _account(self, arrays: dict[str, np.ndarray]) -> None:
-        """Policy lag, actor lives and finished episodes of a batch, for the logs."""
-        self._life_max = max(self._life_max, int(arrays["life"].max()))
-        lag = self.version - arrays["version"]
-        self._lag_sum += float(lag.mean())
-        self._lag_max = max(self._lag_max, int(lag.max()))
-        self._lag_count += 1
-        if "active" in arrays:
-            self.agent_steps += int(arrays["active"].sum())
-        done = arrays["game_over"]
-        if done.any():
-            self.recent_returns.extend(arrays["episode_return"][done].tolist())
-            self.recent_lengths.extend(arrays["episode_length"][done].tolist())
-            self.episodes += int(done.sum())
-
-    def _learning_rate(self) -> float:
-        p = self.cfg.ppo
-        if not p.anneal_lr:
-            return p.lr
-        return p.lr * max(0.0, 1.0 - self.env_steps / self.cfg.total_env_steps)
-
-    def _log_evaluations(self) -> None:
-        """Rows of the evaluation workers' new results: metrics.jsonl, TensorBoard, W&B (at
-        the trainer's current step) and the progress line."""
-        if self.evaluations is None:
-            return
-        for result in self.evaluations.new():
-            record: dict[str, Any] = {"env_steps": self.env_steps, "time": round(time.time(), 3)}
-            for name, value in result.items():  # the fields recipes/evaluation.py declares
-                key = "eval/policy_version" if name == "version" else f"eval/{name}"
-                record[key] = int(value) if name in ("version", "episodes", "video") else value
-            self.metrics.write(record)
-            self.control.set_progress(eval_return_mean=result["return_mean"])
-
     def _publish(self) -> None:
-        """Publish this version: the weights, then the observation statistics and the value
-        statistics (each if the model has them; models/normalize.py)."""
-        flat = self.learner.flat_parameters()
-        extra = [self.stats.published()] if self.stats.obs is not None else []
-        if self.learner.value_norm is not None:
-            extra.append(self.learner.value_norm.published())
-        if extra:
-            flat = np.concatenate([flat, *extra])
-        self.params.publish(self.version, flat)
+        self.params.publish(self.version, self.learner.parameters())
+
+    # ------------------------------------------------------------------ stop rules
+
+    def _after_update(self, now: float) -> None:
+        """Log, checkpoint, and stop once solved (and confirmed), out of budget or of time."""
+        cfg = self.cfg
+        out_of_budget = self.env_steps >= cfg.total_env_steps
+        out_of_time = (
+            cfg.max_train_time_s is not None and self.wall_time_s() >= cfg.max_train_time_s
+        )
+        solved = not (out_of_budget or out_of_time) and self._check_stop_return()
+        if self._awaiting is not None:
+            return  # the evaluation workers' answer decides (`_await_stop_check`)
+        done = solved or out_of_budget or out_of_time
+        if now - self._last_log[0] >= cfg.log.interval_s or done:
+            self._log(now)
+        if now >= self._next_checkpoint and not self.checkpoints.busy:
+            self.save_checkpoint()  # a checkpoint never queues behind one still being written
+        if done:
+            self.save_checkpoint(wait=True)
+            self._finish("solved" if solved else "budget" if out_of_budget else "time")
+
+    def _check_stop_return(self) -> bool:
+        """Whether the run is solved: the mean return of the last `return_window` episodes
+        reaches `stop_return`, and so does an evaluation of the newest version. The check
+        runs again, after a failed one, once a new window of episodes has finished. With
+        evaluation workers the answer comes later: `_awaiting` is set and False returned."""
+        cfg = self.cfg
+        if cfg.stop_return is None or len(self.recent_returns) < cfg.return_window:
+            return False
+        if self.return_mean < cfg.stop_return:
+            return False
+        if not cfg.stop_confirm:
+            return True
+        last = self._checked_at_episodes
+        if last is not None and self.episodes < last + cfg.return_window:
+            return False
+        self._checked_at_episodes = self.episodes
+        if self.evaluations is not None:
+            self._awaiting = self.version
+            self.evaluations.request(self.version)
+            return False
+        seed = derive_seed(cfg.seed, "stop-check", self.ctx.resumes, self.version)
+        result = self.learner.evaluate(cfg.eval.episodes, seed)
+        self._write_stop_check(result, self.version)
+        return result.return_mean >= cfg.stop_return
+
+    def _await_stop_check(self, timeout: float) -> bool:
+        """Wait for the evaluation workers' result of the version `_awaiting`; then stop
+        (confirmed) or go back to training."""
+        assert self._awaiting is not None and self.evaluations is not None
+        found = self._log_evaluations(answer=self._awaiting)
+        if found is None:
+            self._wait(min(timeout, 0.05))  # evaluators do not wake the trainer
+            return False
+        self._awaiting = None
+        if found < (self.cfg.stop_return or 0.0):
+            return True  # not confirmed: train on
+        now = time.monotonic()
+        self._log(now)
+        self.save_checkpoint(wait=True)
+        return self._finish("solved")
+
+    def _write_stop_check(self, result: Evaluation, version: int) -> None:
+        self.metrics.write(
+            {
+                "env_steps": self.env_steps,
+                "wall_time_s": round(self.wall_time_s(), 3),
+                "time": round(time.time(), 3),
+                "eval/policy_version": version,
+                "eval/episodes": result.episodes,
+                "eval/return_mean": result.return_mean,
+                "eval/return_std": result.return_std,
+                "eval/length_mean": result.length_mean,
+                "eval/stop_check": True,
+            }
+        )
+        if self.primary:
+            self.control.set_progress(eval_return_mean=result.return_mean)
+
+    def _log_evaluations(self, answer: int | None = None) -> float | None:
+        """Rows of the evaluation workers' new results (metrics.jsonl, TensorBoard, W&B, the
+        progress line). `answer`: a version whose evaluation the stop check waits for; its
+        measure is returned when it is among them (else None)."""
+        if self.evaluations is None:
+            return None
+        found = None
+        for result in self.evaluations.new():
+            fields, measure = self.learner.eval_record(result)
+            record: dict[str, Any] = {
+                "env_steps": self.env_steps,
+                "wall_time_s": round(self.wall_time_s(), 3),
+                "time": round(time.time(), 3),
+                **fields,
+            }
+            if answer is not None and int(result["version"]) == answer:
+                record["eval/stop_check"] = True
+                found = measure
+            self.metrics.write(record)
+            if self.primary:
+                self.control.set_progress(eval_return_mean=measure)
+        return found
+
+    # ------------------------------------------------------------------ metrics
 
     def _log(self, now: float) -> None:
         then, steps_then = self._last_log
-        sps = (self.env_steps - steps_then) / max(now - then, 1e-9)
-        lag = self._lag_sum / max(self._lag_count, 1)
+        seconds = max(now - then, 1e-9)
+        sps = (self.env_steps - steps_then) / seconds
         record: dict[str, Any] = {
             "env_steps": self.env_steps,
             "wall_time_s": round(self.wall_time_s(), 3),
@@ -221,20 +350,24 @@ class TrainerWorker(TrainerLoop):
             "episodes": self.episodes,
             "steps_per_s": round(sps, 1),
             **({"agent_steps": self.agent_steps} if self.ctx.env.agents else {}),
-            "policy_lag_mean": lag,
-            "policy_lag_max": self._lag_max,
             "policy_version": self.version,
             "restarts": int(self.control.progress()["restarts"]),
-            "actor_life_max": self._life_max,
-            **self._latest_stats,
+            **self.learner.metrics(seconds),
         }
         record.update(timing.shares_since(self.control.timing, self._timing_at_last_log))
         self._timing_at_last_log = self.control.timing.sum(axis=0)
         self.metrics.write(record)
         if self.primary:
+            lag = record.get("policy_lag_mean", 0.0)
             self.control.set_progress(steps_per_s=sps, policy_lag_mean=lag)
         self._last_log = (now, self.env_steps)
-        self._lag_sum, self._lag_count, self._lag_max = 0.0, 0, 0
+
+    @property
+    def return_mean(self) -> float:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
+
+    def wall_time_s(self) -> float:
+        return self.wall_time_offset + time.monotonic() - self._started
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -242,10 +375,7 @@ class TrainerWorker(TrainerLoop):
         """Snapshot the state and hand it to the writer thread (tracking/checkpoint_writer.py:
         serialising, fsync and torch's import never stall training). `wait`: return once it
         is on disk (the last checkpoint of a run)."""
-        model, learner = self.learner.state()
         state = {
-            "format": CHECKPOINT_FORMAT,
-            "backend": self.learner.name,
             "version": self.version,
             "env_steps": self.env_steps,
             "agent_steps": self.agent_steps,
@@ -254,12 +384,11 @@ class TrainerWorker(TrainerLoop):
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
             "resumes": self.ctx.resumes,
-            "model": snapshot(model),
-            "learner": snapshot(learner),
-            "normalizer": snapshot(self.stats.state_dict()),
             "rng": rng_state(),
+            **self.learner.state(),
         }
-        self.checkpoints.submit(state, self.version)
+        self.checkpoints.submit(snapshot(state), self.version)
+        self.learner.export(self.ctx.run_dir)
         self._next_checkpoint = time.monotonic() + self.cfg.log.checkpoint_interval_s
         if wait:
             self.checkpoints.wait()
@@ -267,60 +396,33 @@ class TrainerWorker(TrainerLoop):
     def _restore(self, state: dict[str, Any]) -> None:
         from surge.tracking.checkpoint import restore_rng_state
 
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise UserError(
-                f"this checkpoint has format {state.get('format')}, this surge writes and "
-                f"reads format {CHECKPOINT_FORMAT}",
-                "resume it with the surge version that wrote it, or start a new run",
-            )
-        backend = state.get("backend", "torch")
-        if backend != self.learner.name:
-            raise UserError(
-                f"this checkpoint was written by the {backend} learner, and this run's "
-                f"model.backend selects the {self.learner.name} one",
-                f"resume with model.backend={backend}",
-            )
-        self.learner.load(state["model"], state["learner"])
-        self._restore_stats(state.get("normalizer"))
+        self.learner.load(state)  # first: it says whether the checkpoint is one it can read
+        if "rng" not in state:
+            raise UserError("this checkpoint holds no random state", "start a new run")
         restore_rng_state(state["rng"])
         self.version = int(state["version"])
         self.env_steps = int(state["env_steps"])
         self.agent_steps = int(state.get("agent_steps", 0))
-        self.episodes = int(state["episodes"])
+        self.episodes = int(state.get("episodes", self.env_steps))
         self.wall_time_offset = float(state["wall_time_s"])
-        self.recent_returns.extend(float(x) for x in state["recent_returns"])
-        self.recent_lengths.extend(float(x) for x in state["recent_lengths"])
+        # LLM checkpoints before the chassis called the window `recent_rewards`
+        returns = state.get("recent_returns", state.get("recent_rewards", []))
+        self.recent_returns.extend(float(x) for x in returns)
+        self.recent_lengths.extend(float(x) for x in state.get("recent_lengths", []))
 
-    def _restore_stats(self, saved: dict[str, Any] | None) -> None:
-        """The running statistics continue where the checkpoint left them."""
-        if saved is None:  # written before normalisation existed
-            if self.stats.obs is not None:
-                raise UserError(
-                    "this checkpoint holds no observation statistics (it was written by a "
-                    "surge without them), and this run's model.normalize_obs needs them",
-                    "start a new run with `surge train`",
-                )
-            return  # reward statistics, if switched on now, start fresh
-        self.stats.load_state_dict({k: _numpy(v) for k, v in saved.items()})
+    def _finish(self, reason: str) -> bool:
+        self._log_evaluations()  # results that arrived since the last update
+        self.finished = True
+        self.finish_reason = reason
+        return True
 
     def close(self) -> None:
         self.checkpoints.close()
         self.metrics.close()
-
-
-def _numpy(value: Any) -> Any:
-    """A checkpoint array as a numpy array (format-2 checkpoints hold tensors)."""
-    return value.numpy() if hasattr(value, "numpy") else value
+        self.learner.close()
 
 
 def warm_up() -> None:
-    """What a trainer process can do before it knows its run (surge/runtime/warm.py calls
-    this while the controller starts): import the numpy learner and make numpy's first
-    LAPACK and BLAS calls (the orthogonal init's QR), which load state on first use. torch
-    is not imported here: a numpy-backend run never needs it (models/numpy_net.py), and a
-    torch-backend one imports it when its learner is built. TensorBoard's import is left
-    to MetricsWriter's thread, which overlaps it with the first updates."""
-    from surge.algos.numpy_ppo import NumpyPPOLearner  # noqa: F401
-    from surge.models.numpy_net import orthogonal
-
-    orthogonal(np.random.default_rng(0), (16, 8), 1.0) @ np.ones((8, 4), np.float32)
+    """What a trainer process can do before it knows its run (surge/runtime/warm.py): import
+    what every trainer runs (this module imports the streams and tracking), nothing of any
+    algorithm (the learner's module is preloaded on its own once the config names it)."""

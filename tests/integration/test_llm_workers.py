@@ -48,8 +48,8 @@ def _graph_in_process(run_dir: Path, *extra: str) -> tuple[RunContext, object, I
     cfg, _ = load_config("arith-grpo", overrides)
     model_dir = setup.model_directory(cfg, run_dir, resuming=False)
     env, n_params = setup.shapes_and_size(cfg, model_dir)
-    graph = grpo_graph(cfg, env, n_params)
     ctx = RunContext(cfg, env, run_dir, n_params, model_dir=str(model_dir))
+    graph = grpo_graph(ctx)
     transport = InlineTransport(graph.all_layouts(), graph.channels)
     Control(transport).reset()
     return ctx, graph, transport
@@ -59,7 +59,7 @@ def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(tmp_path: P
     ctx, graph, transport = _graph_in_process(tmp_path)
     names = [w.name for w in graph.workers]  # type: ignore[attr-defined]
     slot = {n: i for i, n in enumerate(names)}
-    _, _, trainer = start_worker(ctx, graph, slot["llm-trainer-0"], transport)  # type: ignore[arg-type]
+    _, _, trainer = start_worker(ctx, graph, slot["trainer-0"], transport)  # type: ignore[arg-type]
     _, _, generator = start_worker(ctx, graph, slot["generator-0"], transport)  # type: ignore[arg-type]
     _, _, rewarder = start_worker(ctx, graph, slot["rewarder-0"], transport)  # type: ignore[arg-type]
     rows = transport.block("rollouts")

@@ -76,7 +76,7 @@ def test_resume_continues_with_the_checkpointed_statistics(
         flat = np.zeros(self.ctx.n_params, np.float32)
         assert isinstance(self.params, ParameterService)
         self.params.read(flat)
-        seen.append((self.stats.state_dict(), flat))
+        seen.append((self.learner.stats.state_dict(), flat))
 
     monkeypatch.setattr(TrainerWorker, "__init__", spy)
     assert resume(run, ["total_env_steps=1536"]).reason == "budget"

@@ -61,7 +61,7 @@ def _graph(run_dir: Path, *extra: str) -> tuple[RunContext, Graph]:
     model_dir = setup.model_directory(cfg, run_dir, resuming=False)
     env, n_params = setup.shapes_and_size(cfg, model_dir)
     ctx = RunContext(cfg, env, run_dir, n_params, model_dir=str(model_dir))
-    return ctx, grpo_graph(cfg, env, n_params)
+    return ctx, grpo_graph(ctx)
 
 
 def _groups(rows: dict[str, np.ndarray], state: int) -> set[int]:
@@ -87,7 +87,7 @@ def test_placement_spreads_generators_and_keeps_the_reward_stage_with_the_traine
     nodes = [NodeInfo(f"n{i}", "127.0.0.1", c, 0.0, i == 0) for i, c in enumerate((3, 1, 1))]
     node = place(cfg, graph.workers, nodes).node_of
     assert {node[n] for n in ("rewarder-0", "reference-0", "llm-evaluator-0")} == {"n0"}
-    assert node["llm-trainer-0"] == "n0"
+    assert node["trainer-0"] == "n0"
     assert sorted([node["generator-0"], node["generator-1"]]) == ["n1", "n2"]
     # On one node (a Ray instance surge starts itself) everything stays together.
     one = place(cfg, graph.workers, [NodeInfo("n0", "127.0.0.1", 4, 0.0, True)]).node_of
@@ -102,7 +102,7 @@ def test_groups_cross_nodes_whole_and_a_generator_killed_mid_group_is_not_shippe
     ctx, graph = _graph(tmp_path, "max_policy_lag=1", "rollout.slots=6")
     slot = {w.name: i for i, w in enumerate(graph.workers)}
     home, away = _node(graph), _node(graph)  # the trainer's node, the generator's node
-    trainer = start_worker(ctx, graph, slot["llm-trainer-0"], home)[2]
+    trainer = start_worker(ctx, graph, slot["trainer-0"], home)[2]
     rewarder = start_worker(ctx, graph, slot["rewarder-0"], home)[2]
     generator = start_worker(ctx, graph, slot["generator-0"], away)[2]
     # The two bridges the Ray runtime wires for this placement (runtime/ray.py).
@@ -204,8 +204,8 @@ def test_generators_on_other_nodes_train_and_a_killed_one_is_restarted_there(
     # Placement: the trainer and its reward worker on one node, a generator on each other.
     workers = workers_by_name(run_dir)
     node = {name: w["node_id"] for name, w in workers.items()}
-    assert node["rewarder-0"] == node["llm-trainer-0"]
-    assert len({node["llm-trainer-0"], node["generator-0"], node["generator-1"]}) == 3, node
+    assert node["rewarder-0"] == node["trainer-0"]
+    assert len({node["trainer-0"], node["generator-0"], node["generator-1"]}) == 3, node
     assert "placement:" in err and str(node["generator-1"])[:8] in err
 
     # The killed generator was restarted in place, on its node, and the run went on.
@@ -214,7 +214,7 @@ def test_generators_on_other_nodes_train_and_a_killed_one_is_restarted_there(
     again = workers["generator-1"]
     assert again["restarts"] == 1 and again["pid"] != victim["pid"]
     assert again["node_id"] == victim["node_id"]
-    assert workers["llm-trainer-0"]["state"] == "finished"
+    assert workers["trainer-0"]["state"] == "finished"
 
     # Versions advanced one per batch, every batch whole, staleness within the bound.
     rows = [r for r in metrics_so_far(run_dir) if "steps_per_s" in r]

@@ -17,8 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from surge.config.schema import ExperimentConfig
-from surge.envs.spaces import EnvInfo
 from surge.streams.params import NONE, ParameterService
 from surge.workers.base import Binding, RunContext
 from surge.workers.graph import Edge, Graph, register_worker_kind, worker
@@ -60,11 +58,11 @@ def build_watcher(ctx: RunContext, b: Binding) -> Watcher:
     return Watcher(ctx, b)
 
 
-def with_watcher(cfg: ExperimentConfig, env: EnvInfo, n_params: int) -> Graph:
+def with_watcher(ctx: RunContext) -> Graph:
     """The algorithm's own graph plus a watcher on the trainer's parameter stream."""
     from surge.recipes import build_graph
 
-    graph = build_graph(cfg, env, n_params)
+    graph = build_graph(ctx)
     params = next(s for s in graph.streams if s.kind == "versions")
     spec = worker("watcher", 0, pod=graph.leader.pod)
     return graph.with_worker(spec, {params.name: [Edge(graph.leader.name, spec.name)]})

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from surge.config.load import list_presets, load_config
+from surge.recipes.ppo import batch_steps
 from tests.conftest import run_surge
 
 RAY_ENV = {
@@ -33,7 +34,7 @@ def test_preset_trains_on_runtime(preset: str, runtime: str, run_dir: Path) -> N
     if preset in NEEDS and importlib.util.find_spec(NEEDS[preset]) is None:
         pytest.skip(f"needs the {NEEDS[preset]} extra")
     cfg, _ = load_config(preset, [])
-    two_updates = 2 * cfg.batch_steps
+    two_updates = 2 * batch_steps(cfg)
     if runtime == "ray":
         os.environ.update(RAY_ENV)
     result = run_surge(

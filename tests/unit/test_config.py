@@ -19,6 +19,7 @@ from surge.config.load import (
 )
 from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError, UserError
+from surge.recipes.ppo import batch_steps
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,14 +37,14 @@ def test_default_is_the_fast_cartpole_preset() -> None:
     # cartpole-ppo (CleanRL's ppo.py, for comparable curves) spells out the schema defaults.
     ppo, _ = load_config("cartpole-ppo", [])
     assert ppo == ExperimentConfig(stop_return=475.0)
-    assert ppo.total_envs == 4 and ppo.batch_steps == 512
+    assert ppo.total_envs == 4 and batch_steps(ppo) == 512
 
 
 @pytest.mark.parametrize("name", ["cartpole-ppo", "acrobot-ppo", "pendulum-ppo"])
 def test_presets_load(name: str) -> None:
     cfg, run_name = load_config(name, [])
     assert run_name == name
-    assert cfg.batch_steps % cfg.ppo.minibatches == 0
+    assert batch_steps(cfg) % cfg.ppo.minibatches == 0
 
 
 def test_preset_values() -> None:

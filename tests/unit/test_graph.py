@@ -25,11 +25,10 @@ def test_graph_docs_up_to_date() -> None:
 
 def _graph(*overrides: str):  # type: ignore[no-untyped-def]
     from surge.config.load import load_config
-    from surge.envs.make import probe_env
-    from surge.recipes import build_graph
+    from tests.conftest import sketch_graph
 
     cfg, _ = load_config("cartpole-ppo", list(overrides))
-    return build_graph(cfg, probe_env(cfg.env, cfg.seed), n_params=100)
+    return sketch_graph(cfg)
 
 
 def test_ports_carry_the_routing_the_workers_used_to_derive() -> None:
@@ -99,13 +98,11 @@ def test_llm_workers_fork_from_shared_imports_and_others_spawn() -> None:
     import importlib.util
 
     from surge.config.load import load_config
-    from surge.llm.setup import shapes_and_size
-    from surge.recipes import build_graph
     from surge.runtime.local import start_context
+    from tests.conftest import sketch_graph
 
     cfg, _ = load_config("arith-grpo", [])
-    env, n_params = shapes_and_size(cfg, None)
-    llm = build_graph(cfg, env, n_params)
+    llm = sketch_graph(cfg)
     for module in llm.shared_imports:
         assert importlib.util.find_spec(module) is not None, module
     worker_modules = {spec.factory.partition(":")[0] for spec in llm.workers}

@@ -1,5 +1,5 @@
 """The rollout stream of LLM RL (surge/streams/rollouts.py): the staleness admission rule,
-row hand-over, and the trainer's view of a batch (surge/workers/llm_trainer.py `sequences`)."""
+row hand-over, and the trainer's view of a batch (surge/learners/grpo.py `grouped_batch`)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_a_batch_is_ready_only_when_each_of_its_groups_is_scored_in_its_row() ->
 
 
 def test_a_batch_becomes_prompts_and_completions_for_the_grouped_forward() -> None:
-    from surge.workers.llm_trainer import grouped_batch
+    from surge.learners.grpo import grouped_batch
 
     rows = _rows(eta=0, B=1, G=2)
     r = rows.begin(0, [1, 5, 6], life=0)

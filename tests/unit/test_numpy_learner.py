@@ -293,19 +293,15 @@ def test_a_numpy_backend_trainer_never_imports_torch() -> None:
 import sys, tempfile
 from pathlib import Path
 from surge.config.load import load_config
-from surge.envs.make import probe_env
-from surge.recipes import build_graph
+from surge.recipes import algorithm_of
 from surge.streams.control import Control
-from surge.runtime.controller import _count_params
 from surge.runtime.launch import start_worker
 from surge.streams.transport import InlineTransport
-from surge.workers.base import RunContext
 
 cfg, _ = load_config("cartpole-appo", ["log.progress=false"])
-env = probe_env(cfg.env, cfg.seed)
-n_params = _count_params(cfg, env)
-graph = build_graph(cfg, env, n_params)
-ctx = RunContext(cfg=cfg, env=env, run_dir=Path(tempfile.mkdtemp()), n_params=n_params)
+algorithm = algorithm_of(cfg)
+ctx = algorithm.prepare(cfg, Path(tempfile.mkdtemp()), checkpoint=None)
+graph = algorithm.graph(ctx)
 transport = InlineTransport(graph.all_layouts(), graph.channels)
 Control(transport).reset()
 workers = [start_worker(ctx, graph, i, transport)[2] for i in range(len(graph.workers))]
@@ -317,6 +313,7 @@ for _ in range(10_000):
         break
 assert trainer.version >= 5, trainer.version
 assert trainer.learner.name == "numpy"
+trainer.learner.evaluate(2, seed=0)  # the stop check's episodes too
 trainer.save_checkpoint(wait=True)  # checkpoints need no torch either
 trainer.close()
 print("torch" in sys.modules)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 
 from surge.config.load import load_config
-from surge.envs.make import probe_env
 from surge.errors import UserError
-from surge.recipes import build_graph
 from surge.runtime.placement import NodeInfo, place
 from surge.runtime.placement import pods as pods_of
 from surge.workers.graph import WorkerSpec
+from tests.conftest import sketch_graph
 
 
 def _cfg(*overrides: str):  # type: ignore[no-untyped-def]
@@ -20,7 +19,7 @@ def _cfg(*overrides: str):  # type: ignore[no-untyped-def]
 
 def _workers(cfg) -> list[WorkerSpec]:  # type: ignore[no-untyped-def]
     """The recipe's workers: placement sees only what the graph says."""
-    return build_graph(cfg, probe_env(cfg.env, cfg.seed), n_params=10).workers
+    return sketch_graph(cfg).workers
 
 
 def pods(cfg) -> list[list[str]]:  # type: ignore[no-untyped-def]

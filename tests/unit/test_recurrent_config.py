@@ -3,8 +3,6 @@ choice, the velocity-hiding wrapper, and the episode player carrying the state."
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -14,12 +12,11 @@ from surge.envs.make import probe_env
 from surge.envs.wrappers import HideVelocity
 from surge.errors import ConfigError, EnvSpecError
 from surge.evaluation.episodes import play_episodes
+from surge.learners.ppo import backend_name
 from surge.models.flat_policy import FlatPolicy
 from surge.models.numpy_policy import numpy_layout
 from surge.models.recurrent_state import CORE0, CORE_IN, CORE_OUT
-from surge.recipes import build_graph
-from surge.runtime.controller import _count_params
-from surge.workers.learners import backend_name
+from tests.conftest import sketch_graph
 
 MEMORY = ["env.wrappers=[surge.envs.wrappers:HideVelocity]", "model.core=gru"]
 
@@ -58,18 +55,17 @@ def test_auto_backend_picks_torch_for_recurrent_models() -> None:
     cfg, _ = load_config("cartpole-ppo", ["model.core=gru"])
     env = probe_env(cfg.env, cfg.seed)
     assert numpy_layout(env.observation_space, env.action_space, cfg.model) is None
-    assert backend_name(SimpleNamespace(cfg=cfg, env=env)) == "torch"  # type: ignore[arg-type]
+    assert backend_name(cfg, env) == "torch"
     cfg.model.backend = "numpy"  # past validation (e.g. a hand-built config): still refused
     with pytest.raises(ConfigError, match="recurrent core"):
-        backend_name(SimpleNamespace(cfg=cfg, env=env))  # type: ignore[arg-type]
+        backend_name(cfg, env)
 
 
 @pytest.mark.parametrize(("core", "size"), [("gru", 16), ("lstm", 32)])
 def test_stream_layouts_carry_the_state_only_for_recurrent_models(core: str, size: int) -> None:
     def layouts(*overrides: str) -> dict[str, dict[str, tuple[int, ...]]]:
         cfg, _ = load_config("cartpole-ppo", list(overrides))
-        env = probe_env(cfg.env, cfg.seed)
-        graph = build_graph(cfg, env, _count_params(cfg, env))
+        graph = sketch_graph(cfg)
         return {
             name: {k: f.shape for k, f in layout.fields.items()}
             for name, layout in graph.layouts.items()

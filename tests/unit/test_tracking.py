@@ -347,7 +347,7 @@ def test_resume_fit_check_names_the_parameters_that_differ() -> None:
     from surge.envs.make import probe_env
     from surge.models.numpy_net import NumpyActorCritic, initial_parameters
     from surge.models.numpy_policy import numpy_layout
-    from surge.runtime.controller import _misfit
+    from surge.recipes.ppo import _misfit
 
     cfg, _ = load_config("cartpole-ppo", [])
     env = probe_env(cfg.env, cfg.seed)

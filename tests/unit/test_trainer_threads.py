@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from surge.config.load import load_config
-from surge.workers.trainer import TrainerWorker
+from surge.learners.ppo import PPOLearner
 
 
 class _Consumer:
@@ -33,5 +33,5 @@ def test_alone_threads_once_every_actor_waits(lag: int, published: int, threads:
         "pong-appo",
         [f"max_policy_lag={lag}", "workers.trainer_threads=1", "workers.trainer_threads_alone=2"],
     )
-    trainer = SimpleNamespace(cfg=cfg, consumer=_Consumer(published), version=3)
-    assert TrainerWorker._threads(trainer) == threads  # type: ignore[arg-type]
+    learner = SimpleNamespace(cfg=cfg, consumer=_Consumer(published), _version=3)
+    assert PPOLearner._threads(learner) == threads  # type: ignore[arg-type]
