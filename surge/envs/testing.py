@@ -118,12 +118,38 @@ class HangingEnv(CrashingEnv):
         return _Base.step(self, action)
 
 
+class AlternateEnv(gym.Env[Any, Any]):
+    """Rewards switching: 1 for an action unlike the one before, over 20 steps. The
+    observation is always the same, so a policy that acts on it alone cannot alternate: a
+    uniformly random one scores 9.5 on average, a deterministic one 0. A run whose training
+    mean (of a sampling policy) passes a threshold its greedy evaluation never reaches."""
+
+    HORIZON = 20
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t, self.last = 0, -1
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t, self.last = 0, -1
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        action = int(action)
+        reward = float(self.last >= 0 and action != self.last)
+        self.t, self.last = self.t + 1, action
+        return np.zeros(1, np.float32), reward, False, self.t >= self.HORIZON, {}
+
+
 for _name, _cls in [
     ("DictObs", DictObsEnv),
     ("DiscreteObs", DiscreteObsEnv),
     ("WrongShape", WrongShapeEnv),
     ("Crashing", CrashingEnv),
     ("Hanging", HangingEnv),
+    ("Alternate", AlternateEnv),
 ]:
     if f"surge/{_name}-v0" not in gym.registry:
         gym.register(f"surge/{_name}-v0", entry_point=_cls)  # type: ignore[arg-type]

@@ -178,10 +178,9 @@ class ProgressFeed:
 
 def _result(run_dir: Path, reason: str) -> TrainResult:
     """The run's outcome, from the last training and evaluation records of its metrics."""
-    records = read_metrics(run_dir)
-    trained = [r for r in records if "steps_per_s" in r]  # not eval/* rows
+    trained = read_metrics(run_dir, rows="training")
     last = trained[-1] if trained else {}
-    evaluated = [r for r in records if "eval/return_mean" in r or "eval/accuracy" in r]
+    evaluated = read_metrics(run_dir, rows="eval")
     ev: dict[str, Any] = evaluated[-1] if evaluated else {}
     return TrainResult(
         run_dir=run_dir,

@@ -1,9 +1,10 @@
 """The local runtime: one OS process per worker, streams over shared memory.
 
 The controller (this process) creates the run's shared memory, starts every worker, and then
-only watches: process exits, heartbeats, the trainer's progress. An actor or policy worker
-that dies or hangs is restarted in place (same slot, same shared memory, a new `life`) up to
-`workers.max_restarts` times; the streams keep their state in shared memory, so the new
+only watches: process exits, heartbeats, the trainer's progress. What happens then is the
+supervisor's (runtime/supervisor.py); this module starts, kills and observes processes for
+it. An actor or policy worker that dies or hangs is restarted in place (same slot, same
+shared memory, a new `life`); the streams keep their state in shared memory, so the new
 process picks up where the old one stopped (see streams/sample.py and streams/inference.py).
 Any other failure stops the run within a second with that worker's name and original
 traceback; whatever happens, every process is stopped and the shared memory removed before
@@ -25,18 +26,15 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-from surge.errors import WorkerFailure
 from surge.runtime.launch import write_timing
-from surge.runtime.supervisor import Supervisor
+from surge.runtime.supervisor import Exit, Supervisor
 from surge.runtime.warm import WarmProcess, child_env, thread_env
 from surge.runtime.worker_process import worker_main
 from surge.streams.control import CHECKPOINT_AND_STOP, STOP, Control
 from surge.streams.params import ParameterService
 from surge.streams.transport import WAKE, ShmSpec, ShmTransport, create_shm, destroy_shm
 from surge.workers.base import RunContext
-from surge.workers.graph import Graph, WorkerSpec
-
-CHECKPOINT_TIMEOUT_S = 30.0
+from surge.workers.graph import Graph
 
 
 def run_local(
@@ -57,28 +55,16 @@ def run_local(
     for block in (s.block for s in graph.streams if s.kind == "versions"):
         ParameterService(transport, block).reset()
     supervisor = Supervisor(ctx.cfg, graph, ctx.run_dir)
-    workers = _Processes(ctx, graph, shm, supervisor, warm)
-    leaders = [spec.name for spec in graph.leaders]
+    processes = _Processes(ctx, graph, shm, supervisor, warm, on_tick)
     try:
-        for spec in graph.workers:
-            workers.start(spec)
-        try:
-            return _watch(graph, workers, supervisor, control, transport, on_tick)
-        except WorkerFailure as failure:
-            if failure.worker not in leaders and _checkpoint_now(
-                {n: workers.procs[n] for n in leaders if supervisor.running(n)}, control, transport
-            ):
-                for name in leaders:
-                    supervisor.record(name, "stopped")
-                failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
-            raise
+        return supervisor.run(processes)
     finally:
         control.request_stop(STOP)
         for name in graph.channels:
             with contextlib.suppress(OSError):
                 transport.channel(name).send(WAKE)
-        _stop_all(workers.procs)
-        for name, proc in workers.procs.items():
+        _stop_all(processes.procs)
+        for name, proc in processes.procs.items():
             if supervisor.running(name):
                 state = "stopped" if proc.exitcode == 0 else f"exited ({proc.exitcode})"
                 supervisor.record(name, state)
@@ -103,7 +89,9 @@ def start_context(graph: Graph) -> SpawnContext | ForkServerContext:
 
 
 class _Processes:
-    """Starts, and restarts in place, the worker processes of a run."""
+    """The local runtime for the supervisor (runtime/supervisor.py `Runtime`): a process per
+    worker life, started (spawned, forked from the fork server, or the warm process),
+    watched by its exit sentinel and its heartbeat, killed when it must go."""
 
     def __init__(
         self,
@@ -112,127 +100,88 @@ class _Processes:
         shm: ShmSpec,
         supervisor: Supervisor,
         warm: WarmProcess | None,
+        on_tick: Callable[[Control], None],
     ) -> None:
         self.ctx, self.graph, self.shm = ctx, graph, shm
-        self.supervisor, self.warm = supervisor, warm
+        self.supervisor, self.warm, self.on_tick = supervisor, warm, on_tick
+        self.transport = ShmTransport(shm)
+        self.control = Control(self.transport)
         self.context = start_context(graph)
         self.procs: dict[str, BaseProcess] = {}
+        self.by_sentinel: dict[int, str] = {}  # the sentinel of each running life
         self.host = socket.gethostname()
 
-    def start(self, spec: WorkerSpec) -> BaseProcess:
-        sup = self.supervisor
-        slot = sup.slot[spec.name]
-        args = (self.graph, slot, self.ctx, self.shm, os.getpid(), sup.restarts[spec.name])
-        if self.warm is not None and self.warm.name == spec.name:
-            proc, self.warm = self.warm.launch(args), None
-        else:
-            with child_env(**thread_env(spec.threads)):
-                proc = self.context.Process(target=worker_main, args=args, name=spec.name)
-                proc.start()
-        self.procs[spec.name] = proc
-        sup.started_life(spec.name, pid=proc.pid, host=self.host)
-        return proc
+    def start(self, names: list[str]) -> None:
+        for name in names:
+            sup = self.supervisor
+            spec = sup.specs[name]
+            args = (self.graph, sup.slot[name], self.ctx, self.shm, os.getpid(), sup.restarts[name])
+            if self.warm is not None and self.warm.name == name:
+                proc, self.warm = self.warm.launch(args), None
+            else:
+                with child_env(**thread_env(spec.threads)):
+                    proc = self.context.Process(target=worker_main, args=args, name=name)
+                    proc.start()
+            self.procs[name] = proc
+            self.by_sentinel[proc.sentinel] = name
+            sup.started_life(name, pid=proc.pid, host=self.host)
 
-    def restart(
-        self, name: str, cause: str, raised: bool, control: Control, transport: ShmTransport
-    ) -> BaseProcess | None:
-        """A new life for a failed worker if the supervisor allows it, else None."""
-        sup = self.supervisor
-        if not sup.may_restart(name, raised):
-            return None
+    def exits(self, timeout: float) -> list[Exit]:
+        ended = []
+        for sentinel in wait(list(self.by_sentinel), timeout=timeout):
+            name = self.by_sentinel.pop(sentinel)  # type: ignore[arg-type]
+            proc = self.procs[name]
+            proc.join()
+            error = Path(self.transport.error_path(name))
+            if name in self.supervisor.leaders and proc.exitcode == 0:
+                ended.append(Exit(name, "finished", error.with_suffix(".done").read_text()))
+            elif error.exists():
+                ended.append(Exit(name, "raised", error.read_text()))
+            else:
+                ended.append(Exit(name, "died", _failure_detail(proc)))
+        return ended
+
+    def silences(self) -> dict[str, float | None]:
+        now = time.monotonic()
+        silent: dict[str, float | None] = {}
+        for slot, spec in enumerate(self.graph.workers):
+            last = self.control.last_beat(slot)
+            silent[spec.name] = now - last if last else None  # 0.0: still starting
+        return silent
+
+    def retire(self, name: str) -> None:
         old = self.procs[name]
         if old.is_alive():  # hung: it has to go before its successor takes the slot
             old.kill()
         old.join()
-        Path(transport.error_path(name)).unlink(missing_ok=True)
-        sup.restarting(name, cause)
-        control.reset_worker(sup.slot[name])
-        control.set_progress(restarts=sup.total_restarts)
-        return self.start(sup.specs[name])
+        self.by_sentinel.pop(old.sentinel, None)
+        Path(self.transport.error_path(name)).unlink(missing_ok=True)
+
+    def where(self, name: str) -> str:
+        return ""
+
+    def reset(self, name: str, restarts: int) -> None:
+        self.control.reset_worker(self.supervisor.slot[name])
+        self.control.set_progress(restarts=restarts)
+
+    def ask_to_checkpoint(self, names: list[str]) -> None:
+        self.control.request_stop(CHECKPOINT_AND_STOP)
+        for name in names:
+            with contextlib.suppress(OSError):
+                self.transport.channel(name).send(WAKE)
+
+    def await_finish(self, names: list[str], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        for name in names:
+            self.procs[name].join(max(0.0, deadline - time.monotonic()))
+        return all(self.procs[name].exitcode == 0 for name in names)
+
+    def tick(self, final: bool = False) -> None:
+        self.on_tick(self.control)
 
 
-def _watch(
-    graph: Graph,
-    workers: _Processes,
-    supervisor: Supervisor,
-    control: Control,
-    transport: ShmTransport,
-    on_tick: Callable[[Control], None],
-) -> str:
-    procs = workers.procs
-    by_sentinel = {p.sentinel: name for name, p in procs.items()}
-    leaders = [spec.name for spec in graph.leaders]
-    finished: dict[str, str] = {}  # leader -> its finish reason, in the order they finished
-
-    def fail_or_restart(name: str, state: str, cause: str, raised: bool) -> None:
-        """Restart the worker in place if allowed, else stop the run with its failure."""
-        supervisor.record(name, state)
-        old = procs[name].sentinel
-        new = workers.restart(name, cause, raised, control, transport)
-        if new is None:
-            raise WorkerFailure(name, cause)
-        by_sentinel.pop(old, None)
-        by_sentinel[new.sentinel] = name
-
-    while True:
-        try:
-            exited = wait(list(by_sentinel), timeout=0.25)
-            for sentinel in exited:
-                name = by_sentinel.pop(sentinel)  # type: ignore[arg-type]
-                proc = procs[name]
-                proc.join()
-                if name in leaders and proc.exitcode == 0:
-                    supervisor.record(name, "finished")
-                    done = Path(transport.error_path(name)).with_suffix(".done")
-                    finished[name] = done.read_text()
-                    if len(finished) == len(leaders):
-                        on_tick(control)
-                        return next(iter(finished.values()))  # the first to finish
-                    # One trainer is done: the others save a checkpoint and finish too.
-                    _wake_to_stop([n for n in leaders if n not in finished], control, transport)
-                    continue
-                raised = Path(transport.error_path(name)).exists()
-                fail_or_restart(name, "failed", _failure_detail(transport, name, proc), raised)
-            now = time.monotonic()
-            for slot, spec in enumerate(graph.workers):
-                last = control.last_beat(slot)
-                # 0.0: still starting (importing, building envs and networks)
-                cause = supervisor.silence(spec.name, now - last if last else None, now)
-                if cause is not None:
-                    fail_or_restart(spec.name, "hung", cause, raised=False)
-            supervisor.check_interrupt(now)
-            on_tick(control)
-        except KeyboardInterrupt:
-            if not supervisor.interrupt():
-                raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
-            _wake_to_stop([n for n in leaders if n not in finished], control, transport)
-
-
-def _wake_to_stop(names: list[str], control: Control, transport: ShmTransport) -> None:
-    """Ask the trainers `names` to save a checkpoint and finish."""
-    control.request_stop(CHECKPOINT_AND_STOP)
-    for name in names:
-        with contextlib.suppress(OSError):
-            transport.channel(name).send(WAKE)
-
-
-def _checkpoint_now(
-    trainers: dict[str, BaseProcess], control: Control, transport: ShmTransport
-) -> bool:
-    """Ask healthy trainers to save a checkpoint and stop; True once all have."""
-    if not trainers or not all(t.is_alive() for t in trainers.values()):
-        return False
-    _wake_to_stop(list(trainers), control, transport)
-    deadline = time.monotonic() + CHECKPOINT_TIMEOUT_S
-    for trainer in trainers.values():
-        trainer.join(max(0.0, deadline - time.monotonic()))
-    return all(t.exitcode == 0 for t in trainers.values())
-
-
-def _failure_detail(transport: ShmTransport, name: str, proc: BaseProcess) -> str:
-    path = Path(transport.error_path(name))
-    if path.exists():
-        return path.read_text()
+def _failure_detail(proc: BaseProcess) -> str:
+    """What an exit without a traceback says about a worker process."""
     code = proc.exitcode
     if code is not None and code < 0:
         return f"process {proc.pid} was killed by signal {signal.Signals(-code).name}"

@@ -4,8 +4,9 @@ The controller (this process, Ray's driver) connects to `ray.address` or starts 
 on this machine, decides placement (surge/runtime/placement.py), starts one `NodeAgent` per
 node used (shared memory and the cross-node forwarders) and one `WorkerHost` per worker
 (surge/runtime/ray_actors.py), and then watches as the local runtime does: worker exits,
-heartbeats, the trainer's progress. An actor or policy worker that dies or hangs is restarted
-in place as in `local` (a new Ray actor on the same node takes over its slot in that node's
+heartbeats, the trainer's progress. What happens then is the supervisor's
+(runtime/supervisor.py), as in `local`: an actor or policy worker that dies or hangs is
+restarted in place (a new Ray actor on the same node takes over its slot in that node's
 shared memory, with a new `life`), up to `workers.max_restarts` times. Any other failure stops
 the run with that worker's name and traceback (or, for a process that died, Ray's account of
 why); whatever happens, every actor is stopped and every node's shared memory removed before
@@ -19,7 +20,6 @@ import logging
 import math
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +27,7 @@ from surge.errors import UserError, WorkerFailure
 from surge.runtime.launch import write_timing
 from surge.runtime.placement import NodeInfo, Placement, demands, place
 from surge.runtime.ray_actors import NodeAgent, WorkerHost
-from surge.runtime.supervisor import STARTUP_TIMEOUT_S, Supervisor
+from surge.runtime.supervisor import STARTUP_TIMEOUT_S, Exit, Supervisor
 from surge.streams.control import CHECKPOINT_AND_STOP, STOP, Control, control_layout
 from surge.streams.ray_bridge import HANDED_OVER, GroupStream, SegmentStream
 from surge.streams.sample import PROGRESS
@@ -35,9 +35,7 @@ from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext
 from surge.workers.graph import Graph, StreamSpec, WorkerSpec
 
-CHECKPOINT_TIMEOUT_S = 30.0
 STATUS_TIMEOUT_S = 30.0
-TICK_S = 0.25
 
 # For a Ray instance surge starts itself: keep all of Ray's traffic on 127.0.0.1 (without
 # this Ray advertises the machine's outward address), no usage reporting, no token auth.
@@ -64,7 +62,11 @@ def run_ray(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -
     if connected_here:
         _connect(ctx, graph)
     try:
-        return _Run(ctx, graph, on_tick).run()
+        run = _Run(ctx, graph, on_tick)
+        try:
+            return run.start_nodes_and_run()
+        finally:
+            run.stop_all()
     finally:
         if connected_here:
             ray.shutdown()
@@ -114,7 +116,8 @@ def cluster_nodes() -> list[NodeInfo]:
 
 
 class _Run:
-    """One run on the cluster: start, watch, stop. Every Ray call of the controller is here."""
+    """One run on the cluster, and the Ray runtime for the supervisor (runtime/supervisor.py
+    `Runtime`): a Ray actor per worker life. Every Ray call of the controller is here."""
 
     def __init__(self, ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> None:
         self.ctx, self.graph, self.on_tick = ctx, graph, on_tick
@@ -127,7 +130,6 @@ class _Run:
         self.supervisor = Supervisor(ctx.cfg, graph, ctx.run_dir)
         self.leader = graph.leader.name
         self.leaders = [spec.name for spec in graph.leaders]  # one trainer per policy
-        self.finished: dict[str, str] = {}  # leader -> its finish reason, in finishing order
         self.trainer_node = self.placement.node_of[self.leader]
         # The controller's copy of the control block: the trainer's progress for `on_tick`,
         # the workers' timing rows at the end.
@@ -137,24 +139,12 @@ class _Run:
 
     # ------------------------------------------------------------------ start
 
-    def run(self) -> str:
+    def start_nodes_and_run(self) -> str:
         print("  placement:", file=sys.stderr)
         for line in self.placement.describe():
             print(f"    {line}", file=sys.stderr)
-        try:
-            self._start_agents()
-            for slot, spec in enumerate(self.graph.workers):
-                self._start_worker(slot, spec)
-            for spec in self.graph.workers:
-                self._await_start(spec.name)
-            try:
-                return self._watch()
-            except WorkerFailure as failure:
-                if failure.worker not in self.leaders and self._checkpoint_now():
-                    failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
-                raise
-        finally:
-            self._stop_all()
+        self._start_agents()
+        return self.supervisor.run(self)
 
     def _on_node(self, actor_class: Any, node_id: str, **options: Any) -> Any:
         import ray
@@ -287,6 +277,136 @@ class _Run:
         )
         return calls
 
+    # ------------------------------------------------------------------ the supervisor's calls
+
+    def start(self, names: list[str]) -> None:
+        """Start every worker's actor first, then wait for each: they start in parallel."""
+        for name in names:
+            self._start_worker(self.supervisor.slot[name], self.supervisor.specs[name])
+        for name in names:
+            self._await_start(name)
+
+    def exits(self, timeout: float) -> list[Exit]:
+        import ray
+
+        ended = []
+        ready, _ = ray.wait(list(self.runs), num_returns=1, timeout=timeout)
+        for ref in ready:
+            name = self.runs.pop(ref)
+            ended.append(self._outcome(ref, name))
+        return ended
+
+    def silences(self) -> dict[str, float | None]:
+        """Heartbeats from every node (silences measured on each node's own clock), forwarder
+        failures, and the trainer's progress for the display."""
+        import ray
+
+        node_ids = list(self.agents)
+        refs = [
+            self.agents[n].status.remote(
+                [self.supervisor.slot[w] for w in self.placement.workers_on(n)],
+                n == self.trainer_node,
+            )
+            for n in node_ids
+        ]
+        try:
+            statuses = ray.get(refs, timeout=STATUS_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+            raise self._node_lost(node_ids, refs, e) from None
+        silent: dict[str, float | None] = {}
+        for node_id, status in zip(node_ids, statuses, strict=True):
+            if status["error"]:
+                names = ", ".join(self.placement.workers_on(node_id))
+                where = f"stream bridge on node {node_id[:8]} ({names})"
+                raise WorkerFailure(where, status["error"])
+            if status["progress"] is not None:
+                self.mirror.set_progress(**status["progress"])
+                self.mirror.set_progress(restarts=self.supervisor.total_restarts)
+            for slot, seconds in status["silent"].items():
+                # None while still starting (importing, building envs and networks)
+                silent[self.graph.workers[int(slot)].name] = seconds
+        return silent
+
+    def retire(self, name: str) -> None:
+        """The old life must be gone before the new one takes the slot (a hung one is
+        killed)."""
+        import ray
+
+        ray.kill(self.hosts[name])
+        old = [ref for ref, n in self.runs.items() if n == name]
+        if old:
+            ray.wait(old, timeout=10.0)
+            for ref in old:
+                del self.runs[ref]
+
+    def where(self, name: str) -> str:
+        return f" on node {self.placement.node_of[name][:8]}"
+
+    def reset(self, name: str, restarts: int) -> None:
+        import ray
+
+        node_id = self.placement.node_of[name]
+        # The trainer logs `restarts` from its own node's control block, not the controller's.
+        calls = [
+            self.agents[node_id].reset_worker.remote(self.supervisor.slot[name]),
+            self.agents[self.trainer_node].set_restarts.remote(restarts),
+        ]
+        ray.get(calls, timeout=STATUS_TIMEOUT_S)
+
+    def ask_to_checkpoint(self, names: list[str]) -> None:
+        """Ask these trainers to save a checkpoint and finish (on their nodes)."""
+        for name in names:
+            with contextlib.suppress(Exception):
+                node = self.agents[self.placement.node_of[name]]
+                node.request_stop.remote(CHECKPOINT_AND_STOP, [name])
+
+    def await_finish(self, names: list[str], timeout: float) -> bool:
+        import ray
+
+        refs = {ref: name for ref, name in self.runs.items() if name in names}
+        if len(refs) < len(names):
+            return False  # a trainer is gone
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        saved = len(ready) == len(refs)
+        for ref in ready:
+            del self.runs[ref]
+            try:
+                saved &= ray.get(ref)[0] == "finished"
+            except ray.exceptions.RayError:
+                saved = False
+        return saved
+
+    def tick(self, final: bool = False) -> None:
+        if final:
+            self.silences()  # the trainer's last progress, for the display
+        self.on_tick(self.mirror)
+
+    def _outcome(self, ref: Any, name: str) -> Exit:
+        """How a worker's `run` call ended: its own report, or Ray's account of its death."""
+        import ray
+
+        try:
+            outcome, detail = ray.get(ref)
+        except ray.exceptions.RayActorError as e:
+            info = self.supervisor.columns.get(name, {})
+            where = f"pid {info.get('pid')} on node {str(info.get('node_id', '?'))[:8]}"
+            return Exit(name, "died", f"its Ray actor ({where}) died: {e}")
+        return Exit(name, "finished" if outcome == "finished" else "raised", detail)
+
+    def _node_lost(self, node_ids: list[str], refs: list[Any], error: Exception) -> WorkerFailure:
+        import ray
+
+        for node_id, ref in zip(node_ids, refs, strict=True):
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:
+                names = self.placement.workers_on(node_id)
+                return WorkerFailure(
+                    names[0],
+                    f"lost contact with node {node_id[:8]} (hosting {', '.join(names)}): {error}",
+                )
+        return WorkerFailure(self.leader, f"lost contact with the cluster: {error}")
+
     def _start_worker(self, slot: int, spec: WorkerSpec) -> None:
         """Start one life of a worker: a Ray actor on its node, then its `run` call."""
         node_id = self.placement.node_of[spec.name]
@@ -317,155 +437,9 @@ class _Run:
             raise WorkerFailure(name, f"its Ray actor could not start: {e}") from None
         self.supervisor.record(name, "running", **info)
 
-    # ------------------------------------------------------------------ watch
-
-    def _watch(self) -> str:
-        import ray
-
-        while True:
-            try:
-                ready, _ = ray.wait(list(self.runs), num_returns=1, timeout=TICK_S)
-                for ref in ready:
-                    name = self.runs.pop(ref)
-                    outcome, detail = self._outcome(ref, name)
-                    if name in self.leaders and outcome == "finished":
-                        self.supervisor.record(name, "finished")
-                        self.finished[name] = detail
-                        if len(self.finished) == len(self.leaders):
-                            self._refresh()
-                            self.on_tick(self.mirror)
-                            return next(iter(self.finished.values()))  # the first to finish
-                        self._ask_trainer_to_checkpoint()  # the other trainers finish too
-                        continue
-                    self._fail_or_restart(name, "failed", detail, raised=outcome == "failed")
-                self._refresh()
-                self.supervisor.check_interrupt(time.monotonic())
-                self.on_tick(self.mirror)
-            except KeyboardInterrupt:
-                if not self.supervisor.interrupt():
-                    raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
-                self._ask_trainer_to_checkpoint()
-
-    def _outcome(self, ref: Any, name: str) -> tuple[str, str]:
-        import ray
-
-        try:
-            outcome, detail = ray.get(ref)
-        except ray.exceptions.RayActorError as e:
-            info = self.supervisor.columns.get(name, {})
-            where = f"pid {info.get('pid')} on node {str(info.get('node_id', '?'))[:8]}"
-            return "died", f"its Ray actor ({where}) died: {e}"
-        if outcome == "finished" and name not in self.leaders:
-            return "stopped", f"stopped before the run ended ({detail or 'no reason given'})"
-        return outcome, detail
-
-    def _fail_or_restart(self, name: str, state: str, cause: str, raised: bool) -> None:
-        """Restart an actor or policy worker in place if the config allows it (as `local`
-        does), else stop the run with its failure."""
-        import ray
-
-        sup = self.supervisor
-        sup.record(name, state)
-        slot, spec = sup.slot[name], sup.specs[name]
-        if not sup.may_restart(name, raised):
-            raise WorkerFailure(name, cause)
-        # The old life must be gone before the new one takes the slot (a hung one is killed).
-        ray.kill(self.hosts[name])
-        old = [ref for ref, n in self.runs.items() if n == name]
-        if old:
-            ray.wait(old, timeout=10.0)
-            for ref in old:
-                del self.runs[ref]
-        node_id = self.placement.node_of[name]
-        sup.restarting(name, cause, where=f" on node {node_id[:8]}")
-        # The trainer logs `restarts` from its own node's control block, not the controller's.
-        calls = [
-            self.agents[node_id].reset_worker.remote(slot),
-            self.agents[self.trainer_node].set_restarts.remote(sup.total_restarts),
-        ]
-        ray.get(calls, timeout=STATUS_TIMEOUT_S)
-        self._start_worker(slot, spec)
-        self._await_start(name)
-
-    def _refresh(self) -> None:
-        """Heartbeats from every node (silences measured on each node's own clock), forwarder
-        failures, and the trainer's progress for the display."""
-        import ray
-
-        node_ids = list(self.agents)
-        refs = [
-            self.agents[n].status.remote(
-                [self.supervisor.slot[w] for w in self.placement.workers_on(n)],
-                n == self.trainer_node,
-            )
-            for n in node_ids
-        ]
-        try:
-            statuses = ray.get(refs, timeout=STATUS_TIMEOUT_S)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
-            raise self._node_lost(node_ids, refs, e) from None
-        now = time.monotonic()
-        for node_id, status in zip(node_ids, statuses, strict=True):
-            if status["error"]:
-                names = ", ".join(self.placement.workers_on(node_id))
-                where = f"stream bridge on node {node_id[:8]} ({names})"
-                raise WorkerFailure(where, status["error"])
-            if status["progress"] is not None:
-                self.mirror.set_progress(**status["progress"])
-                self.mirror.set_progress(restarts=self.supervisor.total_restarts)
-            for slot, silent in status["silent"].items():
-                # silent: None while still starting (importing, building envs and networks)
-                name = self.graph.workers[int(slot)].name
-                cause = self.supervisor.silence(name, silent, now)
-                if cause is not None:
-                    self._fail_or_restart(name, "hung", cause, raised=False)
-
-    def _node_lost(self, node_ids: list[str], refs: list[Any], error: Exception) -> WorkerFailure:
-        import ray
-
-        for node_id, ref in zip(node_ids, refs, strict=True):
-            try:
-                ray.get(ref, timeout=0)
-            except Exception:
-                names = self.placement.workers_on(node_id)
-                return WorkerFailure(
-                    names[0],
-                    f"lost contact with node {node_id[:8]} (hosting {', '.join(names)}): {error}",
-                )
-        return WorkerFailure(self.leader, f"lost contact with the cluster: {error}")
-
     # ------------------------------------------------------------------ stop
 
-    def _ask_trainer_to_checkpoint(self) -> None:
-        """Ask every trainer still running to save a checkpoint and finish (on its node)."""
-        for name in self.leaders:
-            if name in self.finished:
-                continue
-            with contextlib.suppress(Exception):
-                node = self.agents[self.placement.node_of[name]]
-                node.request_stop.remote(CHECKPOINT_AND_STOP, [name])
-
-    def _checkpoint_now(self) -> bool:
-        """Ask healthy trainers to save a checkpoint and stop; True once all have."""
-        import ray
-
-        refs = {ref: name for ref, name in self.runs.items() if name in self.leaders}
-        if len(refs) + len(self.finished) < len(self.leaders):
-            return False  # a trainer is gone
-        self._ask_trainer_to_checkpoint()
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=CHECKPOINT_TIMEOUT_S)
-        saved = len(ready) == len(refs)
-        for ref in ready:
-            del self.runs[ref]
-            try:
-                ok = ray.get(ref)[0] == "finished"
-            except ray.exceptions.RayError:
-                ok = False
-            self.supervisor.record(refs[ref], "stopped" if ok else "failed")
-            saved &= ok
-        return saved
-
-    def _stop_all(self) -> None:
+    def stop_all(self) -> None:
         import ray
 
         for agent in self.agents.values():

@@ -1,8 +1,12 @@
 """The serial runtime: every worker in this process, inline streams, a fixed polling order.
 
-The same workers and streams as the local runtime, over in-process arrays and queues. With a
-fixed seed a run is deterministic, which makes this the runtime for debugging (a breakpoint
-anywhere just works) and for the fastest tests.
+The same workers and streams as the local runtime, over in-process arrays and queues, and
+the same life cycle (runtime/supervisor.py): here a worker's "life" is an object, polled
+once per round with timeout 0; an exception it raises ends that life (with its traceback),
+and a restart builds a new object in its slot. With a fixed seed a run is deterministic,
+which makes this the runtime for debugging (a breakpoint anywhere just works) and for the
+fastest tests. There are no heartbeats: a worker that never returns from `poll` blocks the
+run, as it would block a debugger.
 """
 
 from __future__ import annotations
@@ -10,76 +14,30 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from typing import TypeVar
 
 from surge.errors import WorkerFailure
 from surge.runtime.launch import start_worker, write_timing
+from surge.runtime.supervisor import Exit, Supervisor
 from surge.streams.control import CHECKPOINT_AND_STOP, Control
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext, Worker
 from surge.workers.graph import Graph
 
-T = TypeVar("T")
+TICK_S = 0.2  # how often the progress display is fed
 
 
 def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]) -> str:
     """Run until the graph's leaders (the trainers) finish; returns the reason of the first
-    to finish ("solved", "budget", "interrupted"). When one finishes, the others are asked
-    to save a checkpoint and finish too."""
+    to finish ("solved", "budget", "time", "interrupted")."""
     transport = InlineTransport(graph.all_layouts(), graph.channels)
     control = Control(transport)
     control.reset()
-    workers: list[Worker] = []
+    supervisor = Supervisor(ctx.cfg, graph, ctx.run_dir)
+    objects = _InProcess(ctx, graph, transport, control, supervisor, on_tick)
     try:
-        for slot, spec in enumerate(graph.workers):
-            _, _, worker = _guarded(spec.name, start_worker, ctx, graph, slot, transport)
-            workers.append(worker)
-        trainers = [workers[graph.workers.index(spec)] for spec in graph.leaders]
-        first: Worker | None = None  # the leader that finished first: the run's reason
-        leaders_left = len(trainers)
-        active = list(workers)  # polled in this order, each once per round, until it finishes
-        finished: list[Worker] = []  # in this round (a worker finishes in a poll)
-        last_tick = 0.0
-        try:
-            while leaders_left:
-                progressed = False
-                for worker in active:
-                    progressed |= _guarded(worker.name, worker.poll, 0.0)
-                    if worker.finished:
-                        finished.append(worker)
-                if finished:  # after the round, so the round's order stays fixed
-                    progressed = True
-                    ended = [w for w in finished if w in trainers]
-                    active = [w for w in active if w not in finished]
-                    finished.clear()
-                    leaders_left -= len(ended)
-                    if ended and first is None:
-                        first = ended[0]  # leaders that finished with it keep their reason
-                        if leaders_left:  # the others are asked to save and finish too
-                            control.request_stop(CHECKPOINT_AND_STOP)
-                if not progressed:
-                    raise RuntimeError("serial runtime: no worker can make progress (deadlock)")
-                now = time.monotonic()
-                if now - last_tick > 0.2:
-                    on_tick(control)
-                    last_tick = now
-        except KeyboardInterrupt:
-            control.request_stop(CHECKPOINT_AND_STOP)
-            for trainer in trainers:
-                if not trainer.finished:
-                    trainer.poll(0.0)
-        except WorkerFailure as failure:
-            if failure.worker not in {t.name for t in trainers}:  # the trainers are fine
-                control.request_stop(CHECKPOINT_AND_STOP)
-                for trainer in trainers:
-                    if not trainer.finished:
-                        trainer.poll(0.0)
-                failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
-            raise
-        on_tick(control)
-        return str(getattr(first or trainers[0], "finish_reason", ""))
+        return supervisor.run(objects)
     finally:
-        for worker in workers:
+        for worker in objects.workers.values():
             worker.close()
         # One process: its CPU time (the controller row) is the total; the worker rows hold
         # the per-activity split.
@@ -88,11 +46,88 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
         write_timing(ctx.run_dir, graph, control.timing)
 
 
-def _guarded(name: str, fn: Callable[..., T], *args: object) -> T:
-    """Call into a worker; a failure carries the worker's name and original traceback."""
-    try:
-        return fn(*args)
-    except (KeyboardInterrupt, WorkerFailure):
-        raise
-    except Exception:
-        raise WorkerFailure(name, traceback.format_exc()) from None
+class _InProcess:
+    """The serial runtime for the supervisor (runtime/supervisor.py `Runtime`): a worker per
+    life, polled in the graph's order, one round per `exits` call."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        graph: Graph,
+        transport: InlineTransport,
+        control: Control,
+        supervisor: Supervisor,
+        on_tick: Callable[[Control], None],
+    ) -> None:
+        self.ctx, self.graph, self.transport = ctx, graph, transport
+        self.control, self.supervisor, self.on_tick = control, supervisor, on_tick
+        self.workers: dict[str, Worker] = {}  # by name, in the graph's (polling) order
+        self.active: list[str] = []  # the workers still polled
+        self.last_tick = 0.0
+
+    def start(self, names: list[str]) -> None:
+        for name in names:
+            slot = self.supervisor.slot[name]
+            life = self.supervisor.restarts[name]
+            try:
+                _, _, worker = start_worker(self.ctx, self.graph, slot, self.transport, life)
+            except (KeyboardInterrupt, WorkerFailure):
+                raise
+            except Exception:
+                raise WorkerFailure(name, traceback.format_exc()) from None
+            self.workers[name] = worker
+            self.active = [w.name for w in self.graph.workers if w.name in self.workers]
+            self.supervisor.started_life(name)
+
+    def exits(self, timeout: float) -> list[Exit]:
+        """One round: every active worker polled once, in the graph's order."""
+        ended: list[Exit] = []
+        progressed = False
+        for name in self.active:
+            worker = self.workers[name]
+            try:
+                progressed |= worker.poll(0.0)
+            except (KeyboardInterrupt, WorkerFailure):
+                raise
+            except Exception:
+                ended.append(Exit(name, "raised", traceback.format_exc()))
+                continue
+            if worker.finished:
+                ended.append(Exit(name, "finished", str(getattr(worker, "finish_reason", ""))))
+        # after the round, so the round's order stays fixed
+        gone = {e.name for e in ended}
+        self.active = [name for name in self.active if name not in gone]
+        if not progressed and not ended:
+            raise RuntimeError("serial runtime: no worker can make progress (deadlock)")
+        return ended
+
+    def silences(self) -> dict[str, float | None]:
+        return {}  # one process: a worker that hangs hangs the run
+
+    def retire(self, name: str) -> None:
+        self.workers.pop(name).close()
+
+    def where(self, name: str) -> str:
+        return ""
+
+    def reset(self, name: str, restarts: int) -> None:
+        self.control.reset_worker(self.supervisor.slot[name])
+        self.control.set_progress(restarts=restarts)
+
+    def ask_to_checkpoint(self, names: list[str]) -> None:
+        self.control.request_stop(CHECKPOINT_AND_STOP)
+
+    def await_finish(self, names: list[str], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        waiting = [self.workers[name] for name in names]
+        while time.monotonic() < deadline and not all(w.finished for w in waiting):
+            for worker in waiting:
+                if not worker.finished:
+                    worker.poll(0.0)
+        return all(w.finished for w in waiting)
+
+    def tick(self, final: bool = False) -> None:
+        now = time.monotonic()
+        if final or now - self.last_tick > TICK_S:
+            self.on_tick(self.control)
+            self.last_tick = now

@@ -1,18 +1,31 @@
-"""The watch policy every runtime shares: which failures are restarted, when a silent worker
-counts as hung, what `workers.json` says, how long Ctrl+C waits for the checkpoint.
+"""The run's life cycle, once for every runtime: start the workers, watch them, restart what
+may be restarted, end the run.
 
-The local runtime (processes) and the Ray runtime (actors on a cluster) differ only in how
-they start, kill and observe a worker; they ask the supervisor what to do about it. Nothing
-here names a worker kind: a worker spec says whether it may be restarted in place
-(`restartable`) and whether its finishing ends the run (`ends_run`, the trainer).
+A runtime (serial: objects in this process; local: processes; Ray: actors on a cluster) is
+an adapter that starts, kills and observes workers (`Runtime`). The supervisor decides what
+happens:
+
+- a leader (a trainer: `ends_run`) finishes: once all have, the run ends with the first
+  one's reason; until then the others are asked to save a checkpoint and finish too;
+- any other worker ends (raised, died, or stopped early), or falls silent past
+  `workers.heartbeat_timeout_s` (`STARTUP_TIMEOUT_S` while it starts): it is restarted in
+  place if its spec allows (`restartable`, within `workers.max_restarts`, an exception only
+  with `workers.restart_on_error`); else the run stops with its failure, after the leaders
+  saved a checkpoint if they can (`surge resume` continues from it);
+- Ctrl+C: the leaders are asked for a checkpoint and the run ends when they finish; a
+  second Ctrl+C, or `INTERRUPT_GRACE_S` without the checkpoint, stops at once.
+
+It keeps each worker's state, restarts and runtime columns (pid, host, node) in
+`workers.json`. Nothing here names a worker kind.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import WorkerFailure
@@ -23,12 +36,73 @@ INTERRUPT_GRACE_S = 30.0
 """After Ctrl+C, how long the run waits for the trainer's checkpoint."""
 STARTUP_TIMEOUT_S = 300.0
 """How long a worker may take to start (imports, envs, networks) before it counts as hung."""
+CHECKPOINT_TIMEOUT_S = 30.0
+"""How long the leaders may take to save a checkpoint when another worker failed."""
+TICK_S = 0.25
+"""The watch loop's period: exits are waited for this long between heartbeat checks."""
 
 
 def cause_line(text: str) -> str:
     """The last non-empty line of a failure's text: for a traceback, the exception itself."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else "unknown cause"
+
+
+@dataclass(frozen=True)
+class Exit:
+    """A worker's life ended."""
+
+    name: str
+    outcome: str
+    """`finished` (it ran to its end: a leader's `detail` is the run's reason), `raised` (an
+    exception: `detail` is its traceback) or `died` (killed, or it exited without saying
+    why: `detail` says what the runtime knows)."""
+    detail: str
+
+
+class Runtime(Protocol):
+    """What a runtime does for the supervisor."""
+
+    def start(self, names: list[str]) -> None:
+        """Start a life of each worker (its `life` is its restart count so far); record each
+        with `Supervisor.started_life` (and `record`, for columns learnt later)."""
+        ...
+
+    def exits(self, timeout: float) -> list[Exit]:
+        """The workers whose life ended, waiting up to `timeout` for one (the serial runtime
+        runs one round of polls instead)."""
+        ...
+
+    def silences(self) -> dict[str, float | None]:
+        """Seconds since each worker's last heartbeat, on its node's clock; None while it
+        starts. (A runtime without heartbeats returns none.)"""
+        ...
+
+    def retire(self, name: str) -> None:
+        """End a failed or hung life (kill it if it still runs) before a new one starts in
+        its slot."""
+        ...
+
+    def where(self, name: str) -> str:
+        """Where a worker runs, for a message (" on node 1a2b3c4d"; "" on one machine)."""
+        ...
+
+    def reset(self, name: str, restarts: int) -> None:
+        """The slot of `name` is taken over by a new life (no heartbeat yet), and the run has
+        had `restarts` restarts so far (the trainer logs it)."""
+        ...
+
+    def ask_to_checkpoint(self, names: list[str]) -> None:
+        """Ask these leaders to save a checkpoint and finish."""
+        ...
+
+    def await_finish(self, names: list[str], timeout: float) -> bool:
+        """Wait up to `timeout` for these leaders to finish; True if all did, cleanly."""
+        ...
+
+    def tick(self, final: bool = False) -> None:
+        """Feed the progress display (once per watch round; `final`: the run has ended)."""
+        ...
 
 
 class Supervisor:
@@ -45,10 +119,88 @@ class Supervisor:
         self.columns: dict[str, dict[str, Any]] = {}  # pid, host, node: what the runtime knows
         self.interrupted_at: float | None = None
         self.workers_file = WorkersFile(run_dir / "workers.json")
+        self.leaders = [spec.name for spec in graph.leaders]
+        self.finished: dict[str, str] = {}  # leader -> its finish reason, in finishing order
 
     @property
     def total_restarts(self) -> int:
         return sum(self.restarts.values())
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self, runtime: Runtime) -> str:
+        """Start every worker, watch them until the leaders have finished; the reason of the
+        first leader to finish ("solved", "budget", "time", "interrupted")."""
+        runtime.start([spec.name for spec in self.graph.workers])
+        try:
+            return self._watch(runtime)
+        except WorkerFailure as failure:
+            if failure.worker not in self.leaders and self._checkpoint_now(runtime):
+                failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
+            raise
+
+    def _watch(self, runtime: Runtime) -> str:
+        while True:
+            try:
+                for ended in runtime.exits(TICK_S):
+                    if self._ended(runtime, ended):
+                        runtime.tick(final=True)
+                        return next(iter(self.finished.values()))  # the first to finish
+                now = time.monotonic()
+                for name, silent in runtime.silences().items():
+                    cause = self.silence(name, silent, now)
+                    if cause is not None:
+                        self._fail_or_restart(runtime, name, "hung", cause, raised=False)
+                self.check_interrupt(now)
+                runtime.tick()
+            except KeyboardInterrupt:
+                if not self.interrupt():
+                    raise  # a second Ctrl+C: stop now, without waiting for the checkpoint
+                runtime.ask_to_checkpoint(self._leaders_left())
+
+    def _ended(self, runtime: Runtime, ended: Exit) -> bool:
+        """Handle one ended life; True once every leader has finished."""
+        name = ended.name
+        if name in self.leaders and ended.outcome == "finished":
+            self.record(name, "finished")
+            self.finished[name] = ended.detail
+            if len(self.finished) == len(self.leaders):
+                return True
+            runtime.ask_to_checkpoint(self._leaders_left())  # one is done: the others too
+            return False
+        detail = ended.detail
+        if ended.outcome == "finished":  # only leaders may end before the run does
+            detail = f"stopped before the run ended ({detail or 'no reason given'})"
+        self._fail_or_restart(runtime, name, "failed", detail, raised=ended.outcome == "raised")
+        return False
+
+    def _fail_or_restart(
+        self, runtime: Runtime, name: str, state: str, cause: str, raised: bool
+    ) -> None:
+        """Restart the worker in place if allowed, else stop the run with its failure."""
+        self.record(name, state)
+        if not self.may_restart(name, raised):
+            raise WorkerFailure(name, cause)
+        runtime.retire(name)  # the old life is gone before the new one takes the slot
+        self.restarting(name, cause, runtime.where(name))
+        runtime.reset(name, self.total_restarts)
+        runtime.start([name])
+
+    def _leaders_left(self) -> list[str]:
+        return [name for name in self.leaders if name not in self.finished]
+
+    def _checkpoint_now(self, runtime: Runtime) -> bool:
+        """After another worker's failure: ask the leaders to save a checkpoint and finish;
+        True once all have (none may have failed)."""
+        left = self._leaders_left()
+        if not left or not all(self.running(name) for name in left):
+            return False
+        runtime.ask_to_checkpoint(left)
+        if not runtime.await_finish(left, CHECKPOINT_TIMEOUT_S):
+            return False
+        for name in left:
+            self.record(name, "stopped")
+        return True
 
     # ------------------------------------------------------------------ the worker table
 
@@ -117,7 +269,7 @@ class Supervisor:
         return None
 
     def interrupt(self) -> bool:
-        """Ctrl+C: True the first time (ask the leader for a checkpoint), False after."""
+        """Ctrl+C: True the first time (ask the leaders for a checkpoint), False after."""
         if self.interrupted_at is not None:
             return False
         self.interrupted_at = time.monotonic()

@@ -213,8 +213,10 @@ class MetricsWriter:
         self.close()
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """All records of run_dir/metrics.jsonl; a torn last line (a crash mid-write) is skipped."""
+def read_metrics(run_dir: Path, rows: str = "all") -> list[dict[str, Any]]:
+    """The records of run_dir/metrics.jsonl; a torn last line (a crash mid-write) is skipped.
+    `rows`: `all`, `training` (the trainer's rows: `steps_per_s` and the learner's fields)
+    or `eval` (evaluations: `eval/*` fields)."""
     path = Path(run_dir) / METRICS_FILE
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -236,6 +238,10 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
                 f"{path}:{i + 1}: not a JSON line: {line[:80]!r}",
                 "the file is corrupt; remove or repair that line",
             ) from None
+    if rows == "training":
+        return [r for r in records if "steps_per_s" in r]
+    if rows == "eval":
+        return [r for r in records if "eval/policy_version" in r]
     return records
 
 

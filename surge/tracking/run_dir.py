@@ -116,7 +116,7 @@ def load_run_config(run_dir: Path) -> ExperimentConfig:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise UserError(
-            f"{run_dir} is not a run directory (no {CONFIG_FILE})",
+            f"{run_dir} is not a surge run directory (no {CONFIG_FILE})",
             "give the directory a run was started in, e.g. runs/cartpole-ppo-20250101-120000",
         )
     return config_from_dict(read_yaml(path, "run config"), source=f"in {path}")

@@ -196,7 +196,7 @@ def test_graph_draws_workers_and_streams() -> None:
     result = run_surge("graph", "cartpole-ppo", "workers.actors=3", "workers.policy_workers=2")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert out.startswith("cartpole-ppo: ppo on CartPole-v1 (12 envs, runtime local)")
+    assert out.startswith("cartpole-ppo: ppo on CartPole-v1 (runtime local)")
     assert "trainer-0  trainer  1 thread(s), ends the run" in out
     assert "actor-0, actor-2 <-> policy-0" in out and "actor-1 <-> policy-1" in out
     assert "actor-0, actor-1, actor-2 --> trainer-0" in out

@@ -23,8 +23,10 @@ def _solve(run_dir: Path, preset: str | None, runtime: str, seed: int) -> list[d
     )
     result = train(cfg, name)
     assert result.reason == "solved", f"not solved in {result.env_steps} steps"
-    records = read_metrics(run_dir)
+    records = read_metrics(run_dir, rows="training")
     assert records[-1]["episode_return_mean"] >= 475
+    # the stop was confirmed by an evaluation of the version the final checkpoint holds
+    assert result.eval_return_mean >= 475 and result.eval_version == records[-1]["policy_version"]
     return records
 
 

@@ -46,5 +46,5 @@ def test_feed_forward_stays_below_200(tmp_path: Path, seed: int) -> None:
         "total_env_steps=1000000",
     )  # fmt: skip
     assert result.env_steps >= 1_000_000
-    returns = [r["episode_return_mean"] for r in read_metrics(tmp_path / "run")]
+    returns = [r["episode_return_mean"] for r in read_metrics(tmp_path / "run", "training")]
     assert max(r for r in returns if r is not None) < 200
