@@ -235,7 +235,7 @@ def test_create_run_dir_explicit_refuses_existing_run(tmp_path: Path) -> None:
 
 
 def test_load_run_config_not_a_run_dir(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="not a run directory"):
+    with pytest.raises(UserError, match="not a surge run directory"):
         load_run_config(tmp_path)
 
 
