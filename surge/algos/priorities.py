@@ -23,8 +23,9 @@ class SumTree:
 
     The tree has `size` leaves, the smallest power of two >= capacity, stored at
     [size, 2 * size) of two float64 arrays; node k has children 2k and 2k + 1 and the root is
-    node 1. Leaves past `capacity` are padding: sum 0, min +inf. An item never written has
-    sum 0 (never sampled) and min +inf (never the minimum), so `min` is over written items.
+    node 1. Leaves past `capacity` are padding: sum 0, min +inf. An item never written, or
+    written with priority 0, has sum 0 (never sampled) and min +inf (never the minimum), so
+    `min` is over the items that can be drawn.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -68,7 +69,8 @@ class SumTree:
         values = values[::-1][first_in_reversed]
         nodes = unique + self._size
         self._sums[nodes] = values
-        self._mins[nodes] = values
+        # an item of priority 0 cannot be drawn, so it is never the smallest either
+        self._mins[nodes] = np.where(values > 0, values, np.inf)
         # Recompute each parent from its children (not by adding deltas), so rounding errors
         # never accumulate over many updates.
         for _ in range(self._depth):
@@ -88,7 +90,7 @@ class SumTree:
 
     @property
     def min(self) -> float:
-        """The smallest priority among items written so far; +inf if none was."""
+        """The smallest positive priority (of the items that can be drawn); +inf if none."""
         return float(self._mins[1])
 
     def find(self, prefix: np.ndarray) -> np.ndarray:

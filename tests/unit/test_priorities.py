@@ -71,6 +71,9 @@ def test_update_total_min_get() -> None:
     tree.update(np.array([1]), np.array([0.25]))
     assert tree.total == 7.75
     assert tree.min == 0.25
+    tree.update(np.array([1]), np.array([0.0]))  # back to 0: it can no longer be drawn
+    assert tree.total == 7.5
+    assert tree.min == 1.5
 
 
 def test_update_duplicate_index_last_value_wins() -> None:

@@ -1,0 +1,167 @@
+"""Config sections of replay-based RL (`algo: dqn | sac`, docs/replay.md): the replay workers
+between the actors and the trainer, and each algorithm's settings.
+
+Part of the experiment config (surge/config/schema.py imports these); documented the same way,
+by the string under each field (docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TDLoss = Literal["huber", "mse"]
+Exploration = Literal["linear", "apex"]
+
+
+@dataclass
+class ReplayConfig:
+    """The replay: a ring of transitions in each replay worker (a shard), filled by the
+    actors' segments and sampled by the trainer, at a rate the limiter holds."""
+
+    capacity: int = 100_000
+    """Transitions kept, over all shards (the oldest are overwritten)."""
+
+    shards: int = 1
+    """Replay workers; actor a's env groups go to shard a % shards, and the trainer draws
+    batch u from shard u % shards."""
+
+    batch_size: int = 128
+    """Transitions in one training batch."""
+
+    ratio: float = 8.0
+    """Samples per inserted transition (Reverb's `SampleToInsertRatio`): the trainer samples
+    `ratio` transitions for every transition the actors insert. Inserts wait for the
+    trainer (the actors' sample stream holds them by version) and samples wait for inserts
+    (the replay worker holds them), each within `error_buffer`."""
+
+    min_size: int = 1_000
+    """Transitions in the replay before the first batch is sampled (learning starts)."""
+
+    error_buffer: float = 0.0
+    """How far, in samples, the ratio may drift either way before one side waits. 0:
+    `max(10 * ratio, 2 * batch_size)`."""
+
+    prefetch: int = 2
+    """Batches each shard keeps sampled ahead of the trainer."""
+
+    segment_len: int = 32
+    """Steps per env in the segments the actors send (how often a transition reaches the
+    replay: every this many steps)."""
+
+    prioritized: bool = False
+    """Proportional prioritised replay (Schaul et al. 2016): sample transition i with
+    probability p_i^alpha / sum p^alpha, p the absolute TD error, and weight its loss by
+    importance weights (beta annealed to 1 over `total_env_steps`). New transitions get a
+    priority from the actors' Q-values (Ape-X). false: uniform sampling."""
+
+    alpha: float = 0.6
+    """Prioritisation exponent (0: uniform)."""
+
+    beta0: float = 0.4
+    """Initial importance-sampling exponent, annealed linearly to 1."""
+
+    priority_eps: float = 1e-6
+    """Added to every priority, so no transition's probability is 0."""
+
+    checkpoint: bool = False
+    """Save the replay with each checkpoint (its size and write time are logged), so a
+    resumed run samples what it had; false: a resumed run starts with an empty replay."""
+
+
+@dataclass
+class DQNConfig:
+    """DQN (Mnih et al. 2015) and its extensions: double Q-learning, dueling heads, n-step
+    returns, prioritised replay (`replay.prioritized`), Ape-X's per-env exploration and, with
+    a recurrent core (`model.core`), R2D2. Defaults follow CleanRL's dqn.py."""
+
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+
+    adam_eps: float = 1e-8
+    """Adam epsilon."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+
+    nstep: int = 1
+    """Steps in each return: R = r_t + ... + gamma^(n-1) r_{t+n-1}, then bootstrap (cut at
+    episode ends; a truncation bootstraps from the final observation)."""
+
+    target_every: int = 50
+    """Updates between two target-network updates (CleanRL's 500 env steps at one update per
+    10 steps)."""
+
+    target_tau: float = 1.0
+    """The target update: target = tau * online + (1 - tau) * target. 1: a hard copy."""
+
+    double: bool = False
+    """Double Q-learning (van Hasselt et al. 2016): the online network picks the next action,
+    the target network values it."""
+
+    dueling: bool = False
+    """Dueling heads (Wang et al. 2016): Q = V + A - mean(A)."""
+
+    loss: TDLoss = "mse"
+    """The TD loss: `mse` (CleanRL's dqn.py) or `huber` (smooth L1, delta 1)."""
+
+    max_grad_norm: float | None = None
+    """Clip the gradient's global norm to this; None: no clipping."""
+
+    exploration: Exploration = "linear"
+    """epsilon-greedy in the actors: `linear` from `epsilon_start` to `epsilon_end` over
+    `epsilon_fraction` of `total_env_steps` (CleanRL), or `apex`: a fixed epsilon per env,
+    0.4^(1 + 7 i / (N - 1)) for env i of N (Ape-X)."""
+
+    epsilon_start: float = 1.0
+    """`linear`: epsilon at the start."""
+
+    epsilon_end: float = 0.05
+    """`linear`: epsilon at the end of the schedule."""
+
+    epsilon_fraction: float = 0.5
+    """`linear`: the share of `total_env_steps` over which epsilon falls."""
+
+    apex_base: float = 0.4
+    """`apex`: epsilon_i = apex_base^(1 + apex_alpha i / (N - 1))."""
+
+    apex_alpha: float = 7.0
+    """`apex`: see `apex_base`."""
+
+    threads: int = 1
+    """torch threads of the learner."""
+
+
+@dataclass
+class SACConfig:
+    """SAC (Haarnoja et al. 2018) for Box actions: twin Q-networks with a min target, a
+    tanh-squashed Gaussian policy, the entropy temperature tuned to a target. Defaults follow
+    CleanRL's sac_continuous_action.py."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+
+    tau: float = 0.005
+    """Target networks: target = tau * online + (1 - tau) * target, every update."""
+
+    policy_lr: float = 3e-4
+    """Adam learning rate of the policy."""
+
+    q_lr: float = 1e-3
+    """Adam learning rate of the Q-networks (and of the temperature)."""
+
+    policy_every: int = 2
+    """Updates between policy updates; each then takes this many policy steps (CleanRL's
+    delayed update, TD3-style)."""
+
+    alpha: float = 0.2
+    """The entropy temperature when `autotune` is off (its starting value is 1 otherwise)."""
+
+    autotune: bool = True
+    """Tune the temperature so the policy's entropy tracks `target_entropy`."""
+
+    target_entropy: float | None = None
+    """None: -dim(A)."""
+
+    threads: int = 1
+    """torch threads of the learner."""
