@@ -110,7 +110,7 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
     batch = synthetic_batch(cfg, env, model, g)
     T, N = cfg.ppo.rollout_len, cfg.total_envs
     vtrace = cfg.appo if cfg.algo == "appo" else None
-    # The backend the trainer would use (surge/workers/learners.py: model.backend)
+    # The backend the trainer would use (surge/learners/ppo.py: model.backend)
     layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
     backend = "numpy" if layout is not None and cfg.model.backend != "torch" else "torch"
     learner: Any

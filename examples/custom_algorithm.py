@@ -132,6 +132,10 @@ class A2CAlgorithm(PPOFamily):
 
     warm_module = None  # no trainer process started ahead (an optimisation PPO has)
 
+    def describe(self, ctx: RunContext, graph: Graph) -> list[str]:
+        names = ", ".join(spec.name for spec in graph.workers)
+        return [f"workers: {names}; {ctx.cfg.total_envs} envs; learner A2C (torch)"]
+
     def graph(self, ctx: RunContext) -> Graph:
         graph = super().graph(ctx)
         workers = [

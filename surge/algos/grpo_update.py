@@ -45,7 +45,7 @@ def grpo_update(
     group_size: int,
     skip_zero_advantage: bool = True,
 ) -> dict[str, float]:
-    """Train on one batch (`surge.workers.llm_trainer.grouped_batch`'s tensors) with the
+    """Train on one batch (`surge.learners.grpo.grouped_batch`'s tensors) with the
     settings `g` (GRPOConfig) and return its statistics. `skip_zero_advantage=False` computes
     every group (the reference the tests compare the skipping with)."""
     completions, rewards = data["completions"], data["reward"]
