@@ -7,18 +7,14 @@ Where each piece comes from:
   MSE and the linear epsilon schedule follow CleanRL's dqn.py / dqn_atari.py.
 - `double_q_target`: van Hasselt et al. 2016 ("Deep Reinforcement Learning with Double
   Q-learning"): the online network picks the next action, the target network values it.
-- `dueling_q`: Wang et al. 2016 ("Dueling Network Architectures"), eq. 9.
 - `td_loss` weights and the TD errors it returns feed prioritised replay (Schaul et al.
   2016; see priorities.py).
-- `apex_epsilons`: Horgan et al. 2018 ("Distributed Prioritized Experience Replay", Ape-X),
-  section 4.1: actor i of N explores with epsilon = 0.4 ** (1 + 7 i / (N - 1)).
 - `rescale` / `unrescale` and `sequence_priority`: Kapturowski et al. 2019 (R2D2), sections
   2.3 and 3, after Pohlen et al. 2018 ("Observe and Look Further", the value rescaling h).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -69,14 +65,6 @@ def td_loss(
     return per_sample.mean(), (target - q_taken).detach()
 
 
-def dueling_q(value: Tensor, advantages: Tensor) -> Tensor:
-    """Q = V + A - mean_a A: `value` [B, 1], `advantages` [B, A] float -> [B, A] float.
-
-    Subtracting the mean makes V and A identifiable (Wang et al. 2016, eq. 9).
-    """
-    return value + advantages - advantages.mean(dim=1, keepdim=True)
-
-
 def rescale(x: Tensor, eps: float = 1e-3) -> Tensor:
     """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x, elementwise (any shape, float).
 
@@ -108,27 +96,3 @@ def sequence_priority(abs_td: Tensor, mask: Tensor | None = None, eta: float = 0
     td = td * m
     count = m.sum(dim=0).clamp(min=1.0)
     return eta * td.max(dim=0).values + (1.0 - eta) * td.sum(dim=0) / count
-
-
-def apex_epsilons(n: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
-    """Ape-X's per-actor exploration rates base ** (1 + alpha * i / (n - 1)), i = 0..n-1.
-
-    Returns [n] float64; n == 1 gives [base].
-    """
-    if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
-    if n == 1:
-        return np.array([base], dtype=np.float64)
-    i = np.arange(n, dtype=np.float64)
-    return np.power(base, 1.0 + alpha * i / (n - 1))
-
-
-def linear_schedule(start: float, end: float, duration: float, t: float) -> float:
-    """`start` at t = 0, linear to `end` at t = duration, `end` after (`start` before 0).
-
-    CleanRL's linear_schedule for epsilon-greedy; duration <= 0 gives `end`.
-    """
-    if duration <= 0:
-        return end
-    fraction = min(max(t / duration, 0.0), 1.0)
-    return start + fraction * (end - start)

@@ -108,6 +108,16 @@ def storage_fields(spec: Spec) -> Fields:
     return fields
 
 
+@dataclass(frozen=True)
+class ReplaySetup:
+    """What the replay workers of a run are built from (`RunContext.replay`): each shard's
+    storage, and the algorithm's return settings."""
+
+    shards: tuple[Spec, ...]
+    gamma: float
+    nstep: int
+
+
 INSERTED, SAMPLED, SIZE, CLOCK = range(4)
 """`counts`: transitions inserted and sampled, items sampleable, segments added (the
 generation of the next segment's items)."""
@@ -154,6 +164,11 @@ class ReplayStore:
     @property
     def sampled(self) -> int:
         return int(self.a["counts"][SAMPLED])
+
+    @property
+    def steps(self) -> int:
+        """Steps committed over all columns (env steps, for a single-agent env)."""
+        return int(self.a["written"].sum())
 
     def _rebuild(self) -> None:
         """The sum tree from the stored priorities (a new life, or a restored checkpoint).

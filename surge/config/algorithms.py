@@ -19,6 +19,7 @@ ALGORITHMS: dict[str, str] = {
     "ppo": "surge.recipes.ppo:PPO",
     "appo": "surge.recipes.ppo:APPO",
     "grpo": "surge.recipes.grpo:GRPO",
+    "dqn": "surge.recipes.dqn:DQN",
 }
 """`algo` -> `module:object` of its plug-in."""
 

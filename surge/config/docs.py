@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from surge.config import llm_schema, schema
+from surge.config import llm_schema, replay_schema, schema
 from surge.config.load import DEFAULT_PRESET, list_presets
 from surge.config.schema import ExperimentConfig
 
@@ -28,9 +28,10 @@ DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 def field_docs() -> dict[tuple[str, str], str]:
     """{(class name, field name): docstring} for every documented field in schema.py (and
-    llm_schema.py, its LLM sections)."""
+    llm_schema.py and replay_schema.py, its LLM and replay sections)."""
     docs: dict[tuple[str, str], str] = {}
-    nodes = [n for m in (schema, llm_schema) for n in ast.walk(ast.parse(inspect.getsource(m)))]
+    modules = (schema, llm_schema, replay_schema)
+    nodes = [n for m in modules for n in ast.walk(ast.parse(inspect.getsource(m)))]
     for node in nodes:
         if not isinstance(node, ast.ClassDef):
             continue

@@ -20,6 +20,7 @@ from surge.config.llm_schema import (
     TaskConfig,
     TinyModelConfig,
 )
+from surge.config.replay_schema import DQNConfig, ReplayConfig, SACConfig
 
 RuntimeName = Literal["serial", "local", "ray"]
 Activation = Literal["tanh", "relu"]
@@ -607,6 +608,15 @@ class ExperimentConfig:
 
     tiny_model: TinyModelConfig = field(default_factory=TinyModelConfig)
     """LLM RL: the built-in model's sizes (used without `model.path`)."""
+
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """Replay-based RL (`algo: dqn | sac`): the replay workers and their rate limiter."""
+
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    """`algo: dqn`: DQN, double, dueling, n-step, Ape-X exploration, R2D2 (docs/replay.md)."""
+
+    sac: SACConfig = field(default_factory=SACConfig)
+    """`algo: sac`: soft actor-critic for Box actions (docs/replay.md)."""
 
     # Derived values: computed, never configured.
     @property

@@ -1,13 +1,15 @@
 """`surge eval RUN`: whole episodes with a run's newest checkpoint, after (or during) training.
 
 The checkpoint's model state becomes the same flat vector the trainer publishes (weights,
-then the observation statistics of that version), and is played by the same `FlatPolicy` and
-`play_episodes` as the evaluation workers use during training.
+then the observation statistics of that version), and is played by the algorithm's acting
+policy (`FlatPolicy` for PPO's family) and `play_episodes`, as evaluation workers play
+during training.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,10 @@ import yaml
 from surge.config.load import load_config
 from surge.config.schema import ExperimentConfig
 from surge.envs.make import probe_policies
+from surge.envs.spaces import EnvInfo
 from surge.errors import UserError
 from surge.evaluation.suite import EvalSuite
-from surge.models.acting import ActingPolicy
-from surge.models.flat_policy import FlatPolicy
+from surge.models.acting import ActingPolicy, acting_policy
 from surge.models.normalize import ValueNormalizer, stats_vector
 from surge.models.numpy_policy import numpy_layout
 from surge.seeds import derive_seed
@@ -69,6 +71,11 @@ def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> n
     return np.concatenate(parts).astype(np.float32)
 
 
+Published = Callable[[ExperimentConfig, Any, dict[str, Any]], np.ndarray]
+"""A checkpoint's state -> the flat vector its version published (`checkpoint_flat` for
+PPO's family)."""
+
+
 def evaluate(
     run_dir: Path,
     episodes: int = 10,
@@ -76,9 +83,25 @@ def evaluate(
     seed: int | None = None,
     video: bool = False,
 ) -> dict[str, Any]:
-    """Run `episodes` episodes with the run's newest checkpoint; writes `eval.json` too.
-    `video`: the first episode is also recorded to `run_dir/videos/eval-v<version>.mp4`
-    (the env rendered with `render_mode="rgb_array"`; tracking/video.py)."""
+    """Run `episodes` episodes with the newest checkpoint of a PPO or APPO run; writes
+    `eval.json` too. `video`: the first episode is also recorded to
+    `run_dir/videos/eval-v<version>.mp4` (the env rendered with `render_mode="rgb_array"`;
+    tracking/video.py)."""
+    acting = "surge.models.flat_policy:flat_policy"
+    return evaluate_with(run_dir, acting, checkpoint_flat, episodes, deterministic, seed, video)
+
+
+def evaluate_with(
+    run_dir: Path,
+    acting: str,
+    published: Published,
+    episodes: int = 10,
+    deterministic: bool = True,
+    seed: int | None = None,
+    video: bool = False,
+) -> dict[str, Any]:
+    """`evaluate` for any algorithm: its acting policy (`acting`, models/acting.py) plays the
+    vector `published` makes of the newest checkpoint."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
         raise UserError(f"{run_dir} is not a surge run directory (no config.yaml)")
@@ -92,13 +115,13 @@ def evaluate(
     suite = EvalSuite(cfg, video)
     env = suite.env
     seed = cfg.seed if seed is None else seed
-    first = FlatPolicy(
-        env.observation_space, env.action_space, cfg.model, derive_seed(seed, "eval")
-    )
-    first.load(checkpoint_flat(cfg, env, state))
+    spaces = EnvInfo(env.observation_space, env.action_space)
+    first = acting_policy(acting, spaces, cfg, derive_seed(seed, "eval"))
+    first.load(published(cfg, env, state))
     policy: ActingPolicy | dict[str, ActingPolicy] = first
     if len(cfg.policy_names) > 1:  # every policy from its own newest checkpoint
-        policy = {cfg.policy_names[0]: first, **_other_policies(cfg, run_dir, seed)}
+        others = _other_policies(cfg, run_dir, seed, acting, published)
+        policy = {cfg.policy_names[0]: first, **others}
     limit_torch_threads(1)  # if a CNN (or a checkpoint's tensors) brought torch
     played, rates = suite.play(
         policy, episodes, derive_seed(seed, "eval-env"), deterministic, record_first=video
@@ -124,7 +147,9 @@ def evaluate(
     return result
 
 
-def _other_policies(cfg: ExperimentConfig, run_dir: Path, seed: int) -> dict[str, ActingPolicy]:
+def _other_policies(
+    cfg: ExperimentConfig, run_dir: Path, seed: int, acting: str, published: Published
+) -> dict[str, ActingPolicy]:
     """The policies but the first of a multi-agent run, each loaded from the newest
     checkpoint in its home (surge/workers/base.py `policy_home`)."""
     envs = probe_policies(cfg)
@@ -134,10 +159,8 @@ def _other_policies(cfg: ExperimentConfig, run_dir: Path, seed: int) -> dict[str
         if checkpoint is None:
             raise UserError(f"policy {name} of {run_dir} has no checkpoint to evaluate")
         env = envs[name]
-        policy = FlatPolicy(
-            env.observation_space, env.action_space, cfg.model, derive_seed(seed, "eval", name)
-        )
-        policy.load(checkpoint_flat(cfg, env, load_checkpoint(checkpoint)))
+        policy = acting_policy(acting, env, cfg, derive_seed(seed, "eval", name))
+        policy.load(published(cfg, env, load_checkpoint(checkpoint)))
         policies[name] = policy
     return policies
 

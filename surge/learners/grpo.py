@@ -27,6 +27,7 @@ import torch
 
 from surge.algos.grpo_update import grpo_update
 from surge.errors import UserError
+from surge.learners.state import load_optimizer_state, optimizer_state
 from surge.llm.lean import LeanLlama
 from surge.llm.model import load_model
 from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
@@ -182,7 +183,7 @@ class GRPOLearner:
             "kind": "llm",
             "tokens": self.tokens,
             "model": self.model.state_dict(),
-            "optimizer": _string_keys(self.optimizer.state_dict()),
+            "optimizer": optimizer_state(self.optimizer),
         }
 
     def load(self, state: dict[str, Any]) -> None:
@@ -192,7 +193,7 @@ class GRPOLearner:
                 "resume it with the surge version that wrote it, or start a new run",
             )
         self.model.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
-        self.optimizer.load_state_dict(_tensors(state["optimizer"]))
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.tokens = self._tokens_at_log = int(state["tokens"])
 
     def export(self, run_dir: Path) -> None:
@@ -203,26 +204,3 @@ class GRPOLearner:
 
     def close(self) -> None:
         pass
-
-
-def _string_keys(obj: Any) -> Any:
-    """torch's optimizer state keys parameters by number; a checkpoint's keys are strings."""
-    if isinstance(obj, dict):
-        return {str(k): _string_keys(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_string_keys(v) for v in obj]
-    return obj
-
-
-def _tensors(obj: Any) -> Any:
-    """An optimizer state read back from a checkpoint: arrays as tensors."""
-    if isinstance(obj, np.ndarray):
-        return torch.from_numpy(obj.copy())
-    if isinstance(obj, dict):
-        return {
-            (int(k) if isinstance(k, str) and k.isdigit() else k): _tensors(v)
-            for k, v in obj.items()
-        }
-    if isinstance(obj, list):
-        return [_tensors(v) for v in obj]
-    return obj

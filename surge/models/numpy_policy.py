@@ -87,19 +87,10 @@ def acting_layout(
     for names in (actor_fields, critic_fields):
         if choose_encoder(subspace(obs_space, names), cfg) != "flat":
             return None  # a CNN (an image, [C, H, W] or [H, W, C]): torch's job
-        fields: list[tuple[str, int, int]] = []
-        in_dim = 0
-        for key in names:
-            space = leaves[key]
-            if isinstance(space, gym.spaces.Discrete):
-                fields.append((key, int(space.n), int(space.start)))
-                in_dim += int(space.n)
-            elif isinstance(space, gym.spaces.Box):
-                fields.append((key, 0, 0))
-                in_dim += math.prod(space.shape)
-            else:
-                return None
-        encoders.append((fields, in_dim))
+        encoded = flat_fields(leaves, names)
+        if encoded is None:
+            return None
+        encoders.append(encoded)
     params: list[tuple[str, tuple[int, ...]]] = []
     nvec: tuple[int, ...]
     start: tuple[int, ...]
@@ -225,6 +216,26 @@ def param_views(layout: NumpyLayout, buffer: np.ndarray) -> dict[str, np.ndarray
     return views
 
 
+def flat_fields(
+    leaves: dict[str, gym.Space[Any]], names: list[str]
+) -> tuple[list[tuple[str, int, int]], int] | None:
+    """How `FlatEncoder` encodes the fields `names`: (key, one-hot n or 0, start) each, and
+    the feature width; None if a field is neither Box nor Discrete."""
+    fields: list[tuple[str, int, int]] = []
+    width = 0
+    for key in names:
+        space = leaves[key]
+        if isinstance(space, gym.spaces.Discrete):
+            fields.append((key, int(space.n), int(space.start)))
+            width += int(space.n)
+        elif isinstance(space, gym.spaces.Box):
+            fields.append((key, 0, 0))
+            width += math.prod(space.shape)
+        else:
+            return None
+    return fields, width
+
+
 def flat_features(
     layout: NumpyLayout,
     obs: dict[str, np.ndarray],
@@ -233,8 +244,17 @@ def flat_features(
 ) -> np.ndarray:
     """`FlatEncoder` in numpy: [B, features] of `dtype` from a dict of [B, ...] fields (the
     policy's fields, or with `critic` the value function's)."""
+    return encode_fields(layout.critic_fields if critic else layout.fields, obs, dtype)
+
+
+def encode_fields(
+    fields: list[tuple[str, int, int]],
+    obs: dict[str, np.ndarray],
+    dtype: type[np.floating] = np.float32,
+) -> np.ndarray:
+    """`FlatEncoder` in numpy for the fields `flat_fields` describes."""
     parts = []
-    for key, n, start in layout.critic_fields if critic else layout.fields:
+    for key, n, start in fields:
         x = obs[key]
         if n:
             idx = x.reshape(len(x)).astype(np.int64) - start

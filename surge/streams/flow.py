@@ -14,6 +14,7 @@ that they cannot disagree:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,3 +41,78 @@ class VersionBound:
 
     def describe(self) -> str:
         return f"at most {self.max_lag} version(s) behind the trainer"
+
+
+@dataclass(frozen=True)
+class SampleToInsertRatio:
+    """Reverb's rate limiter (`SampleToInsertRatio`): `ratio` samples per inserted item, no
+    sample before `min_size` inserts, and neither side ahead of the other by more than
+    `error_buffer` samples. With diff = inserts * ratio - samples (Reverb's bounds
+    min_size * ratio -+ error_buffer on diff):
+
+        a sample is allowed while  samples < (inserts - min_size) * ratio + error_buffer
+        an insert is allowed while inserts < min_size + (samples + error_buffer) / ratio
+    """
+
+    ratio: float
+    min_size: int
+    error_buffer: float
+
+    def samples_allowed(self, inserts: int) -> float:
+        """How many samples `inserts` inserts allow in all (negative: none yet)."""
+        if inserts < self.min_size:
+            return 0.0
+        return (inserts - self.min_size) * self.ratio + self.error_buffer
+
+    def inserts_allowed(self, samples: int) -> float:
+        """How many inserts `samples` samples allow in all."""
+        return self.min_size + (samples + self.error_buffer) / self.ratio
+
+
+@dataclass(frozen=True)
+class RatioBound:
+    """The flow policy of a sample stream a replay reads: the insert half of
+    `SampleToInsertRatio` on the version clock. The trainer's version v is the number of
+    batches of `batch` transitions it has sampled, so the actors may start segment n (which
+    brings the run's inserts to (n - start + 1) * `round` transitions, `round` being one
+    segment of every group) only with parameters of version >= `min_version(n)`: inserts
+    wait for the trainer. The other half (samples wait for inserts) is the replay worker's.
+
+    Slots are kept safe by the reader's acknowledgements (streams/sample.py), not by the
+    versions: `depth` is how many segments a group may have in flight. Every sample is
+    admitted, whatever its version: replay-based learners are off-policy."""
+
+    limiter: SampleToInsertRatio
+    batch: int
+    round: int
+    start: int
+    slots: int
+
+    @property
+    def depth(self) -> int:
+        return self.slots
+
+    @property
+    def max_lag(self) -> int:
+        """Off-policy: no version bound on what trains."""
+        return 0
+
+    def min_version(self, segment: int) -> int:
+        inserts = (segment - self.start + 1) * self.round
+        limit = self.limiter
+        need = ((inserts - limit.min_size) * limit.ratio - limit.error_buffer) / self.batch
+        return self.start + max(0, math.ceil(need))
+
+    def admits(self, reader_version: int, versions: np.ndarray) -> np.ndarray:
+        return np.ones(np.shape(versions), bool)
+
+    def describe(self) -> str:
+        limit = self.limiter
+        return (
+            f"inserts wait for the trainer: {limit.ratio:g} samples per insert after "
+            f"{limit.min_size:,}, within {limit.error_buffer:g} samples"
+        )
+
+
+FlowPolicy = VersionBound | RatioBound
+"""What a stream's flow policy is (`StreamSpec.flow`, `Port.flow`)."""

@@ -33,18 +33,20 @@ import numpy as np
 from surge.envs.spaces import ArraySpec
 from surge.models.recurrent_state import RowFields
 from surge.streams.ports import Port
+from surge.streams.sample import Outputs, output_fields
 from surge.streams.transport import BlockLayout, Field, Transport
 
 
 def inference_layout(
     obs: dict[str, ArraySpec],
     action: ArraySpec,
-    outputs: dict[str, str],
+    outputs: Outputs,
     groups: int,
     group_size: int,
     state: RowFields | None = None,
 ) -> BlockLayout:
-    """`outputs`: the algorithm's per-step policy outputs besides the action (name -> dtype).
+    """`outputs`: the algorithm's per-step policy outputs besides the action (name -> dtype, or
+    name -> (dtype, shape): streams/sample.py `Outputs`).
     `state`: a recurrent policy's per-row state fields, [groups, G, *shape] each (the state a
     request carries and the one its answer returns: models/recurrent_state.py)."""
     fields = {
@@ -54,8 +56,8 @@ def inference_layout(
     fields["request_id"] = Field((groups,), "<i8")
     fields["response_id"] = Field((groups,), "<i8")
     fields["action"] = Field((groups, group_size, *action.shape), action.dtype.str)
-    for name, dtype in outputs.items():
-        fields[name] = Field((groups, group_size), dtype)
+    for name, (dtype, shape) in output_fields(outputs).items():
+        fields[name] = Field((groups, group_size, *shape), dtype)
     for name, (dtype, shape) in (state or {}).items():
         fields[name] = Field((groups, group_size, *shape), dtype)
     fields["version"] = Field((groups,), "<i8")

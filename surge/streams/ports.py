@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from surge.streams.flow import VersionBound
+from surge.streams.flow import FlowPolicy
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Port:
     worker serves, an evaluator's result row."""
     peer_slots: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """(peer, rows of the edge with that peer), for every edge of this worker."""
-    flow: VersionBound | None = None
+    flow: FlowPolicy | None = None
     policy: str = ""
     """The policy whose data the stream carries (multi-agent runs with several policies)."""
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from surge.streams.flow import VersionBound
+from surge.streams.flow import FlowPolicy
 from surge.streams.transport import BlockLayout, Field, Transport
 
 EMPTY, GENERATING, GENERATED, SCORED, REFERENCED = 0, 1, 2, 3, 4
@@ -56,7 +56,7 @@ def rollout_layout(rows: int, group_size: int, prompt_len: int, new_tokens: int)
     )
 
 
-def may_start(group: int, version: int, batch_groups: int, flow: VersionBound) -> bool:
+def may_start(group: int, version: int, batch_groups: int, flow: FlowPolicy) -> bool:
     """Whether a generation worker holding parameters of `version` may start `group` (trained
     by version group // batch_groups): AReaL's capacity rule, (eta + version + 1) batches."""
     return flow.min_version(group // batch_groups) <= version

@@ -15,7 +15,13 @@ after it has finished training on batch n - depth, the previous tenant of that s
 slot is never written while the trainer reads it, and no sample is older than the bound.
 
 Completion is state, too: `published[g]` counts the segments group g has finished in this run
-(bumped after the segment's last write; the channel record only wakes the trainer). A
+(bumped after the segment's last write; the channel record only wakes the trainer).
+
+A reader that keeps what it reads (the replay) acknowledges instead: it copies each group's
+segments in order and counts them in `consumed[g]` (`acked` streams), and an actor writes
+segment k of a run into its slot only once the reader has consumed segment k - depth, the
+slot's previous tenant (`SampleProducer.slot_free`). Their flow policy then only paces the
+actors (streams/flow.py `RatioBound`); the acknowledgements keep the slots safe. A
 restarted actor resumes each group at its first unfinished segment and rewrites it from the
 start, so a half-written segment is never read. Every step is stamped with the `life` of the
 actor process that wrote it (0, then 1 after a restart, ...), and the trainer checks that no
@@ -29,34 +35,42 @@ import numpy as np
 from surge.envs.spaces import ArraySpec
 from surge.models.recurrent_state import RowFields
 from surge.streams.ports import Port
-from surge.streams.transport import BlockLayout, Field, Transport
+from surge.streams.transport import WAKE, BlockLayout, Field, Transport
 
 PROGRESS = "published"
+CONSUMED = "consumed"
+COUNTERS = (PROGRESS, CONSUMED)
+"""Per-group counters of the block, beside the segment fields."""
 
 
 def sample_layout(
     obs: dict[str, ArraySpec],
     action: ArraySpec,
-    outputs: dict[str, str],
+    outputs: Outputs,
     depth: int,
     steps: int,
     envs: int,
     groups: int,
     active: bool = False,
     state: RowFields | None = None,
+    acked: bool = False,
 ) -> BlockLayout:
     """`envs`: columns (envs, or a multi-agent env's agents); `active`: record which columns'
     agents were in their episode at each step (envs/multiagent.py); `state`: a recurrent
     policy's per-segment state fields, [depth, 1, N, *shape] each (the state of each
-    segment's first step: models/recurrent_state.py)."""
+    segment's first step: models/recurrent_state.py); `acked`: the reader acknowledges each
+    segment it has consumed (`consumed`, see the module docstring)."""
     fields: dict[str, Field] = {PROGRESS: Field((groups,), "<i8")}
+    if acked:
+        fields[CONSUMED] = Field((groups,), "<i8")
     for k, s in obs.items():
         # obs[:, T] is the observation after the last step, for bootstrapping.
         fields[f"obs/{k}"] = Field((depth, steps + 1, envs, *s.shape), s.dtype.str)
         fields[f"final_obs/{k}"] = Field((depth, steps, envs, *s.shape), s.dtype.str)
     fields["action"] = Field((depth, steps, envs, *action.shape), action.dtype.str)
+    for name, (dtype, shape) in output_fields(outputs).items():
+        fields[name] = Field((depth, steps, envs, *shape), dtype)
     for name, dtype in [
-        *outputs.items(),
         ("reward", "<f4"),
         ("terminated", "|b1"),
         ("truncated", "|b1"),
@@ -74,6 +88,16 @@ def sample_layout(
     return BlockLayout(fields)
 
 
+Outputs = dict[str, str] | dict[str, tuple[str, tuple[int, ...]]]
+"""The acting policy's per-step outputs: name -> dtype (a scalar per row), or name -> (dtype,
+shape) (DQN's Q-values: one per action)."""
+
+
+def output_fields(outputs: Outputs) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """name -> (dtype, shape) of each output."""
+    return {k: (v, ()) if isinstance(v, str) else v for k, v in outputs.items()}
+
+
 def prefixed(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
 
@@ -84,7 +108,8 @@ class SampleProducer:
     def __init__(self, transport: Transport, port: Port, depth: int, group_size: int) -> None:
         arrays = transport.block(port.block)
         self.published = arrays[PROGRESS]
-        self.arrays = {k: v for k, v in arrays.items() if k != PROGRESS}
+        self.consumed = arrays.get(CONSUMED)  # None: the reader does not acknowledge
+        self.arrays = {k: v for k, v in arrays.items() if k not in COUNTERS}
         self.depth = depth
         self.group_size = group_size
         self.steps = int(self.arrays["reward"].shape[1])
@@ -102,6 +127,12 @@ class SampleProducer:
         self.published[group] += 1  # after every write of the segment
         self._channel.send(group)
 
+    def slot_free(self, group: int, done: int) -> bool:
+        """Whether segment `done` of this run (0, 1, ...) may be written: an acknowledging
+        reader has consumed its slot's previous tenant (always, for other readers: their
+        flow policy keeps the slots safe)."""
+        return self.consumed is None or done < int(self.consumed[group]) + self.depth
+
 
 class SampleConsumer:
     """The trainer's reader: batch u is ready once every group has published its segment u."""
@@ -109,7 +140,7 @@ class SampleConsumer:
     def __init__(self, transport: Transport, port: Port, inbox: str, first_batch: int) -> None:
         arrays = transport.block(port.block)
         self._published = arrays[PROGRESS]  # counted from 0 in each run (fresh shared memory)
-        self.arrays = {k: v for k, v in arrays.items() if k != PROGRESS}
+        self.arrays = {k: v for k, v in arrays.items() if k not in COUNTERS}
         assert port.flow is not None, "the sample stream has a version bound"
         self.flow = port.flow
         self.depth = port.flow.depth
@@ -139,3 +170,37 @@ def lives_are_unmixed(life: np.ndarray, group_size: int) -> bool:
     per_group = life.reshape(life.shape[0], -1, group_size).transpose(1, 0, 2)
     flat = per_group.reshape(per_group.shape[0], -1)
     return bool((flat.min(axis=1) == flat.max(axis=1)).all())
+
+
+class SegmentReader:
+    """An acknowledging reader (the replay): takes each of its groups' segments in order,
+    as they are published, and counts them consumed, which frees their slots."""
+
+    def __init__(self, transport: Transport, port: Port, first: int) -> None:
+        arrays = transport.block(port.block)
+        self._published, self._consumed = arrays[PROGRESS], arrays[CONSUMED]
+        self.arrays = {k: v for k, v in arrays.items() if k not in COUNTERS}
+        assert port.flow is not None, "the sample stream has a flow policy"
+        self.depth = port.flow.depth
+        self.groups = list(port.slots)
+        self.group_size = self.arrays["reward"].shape[2] // len(self._published)
+        self.steps = int(self.arrays["reward"].shape[1])
+        """T: steps per segment."""
+        self._first = first  # the run's first segment number (its start version)
+        self._writers = {g: transport.channel(w) for w, gs in port.peer_slots for g in gs}
+
+    def pending(self) -> list[int]:
+        """Its groups with a published segment not yet consumed."""
+        return [g for g in self.groups if self._published[g] > self._consumed[g]]
+
+    def segment(self, group: int) -> dict[str, np.ndarray]:
+        """Views `[T(+1), G, ...]` of the group's next segment to consume."""
+        slot = (self._first + int(self._consumed[group])) % self.depth
+        cols = slice(group * self.group_size, (group + 1) * self.group_size)
+        return {k: v[slot, :, cols] for k, v in self.arrays.items()}
+
+    def ack(self, group: int) -> None:
+        """The segment is consumed (after every read of it): its slot is free again, and
+        the actor that may wait for it is woken."""
+        self._consumed[group] += 1
+        self._writers[group].send(WAKE)

@@ -18,6 +18,11 @@ it (its previous life died between two lanes' publishes) writes that segment asi
 
 With remote inference the actor never imports torch; with `workers.inference: inline` it runs
 the policy itself (workers/policy.py `InlineInference`) behind the same post/ready calls.
+
+An algorithm may explore in the actors (`RunContext.explore`, algos/exploration.py: DQN's
+epsilon-greedy): the actor changes the policy's actions before it steps the envs, and
+records the actions taken. A sample stream whose reader acknowledges what it consumed (the
+replay, streams/sample.py) holds a group at a segment's start until its slot is free.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from surge.algos.exploration import Explorer
 from surge.envs.group import make_group
 from surge.envs.multiagent import MultiAgentGroup
 from surge.models.recurrent_state import CORE_IN, CORE_OUT, StateCarry
@@ -136,6 +142,11 @@ class _Lane:
         columns = self.producer.columns(g, segment)
         return {k: v.copy() for k, v in columns.items()} if aside else columns
 
+    def slot_free(self, k: int) -> bool:
+        """Whether group k's current segment may be written (streams/sample.py)."""
+        st = self.states[k]
+        return self.producer.slot_free(self.ring[k], st.segment - self.start)
+
     def next_segment(self, k: int, g: int) -> None:
         st = self.states[k]
         if not st.aside:
@@ -189,6 +200,13 @@ class ActorWorker:
         self._ready: set[int] = set()
         self._one_lane = self.lanes[0] if len(self.lanes) == 1 else None
         """The lane of a run with one policy (the common case, spared the lanes' loops)."""
+        self._acked = any(lane.producer.consumed is not None for lane in self.lanes)
+        self._held: set[int] = set()  # groups waiting for their next segment's slot
+        self.explore = _explorer(ctx, b) if ctx.explore else None
+        # the run's env steps, estimated from this actor's: every group steps alike
+        self._group_steps = 0
+        self._start_steps = ctx.start_env_steps
+        self._steps_per_group_step = G * cfg.total_groups / self.ring_size
         for k, group in enumerate(self.groups):
             group.reset()
             for lane in self.lanes:
@@ -199,11 +217,26 @@ class ActorWorker:
             lane.client.flush()
 
     def _post(self, k: int) -> None:
+        if self._acked and self.step[k] == 0 and not all(lane.slot_free(k) for lane in self.lanes):
+            self._held.add(k)  # its reader has not consumed the slot's previous segment yet
+            return
         g = self.ring[k]
         for lane in self.lanes:
             lane.client.post(g, lane.states[k].min_version)
 
+    def _release(self) -> None:
+        """Post the held groups whose slots are free now."""
+        free = [k for k in self._held if all(lane.slot_free(k) for lane in self.lanes)]
+        for k in free:
+            self._held.discard(k)
+            self._post(k)
+        if free:
+            for lane in self.lanes:
+                lane.client.flush()
+
     def poll(self, timeout: float) -> bool:
+        if self._held:
+            self._release()
         if not self._ready:
             one = self._one_lane
             if one is None:
@@ -253,6 +286,11 @@ class ActorWorker:
         g = self.ring[k]
         group, lane_views, timers, t = self.groups[k], self.lane_views[k], self.timers, self.step[k]
         clock = timers.now()
+        if self.explore is not None:  # before the actions are recorded and taken
+            lane = self.lanes[0]
+            steps = self._start_steps + int(self._group_steps * self._steps_per_group_step)
+            self.explore(lane.action[g], g * lane.rows, steps)
+            self._group_steps += 1
         for lane, view in lane_views:
             seg = lane.states[k].columns
             for key, source in lane.step_sources:
@@ -322,6 +360,15 @@ def _lanes(ctx: RunContext, b: Binding) -> list[_Lane]:
         lane = _Lane(ctx.for_policy(name), b, inference, ports["segments"], params, name)
         lanes.append(lane)
     return lanes
+
+
+def _explorer(ctx: RunContext, b: Binding) -> Explorer:
+    """The algorithm's exploration (`RunContext.explore`) over every env column of the run."""
+    from surge.imports import import_object
+
+    seed = derive_seed(ctx.cfg.seed, "explore", ctx.resumes, b.index, b.life)
+    explorer: Explorer = import_object(ctx.explore)(ctx.cfg, ctx.env, ctx.total_rows, seed)
+    return explorer
 
 
 def _league_pool(ctx: RunContext, b: Binding) -> LeaguePool | None:

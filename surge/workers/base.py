@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from surge.algos.replay import ReplaySetup
 from surge.config.schema import ExperimentConfig
 from surge.envs.spaces import EnvInfo
 from surge.tracking.run_dir import policy_home
@@ -58,6 +59,13 @@ class RunContext:
     acting_policy: str = ""
     """The algorithm's acting policy: `module:function` building it (models/acting.py), for
     every worker that acts (policy workers, inline inference, evaluators, opponents)."""
+    explore: str = ""
+    """The algorithm's exploration in the actors: `module:function` building it from this
+    context (algos/exploration.py: DQN's epsilon-greedy); "" for none."""
+    start_env_steps: int = 0
+    """Env steps the run had done at its start (0, or its checkpoint's)."""
+    replay: ReplaySetup | None = None
+    """Replay-based algorithms: what the replay workers are built from."""
 
     def for_policy(self, name: str) -> RunContext:
         """The context of policy `name`'s workers: its env view, parameter count, resume

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from surge.streams.control import Control, control_layout
-from surge.streams.flow import VersionBound
+from surge.streams.flow import FlowPolicy
 from surge.streams.ports import Port
 from surge.streams.transport import BlockLayout, Transport
 from surge.workers.base import Binding, RunContext, Worker
@@ -34,6 +34,7 @@ WORKER_KINDS: dict[str, str] = {
     "rewarder": "surge.workers.rewarder:build",
     "reference": "surge.workers.reference:build",
     "llm-evaluator": "surge.workers.llm_evaluator:build",
+    "replay": "surge.workers.replay:build",
 }
 """Worker kind -> `module:function` that builds one inside its process (`Factory`). An import
 path, so every process (spawned, or a Ray actor on another node) finds the kind the same way.
@@ -114,7 +115,7 @@ class StreamSpec:
     block: str
     """The shared-memory block (`Graph.layouts`) that holds its data."""
     edges: tuple[Edge, ...]
-    flow: VersionBound | None = None
+    flow: FlowPolicy | None = None
     note: str = ""
     """What a reader of `surge graph` should know about it, in words."""
     policy: str = ""
@@ -241,8 +242,10 @@ def _edge_lines(stream: StreamSpec, arrow: str) -> list[str]:
         return [f"{source} {arrow} {names(targets)}" for source, targets in out.items()]
     lines = []
     for target, sources in into.items():
-        if sources == [target]:
+        if sources == [target] and stream.kind == "request/response":
             lines.append(f"{target} answers its own requests (workers.inference: inline)")
+        elif sources == [target]:
+            lines.append(f"kept by {target}")
         else:
             lines.append(f"{names(sources)} {arrow} {target}")
     return lines

@@ -24,7 +24,7 @@ from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
 from surge.threads import limit_torch_threads
 from surge.tracking.timing import INFERENCE
 from surge.workers.base import Binding, RunContext
-from surge.workers.stage import StageWorker
+from surge.workers.stage import HandOver, StageWorker, every_row
 
 
 def build(ctx: RunContext, b: Binding) -> ReferenceWorker:
@@ -46,10 +46,13 @@ class ReferenceWorker(StageWorker):
         port = b.port("scored")
         rows = RolloutRows(b.transport, port.block, ctx.cfg.rollout.prompts_per_batch)
         (trainer,) = b.port("referenced").sends_to
-        super().__init__(b, rows, takes=SCORED, gives=REFERENCED, downstream=trainer)
+        work = every_row(self._reference)
+        super().__init__(
+            b, rows, [HandOver(SCORED, REFERENCED, work, b.transport.channel(trainer))]
+        )
         self.a = rows.a
 
-    def work(self, rows: list[int]) -> None:
+    def _reference(self, rows: list[int]) -> None:
         a = self.a
         groups = {k: a[k][rows] for k in ("prompt", "prompt_len", "tokens", "length")}
         a["ref_logprobs"][rows] = reference_logprobs(self.lean, *groups.values())

@@ -14,7 +14,7 @@ from surge.llm.model import decode_completion
 from surge.llm.tasks import make_task, problem_at
 from surge.streams.rollouts import GENERATED, SCORED, RolloutRows
 from surge.workers.base import Binding, RunContext
-from surge.workers.stage import StageWorker
+from surge.workers.stage import HandOver, StageWorker, every_row
 
 
 def build(ctx: RunContext, b: Binding) -> RewardWorker:
@@ -34,10 +34,13 @@ class RewardWorker(StageWorker):
         port = b.port("scored")
         rows = RolloutRows(b.transport, port.block, cfg.rollout.prompts_per_batch)
         (downstream,) = port.sends_to
-        super().__init__(b, rows, takes=GENERATED, gives=SCORED, downstream=downstream)
+        scoring = HandOver(
+            GENERATED, SCORED, every_row(self._score), b.transport.channel(downstream)
+        )
+        super().__init__(b, rows, [scoring])
         self.a = rows.a
 
-    def work(self, rows: list[int]) -> None:
+    def _score(self, rows: list[int]) -> None:
         a = self.a
         for r in rows:
             problem = problem_at(self.task, "train", self.cfg.seed, int(a["group"][r]))

@@ -7,16 +7,15 @@ import pytest
 import torch
 
 from surge.algos.dqn import (
-    apex_epsilons,
     double_q_target,
-    dueling_q,
-    linear_schedule,
     q_learning_target,
     rescale,
     sequence_priority,
     td_loss,
     unrescale,
 )
+from surge.algos.exploration import apex_epsilons, linear_schedule
+from surge.models.q_network import dueling_q
 
 
 def _t(values: float | list[float] | list[list[float]]) -> torch.Tensor:

@@ -1,0 +1,221 @@
+"""DQN's learner inside the trainer chassis (surge/workers/trainer.py): the DQN family
+(double, dueling, n-step, prioritised, Ape-X) on batches the replay workers serve.
+
+Batch u is the row of the batches block that holds it (streams/replay.py), sampled by shard
+u % S. One update per batch: the TD loss (algos/dqn.py) on the n-step targets, weighted by
+the importance weights of prioritised replay; the new |TD errors| go back into the row for
+the shard to turn into priorities. The target network follows the online one every
+`dqn.target_every` updates (a copy, or Polyak with `dqn.target_tau` < 1).
+
+Env steps and episodes reach the trainer with the rows: each carries its shard's counters
+when it was sampled and the episodes that finished since its previous row.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from surge.algos.dqn import double_q_target, q_learning_target, td_loss
+from surge.algos.exploration import linear_schedule
+from surge.errors import UserError
+from surge.evaluation.suite import InlineEvaluator
+from surge.learners.state import load_optimizer_state, optimizer_state
+from surge.models.q_network import QNetwork
+from surge.models.weights import model_to_flat
+from surge.seeds import derive_seed
+from surge.streams.replay import TRAINED, BatchRows
+from surge.workers.base import Binding, RunContext
+from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
+
+CHECKPOINT_FORMAT = 1
+
+
+def build(ctx: RunContext, b: Binding) -> TrainerWorker:
+    return TrainerWorker(ctx, b, DQNLearner(ctx, b))
+
+
+def polyak(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """target <- tau * online + (1 - tau) * target (tau 1: a copy)."""
+    with torch.no_grad():
+        for t, o in zip(target.parameters(), online.parameters(), strict=True):
+            t.lerp_(o, tau)
+
+
+class ReplayBatches:
+    """The learner's side of the batches block: rows in batch order, and the counters and
+    episodes they carry (shared by the replay-based learners)."""
+
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        r = ctx.cfg.replay
+        port = b.port_of_kind("batches")
+        self.rows = BatchRows(b.transport, port.block, r.shards, r.prefetch)
+        self.shards = {s: b.transport.channel(s) for s in port.hears_from}
+        self.names = sorted(port.hears_from, key=lambda n: int(n.rpartition("-")[2]))
+        self.wait = b.transport.channel(b.inbox).recv
+        self.min_size = r.min_size
+        self.last: dict[int, dict[str, float]] = {}  # per shard: its counters at its last row
+
+    def ready(self, version: int) -> bool:
+        return self.rows.ready(version)
+
+    def take(self, version: int) -> tuple[int, dict[str, np.ndarray]]:
+        row = self.rows.row_of(version)
+        return row, self.rows.fields(row)
+
+    def give_back(self, version: int, row: int) -> Update:
+        """The row is trained (its priorities written): hand it back to its shard, and
+        report the env steps and episodes it brought."""
+        a, shard = self.rows.a, self.rows.shard_of(version)
+        now = {name: float(a[name][row]) for name in ("steps", "inserted", "sampled", "size")}
+        now.update(insert_wait_s=float(a["insert_wait_s"][row]))
+        now.update(sample_wait_s=float(a["sample_wait_s"][row]))
+        before = self.last.get(shard, {"steps": 0.0})
+        self.last[shard] = now
+        n = int(a["episodes"][row])
+        update = Update(
+            env_steps=int(now["steps"] - before["steps"]),
+            returns=a["episode_return"][row, :n].tolist(),
+            lengths=a["episode_length"][row, :n].tolist(),
+        )
+        self.rows.set_state(row, TRAINED)  # after every read and write of the row
+        self.shards[self.names[shard]].send(row)
+        return update
+
+    def metrics(self, seconds: float, waited: dict[str, float]) -> dict[str, float]:
+        """The replay's fields of a metrics row: its size, the samples per insert so far,
+        and the share of time the rate limiter held inserts and samples (since `waited`,
+        which it updates)."""
+        if not self.last:
+            return {}
+        total = {k: sum(c[k] for c in self.last.values()) for k in next(iter(self.last.values()))}
+        record = {
+            "replay/size": total["size"],
+            "replay/ratio": total["sampled"] / max(total["inserted"] - self.min_size, 1.0),
+        }
+        for side in ("insert", "sample"):
+            key = f"{side}_wait_s"
+            share = (total[key] - waited.get(key, 0.0)) / (seconds * len(self.shards))
+            record[f"replay/{side}_wait"] = max(0.0, share)
+            waited[key] = total[key]
+        return record
+
+
+class DQNLearner:
+    name = "torch"
+
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        cfg = self.cfg = ctx.cfg
+        d = cfg.dqn
+        torch.set_num_threads(d.threads)
+        torch.manual_seed(derive_seed(cfg.seed, "model"))
+        space = ctx.env.action_space
+        assert isinstance(space, gym.spaces.Discrete), "the plug-in checked it"
+        self.start_action = int(space.start)
+        self.q = QNetwork(ctx.env.observation_space, int(space.n), cfg.model, d.dueling)
+        self.target = copy.deepcopy(self.q).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=d.lr, eps=d.adam_eps)
+        self.batches = ReplayBatches(ctx, b)
+        self.wait = self.batches.wait
+        self.updates = 0
+        self.env_steps = 0
+        self._stats: list[dict[str, float]] = []
+        self._waited: dict[str, float] = {}
+        self.evaluator = InlineEvaluator(cfg, ctx.env, ctx.acting_policy)
+
+    def ready(self, version: int) -> bool:
+        return self.batches.ready(version)
+
+    def update(self, version: int) -> Update:
+        d = self.cfg.dqn
+        row, f = self.batches.take(version)
+        obs = {k[4:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("obs/")}
+        nxt = {k[9:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("next_obs/")}
+        action = torch.from_numpy(f["action"].astype(np.int64) - self.start_action)
+        returns, discount = torch.from_numpy(f["reward"]), torch.from_numpy(f["discount"])
+        q = self.q(obs)
+        q_taken = q.gather(1, action.reshape(-1, 1)).squeeze(1)
+        with torch.no_grad():
+            q_next = self.target(nxt)
+            if d.double:
+                target = double_q_target(self.q(nxt), q_next, returns, discount)
+            else:
+                target = q_learning_target(q_next, returns, discount)
+        weights = torch.from_numpy(f["weight"]) if self.cfg.replay.prioritized else None
+        loss, td = td_loss(q_taken, target, weights, d.loss)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if d.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.q.parameters(), d.max_grad_norm)
+        self.optimizer.step()
+        f["priority"][:] = td.abs().numpy()
+        self.updates += 1
+        if self.updates % d.target_every == 0:
+            polyak(self.target, self.q, d.target_tau)
+        self._stats.append(
+            {"loss": loss.item(), "q_mean": q_taken.mean().item(), "td_abs": td.abs().mean().item()}
+        )
+        update = self.batches.give_back(version, row)
+        self.env_steps += update.env_steps
+        return update
+
+    def parameters(self) -> np.ndarray:
+        return model_to_flat(self.q)
+
+    def metrics(self, seconds: float) -> dict[str, Any]:
+        d = self.cfg.dqn
+        window = self._stats or [{}]
+        record: dict[str, Any] = {
+            k: float(np.mean([s[k] for s in window if k in s])) for k in window[-1]
+        }
+        record["updates_per_s"] = round(len(self._stats) / seconds, 1)
+        if d.exploration == "linear":
+            duration = d.epsilon_fraction * self.cfg.total_env_steps
+            record["epsilon"] = linear_schedule(
+                d.epsilon_start, d.epsilon_end, duration, self.env_steps
+            )
+        record.update(self.batches.metrics(seconds, self._waited))
+        self._stats = []
+        return record
+
+    def eval_record(self, result: dict[str, float]) -> tuple[dict[str, Any], float]:
+        return eval_fields(result), result["return_mean"]
+
+    def evaluate(self, episodes: int, seed: int) -> Evaluation:
+        played = self.evaluator(self.parameters(), episodes, seed)
+        return Evaluation(
+            played.return_mean, played.return_std, len(played.returns), played.length_mean
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "kind": "dqn",
+            "model": self.q.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": optimizer_state(self.optimizer),
+            "updates": self.updates,
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        if state.get("kind") != "dqn" or state.get("format") != CHECKPOINT_FORMAT:
+            raise UserError(
+                "this checkpoint was not written by the DQN learner of this surge version",
+                "resume it with the surge version and algo it was trained with",
+            )
+        self.q.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
+        self.target.load_state_dict({k: torch.as_tensor(v) for k, v in state["target"].items()})
+        load_optimizer_state(self.optimizer, state["optimizer"])
+        self.updates = int(state["updates"])
+        self.env_steps = int(state["env_steps"])
+
+    def export(self, run_dir: Path) -> None:
+        pass
+
+    def close(self) -> None:
+        self.evaluator.close()

@@ -1,0 +1,292 @@
+"""The graph of replay-based algorithms (the DQN family, SAC), and what they share: the
+replay's setup, its settings' checks, the run's context.
+
+    actor-a   --(inference: obs -> actions)-->  policy-(a % P)   (or inline in actor-a)
+    actor-a   --(samples: segments)---------->  replay-(a % S)   [acknowledged; RatioBound]
+    replay-s  --(batches: sampled rows)------>  trainer-0         (and trained rows back)
+    replay-s  keeps its transitions in its storage block, replay.<s>
+    trainer-0 --(params.default: versions)--->  policy-* (or the actors), evaluators
+
+The actors pace themselves on the trainer's versions (the insert half of the rate limiter,
+streams/flow.py `RatioBound`); the replay workers hold samples (the other half) and keep the
+actors' slots by acknowledging each segment they consumed (streams/sample.py). Plus
+evaluation workers when `eval.workers` > 0 (surge/recipes/evaluation.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from surge.algos.replay import ReplaySetup, Spec, ring_length
+from surge.config.schema import ExperimentConfig
+from surge.envs.atari import is_atari_id
+from surge.envs.make import probe_policies
+from surge.envs.spaces import EnvInfo
+from surge.errors import ConfigError, UserError
+from surge.models.images import choose_encoder
+from surge.recipes.evaluation import add_evaluators
+from surge.streams.flow import RatioBound, SampleToInsertRatio
+from surge.streams.inference import inference_layout
+from surge.streams.params import params_block, params_layout
+from surge.streams.replay import BATCHES, batch_layout, storage_block, storage_layout
+from surge.streams.sample import Outputs, output_fields, sample_layout
+from surge.tracking.checkpoint import load_checkpoint
+from surge.workers.base import RunContext
+from surge.workers.graph import Edge, Graph, StreamSpec, worker
+from surge.workers.replay import error_buffer
+
+POLICY = "default"
+SLOTS = 2
+"""Segments in flight per env group: the actor writes one while the replay copies the other."""
+
+
+def check_replay(cfg: ExperimentConfig) -> None:
+    """The replay settings any replay-based algorithm needs to hold (ConfigError naming the
+    field otherwise)."""
+    r, w = cfg.replay, cfg.workers
+    if r.capacity < r.batch_size:
+        raise ConfigError(
+            f"replay.capacity={r.capacity} is below replay.batch_size={r.batch_size}: a batch "
+            "would hold the same transitions many times",
+            f"raise replay.capacity to at least {r.batch_size} (or lower replay.batch_size)",
+        )
+    if r.min_size > r.capacity:
+        raise ConfigError(
+            f"replay.min_size={r.min_size} exceeds replay.capacity={r.capacity}: sampling "
+            "would never start",
+            "lower replay.min_size below replay.capacity",
+        )
+    if r.shards > w.actors:
+        raise ConfigError(
+            f"replay.shards={r.shards} with workers.actors={w.actors}: each shard takes the "
+            "segments of its own actors",
+            f"set replay.shards to at most {w.actors}",
+        )
+    if cfg.policies:
+        raise ConfigError(
+            f"policies: algo {cfg.algo} trains one policy", "remove policies and policy_mapping"
+        )
+
+
+def probe(cfg: ExperimentConfig) -> EnvInfo:
+    """The env's spaces (and a check that an encoder fits its observations)."""
+    env = next(iter(probe_policies(cfg).values()))
+    choose_encoder(env.observation_space, cfg.model)
+    if env.agents:
+        raise ConfigError(
+            f"env.id={cfg.env.id}: algo {cfg.algo} trains single-agent envs",
+            "use algo=ppo (or mappo settings) for multi-agent envs",
+        )
+    return env
+
+
+def frame_field(cfg: ExperimentConfig, env: EnvInfo) -> str | None:
+    """An Atari frame stack, stored one frame per step (algos/replay.py), or None."""
+    obs = env.obs
+    if not is_atari_id(cfg.env.id) or list(obs) != ["obs"]:
+        return None
+    spec = obs["obs"]
+    stacked = len(spec.shape) == 3 and spec.shape[0] == cfg.env.atari.frame_stack > 1
+    return "obs" if stacked else None
+
+
+def shard_actors(cfg: ExperimentConfig, shard: int) -> list[int]:
+    return [a for a in range(cfg.workers.actors) if a % cfg.replay.shards == shard]
+
+
+def replay_setup(
+    cfg: ExperimentConfig, env: EnvInfo, gamma: float, nstep: int, outputs: Outputs
+) -> ReplaySetup:
+    """Each shard's storage: its actors' env columns, rings sized to its share of
+    `replay.capacity` (ConfigError when that is too short for a segment)."""
+    r, w = cfg.replay, cfg.workers
+    fields = output_fields(outputs)
+    specs = []
+    for s in range(r.shards):
+        columns = len(shard_actors(cfg, s)) * w.ring_size * w.envs_per_group * env.rows_per_env
+        frames = frame_field(cfg, env)
+        stack = env.obs["obs"].shape[0] if frames else 1
+        # rings hold the shard's share of `replay.capacity` whole, plus the steps a write
+        # makes unsampleable ahead of it (algos/replay.py `_touched`) and the n-step tail
+        margin = r.segment_len + stack + nstep
+        length = ring_length(r.capacity // r.shards, columns) + margin
+        spec = Spec(
+            columns=columns,
+            length=length,
+            obs={k: (a.shape, a.dtype.str) for k, a in env.obs.items()},
+            action=(env.action.shape, env.action.dtype.str),
+            segment=r.segment_len,
+            frames=frames,
+            outputs=tuple(fields),
+            output_shapes=tuple(shape for _, shape in fields.values()),
+        )
+        need = 2 * margin
+        if length < need:
+            raise ConfigError(
+                f"replay.capacity={r.capacity}: {length - margin} steps per env column over "
+                f"{columns * r.shards} columns, and a column's ring needs {need - margin} (a "
+                f"segment of replay.segment_len={r.segment_len}, the n-step tail and the frame "
+                "stack)",
+                f"raise replay.capacity to at least {(need - margin) * columns * r.shards}, or "
+                "lower replay.segment_len",
+            )
+        specs.append(spec)
+    return ReplaySetup(tuple(specs), gamma, nstep)
+
+
+def replay_context(
+    cfg: ExperimentConfig,
+    env: EnvInfo,
+    run_dir: Path | None,
+    checkpoint: Path | None,
+    n_params: int,
+    setup: ReplaySetup,
+    acting: str,
+    explore: str,
+    kind: str,
+) -> RunContext:
+    """The run's context, resuming at a checkpoint's version (written by the learner of
+    `kind`) when given one."""
+    start_version = resumes = env_steps = 0
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint)
+        if state.get("kind") != kind:
+            raise UserError(
+                f"{checkpoint} was not written by an algo {cfg.algo} run",
+                "resume it with the config it was trained with",
+            )
+        start_version, resumes = int(state["version"]), int(state["resumes"]) + 1
+        env_steps = int(state["env_steps"])
+    return RunContext(
+        cfg=cfg,
+        env=env,
+        run_dir=run_dir or Path("."),
+        n_params=n_params,
+        start_version=start_version,
+        checkpoint=str(checkpoint) if checkpoint else None,
+        resumes=resumes,
+        acting_policy=acting,
+        explore=explore,
+        start_env_steps=env_steps,
+        replay=setup,
+    )
+
+
+def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: Outputs) -> Graph:
+    """Trainer, replay shards, policy workers (or inline inference), actors, evaluators."""
+    cfg, env = ctx.cfg, ctx.env
+    w, r, ray = cfg.workers, cfg.replay, cfg.ray
+    assert ctx.replay is not None
+    remote = w.inference == "remote"
+    n_policy = w.policy_workers if remote else 0
+    trainer = worker(
+        "trainer", 0, factory=trainer_factory, threads=threads, restartable=False,
+        ends_run=True, cpus=ray.trainer_cpus, gpus=ray.trainer_gpus, pod="trainer",
+    )  # fmt: skip
+    # The replay shards share the trainer's pod: the batches (and their priorities) cross
+    # no node; the actors' segments do, by the segment bridge (surge/streams/ray_bridge.py).
+    replays = [worker("replay", s, cpus=ray.actor_cpus, pod="trainer") for s in range(r.shards)]
+    servers = [
+        worker(
+            "policy",
+            p,
+            threads=w.policy_threads,
+            cpus=ray.policy_cpus,
+            gpus=ray.policy_gpus,
+            pod=f"policy-{p}",
+        )  # fmt: skip
+        for p in range(n_policy)
+    ]
+    actors = [
+        worker(
+            "actor",
+            a,
+            threads=w.actor_threads,
+            cpus=ray.actor_cpus,
+            pod=f"policy-{a % n_policy}" if remote else "",
+        )  # fmt: skip
+        for a in range(w.actors)
+    ]
+    groups = {
+        a.name: tuple(range(a.index * w.ring_size, (a.index + 1) * w.ring_size)) for a in actors
+    }
+    rows = w.envs_per_group * env.rows_per_env
+    round_ = cfg.total_groups * rows * r.segment_len  # transitions in one segment per group
+    limiter = SampleToInsertRatio(r.ratio, r.min_size, error_buffer(cfg))
+    flow = RatioBound(limiter, r.batch_size, round_, ctx.start_version, SLOTS)
+    server = {a.name: f"policy-{a.index % n_policy}" if remote else a.name for a in actors}
+    params = params_block(POLICY)
+    subscribers = [p.name for p in servers] if remote else list(server)
+    streams = [
+        StreamSpec(
+            "inference", "request/response", "inference",
+            tuple(Edge(a.name, server[a.name], groups[a.name]) for a in actors), flow,
+            f"a slot per env group ({cfg.total_groups} of {w.envs_per_group} envs): the "
+            "greedy action of the newest version, explored by the actor",
+        ),
+        StreamSpec(
+            "samples", "segments", "samples",
+            tuple(
+                Edge(a.name, f"replay-{a.index % r.shards}", groups[a.name]) for a in actors
+            ),
+            flow,
+            f"segments of {r.segment_len} steps, acknowledged by the replay shard that takes "
+            f"them ({SLOTS} slots per group); {flow.describe()}",
+        ),
+        *[
+            StreamSpec(
+                storage_block(s.index), "storage", storage_block(s.index),
+                (Edge(s.name, s.name),),
+                note=f"{ctx.replay.shards[s.index].capacity:,} transitions: "
+                f"{ctx.replay.shards[s.index].columns} env columns x "
+                f"{ctx.replay.shards[s.index].length} steps",
+            )
+            for s in replays
+        ],
+        StreamSpec(
+            BATCHES, "batches", BATCHES,
+            tuple(Edge(s.name, trainer.name, (s.index,)) for s in replays),
+            note=f"batches of {r.batch_size}, {r.prefetch} sampled ahead per shard; batch u "
+            f"from shard u % {r.shards}; the trainer writes each transition's |TD error| back",
+        ),
+        StreamSpec(
+            params, "versions", params,
+            tuple(Edge(trainer.name, s) for s in subscribers),
+            note=f"the latest version, {ctx.n_params:,} float32 values, announced on each "
+            "publish",
+        ),
+    ]  # fmt: skip
+    layouts: dict[str, Any] = {
+        "inference": inference_layout(
+            env.obs, env.action, outputs, groups=cfg.total_groups, group_size=rows
+        ),
+        "samples": sample_layout(
+            env.obs,
+            env.action,
+            outputs,
+            depth=SLOTS,
+            steps=r.segment_len,
+            envs=cfg.total_groups * rows,
+            groups=cfg.total_groups,
+            acked=True,
+        ),  # fmt: skip
+        BATCHES: batch_layout(r.shards, r.prefetch, r.batch_size, env.obs, env.action),
+        params: params_layout(ctx.n_params),
+    }
+    for s in replays:
+        layouts[storage_block(s.index)] = storage_layout(ctx.replay.shards[s.index])
+    graph = Graph([trainer, *replays, *servers, *actors], layouts, streams)
+    return add_evaluators(graph, cfg, trainer=trainer, params=params)
+
+
+def describe_replay(ctx: RunContext, graph: Graph, learner: str) -> list[str]:
+    cfg, w, r = ctx.cfg, ctx.cfg.workers, ctx.cfg.replay
+    names = ", ".join(spec.name for spec in graph.workers)
+    return [
+        f"workers: {names}; {cfg.total_envs} envs ({w.actors} actors x {w.ring_size} groups x "
+        f"{w.envs_per_group}); inference {w.inference}; learner {learner}",
+        f"replay: {r.capacity:,} transitions in {r.shards} shard(s), batches of "
+        f"{r.batch_size}, {r.ratio:g} samples per insert after {r.min_size:,}, "
+        + ("prioritised" if r.prioritized else "uniform"),
+    ]

@@ -1,0 +1,115 @@
+"""The replay's blocks: each shard's storage, and the batches the shards serve the trainer.
+
+Storage. Shard s keeps its transitions in block `replay.<s>` (the arrays of
+algos/replay.py `storage_fields`), in shared memory like every stream: a replay worker
+restarted in place finds its data there, committed up to where its previous life stopped.
+
+Batches. Batch u (trained by version u) comes from shard u % S (S shards), in row
+(u // S) % P of that shard's P = `replay.prefetch` rows of block `batches`. A row's state
+says whose turn it is, and is written only by the row's current owner:
+
+    FREE -> FILLED (the shard sampled batch `batch[r]` into it, when its rate limiter allowed)
+         -> TRAINED (the trainer trained on it and wrote each transition's |TD error|)
+         -> FREE (the shard applied those priorities; `batch[r]` moves to the row's next batch)
+
+So the trainer reads a row only once it is whole, and the shard refills it only after the
+trainer is done with it; a shard keeps up to P batches sampled ahead (prefetch). A new life of
+the shard finds the rows as they were. Each row also carries the shard's counters when it was
+filled (env steps, inserts, samples, size, wait times) and the episodes that finished since
+its previous row, for the trainer's logs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surge.algos.replay import Spec, storage_fields
+from surge.envs.spaces import ArraySpec
+from surge.streams.transport import BlockLayout, Field, Transport
+
+FREE, FILLED, TRAINED = 0, 1, 2
+BATCHES = "batches"
+EPISODES = 256
+"""Episodes a row can carry; more wait for the next row."""
+COUNTERS = ("steps", "inserted", "sampled", "size", "insert_wait_s", "sample_wait_s")
+"""The shard's running counters each row carries (cumulative over the run)."""
+
+
+def storage_block(shard: int) -> str:
+    return f"replay.{shard}"
+
+
+def storage_layout(spec: Spec) -> BlockLayout:
+    return BlockLayout(
+        {k: Field(shape, dtype) for k, (shape, dtype) in storage_fields(spec).items()}
+    )
+
+
+def batch_layout(
+    shards: int, prefetch: int, batch: int, obs: dict[str, ArraySpec], action: ArraySpec
+) -> BlockLayout:
+    rows = shards * prefetch
+    fields = {"state": Field((rows,), "<i8"), "batch": Field((rows,), "<i8")}
+    for k, s in obs.items():
+        fields[f"obs/{k}"] = Field((rows, batch, *s.shape), s.dtype.str)
+        fields[f"next_obs/{k}"] = Field((rows, batch, *s.shape), s.dtype.str)
+    fields["action"] = Field((rows, batch, *action.shape), action.dtype.str)
+    for name, dtype in [
+        ("reward", "<f4"),  # the n-step return
+        ("discount", "<f4"),
+        ("weight", "<f4"),  # importance weight
+        ("index", "<i8"),  # the transition's item in its shard, for its new priority
+        ("generation", "<i8"),
+        ("priority", "<f4"),  # written by the trainer: |TD error|
+    ]:
+        fields[name] = Field((rows, batch), dtype)
+    for name in COUNTERS:
+        fields[name] = Field((rows,), "<f8")
+    fields["episodes"] = Field((rows,), "<i8")
+    fields["episode_return"] = Field((rows, EPISODES), "<f4")
+    fields["episode_length"] = Field((rows, EPISODES), "<i8")
+    return BlockLayout(fields)
+
+
+class BatchRows:
+    """A view of the batches block: which row holds batch u, and the rows' states."""
+
+    def __init__(self, transport: Transport, block: str, shards: int, prefetch: int) -> None:
+        self.a = transport.block(block)
+        self.shards, self.prefetch = shards, prefetch
+
+    def shard_of(self, batch: int) -> int:
+        return batch % self.shards
+
+    def row_of(self, batch: int) -> int:
+        shard = batch % self.shards
+        return shard * self.prefetch + (batch // self.shards) % self.prefetch
+
+    def rows_of(self, shard: int) -> range:
+        return range(shard * self.prefetch, (shard + 1) * self.prefetch)
+
+    def first_batches(self, shard: int, start: int) -> None:
+        """Give each of the shard's rows the first batch at or after `start` it serves."""
+        for row in self.rows_of(shard):
+            u = start
+            while self.row_of(u) != row:
+                u += 1
+            self.a["batch"][row] = u
+            self.a["state"][row] = FREE
+
+    def ready(self, batch: int) -> bool:
+        """Batch `batch` is sampled into its row."""
+        row = self.row_of(batch)
+        return bool(self.a["state"][row] == FILLED and self.a["batch"][row] == batch)
+
+    def in_state(self, shard: int, state: int) -> list[int]:
+        """The shard's rows in `state`, in the order of the batches they hold."""
+        rows = [r for r in self.rows_of(shard) if self.a["state"][r] == state]
+        return sorted(rows, key=lambda r: int(self.a["batch"][r]))
+
+    def set_state(self, row: int, state: int) -> None:
+        self.a["state"][row] = state
+
+    def fields(self, row: int) -> dict[str, np.ndarray]:
+        """Views of one row's per-transition fields."""
+        return {k: v[row] for k, v in self.a.items() if v.ndim >= 2 and k[:7] != "episode"}

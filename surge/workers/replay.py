@@ -1,0 +1,173 @@
+"""The replay worker: one shard of the replay between the actors and the trainer (SRL's buffer
+worker, Ape-X's replay, a Reverb table with a `SampleToInsertRatio` rate limiter).
+
+A stage worker (surge/workers/stage.py) with three kinds of work, each poll:
+
+- intake: every segment its actors published is added to the shard's storage
+  (algos/replay.py: n-step transitions computed at insert, first priorities from the
+  actors' Q-values), then acknowledged, which frees the actor's slot and wakes it; the
+  episodes that finished in it are kept for the trainer's logs;
+- trained rows of the batches block come back with the trainer's |TD errors|: they become
+  the transitions' new priorities (prioritised replay) and the row is free again;
+- free rows, in the order of the batches they hold, are sampled into while the rate limiter
+  allows (`replay.min_size` transitions stored, and samples within `replay.ratio` per
+  insert plus `replay.error_buffer`), then handed to the trainer.
+
+The insert half of the limiter is the sample stream's flow policy (streams/flow.py
+`RatioBound`): actors wait for the trainer's versions. Everything the shard keeps is in
+shared memory (streams/replay.py), so a new life after a crash carries on where the old one
+committed; its sum tree is rebuilt from the stored priorities.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import numpy as np
+
+from surge.algos.priorities import annealed_beta
+from surge.algos.replay import ReplayStore
+from surge.seeds import derive_seed
+from surge.streams.flow import SampleToInsertRatio
+from surge.streams.replay import EPISODES, FILLED, FREE, TRAINED, BatchRows
+from surge.streams.sample import SegmentReader
+from surge.workers.base import Binding, RunContext
+from surge.workers.stage import HandOver, StageWorker, every_row
+
+
+def build(ctx: RunContext, b: Binding) -> ReplayWorker:
+    return ReplayWorker(ctx, b)
+
+
+class _ShardRows:
+    """The rows of the batches block that are this shard's (the stage's `RowStates`)."""
+
+    def __init__(self, rows: BatchRows, shard: int) -> None:
+        self.rows, self.shard = rows, shard
+
+    def in_state(self, state: int) -> list[int]:
+        return self.rows.in_state(self.shard, state)
+
+    def set_state(self, r: int, state: int) -> None:
+        self.rows.set_state(r, state)
+
+
+class ReplayWorker(StageWorker):
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        cfg, r = ctx.cfg, ctx.cfg.replay
+        self.cfg, self.shard, self.shards = cfg, b.index, r.shards
+        self.samples = SegmentReader(b.transport, b.port_of_kind("segments"), ctx.start_version)
+        storage = b.port_of_kind("storage")
+        assert ctx.replay is not None, "a replay-based algorithm prepares its replay"
+        self.store = ReplayStore(
+            ctx.replay.shards[b.index],
+            b.transport.block(storage.block),
+            gamma=ctx.replay.gamma,
+            nstep=ctx.replay.nstep,
+            prioritized=r.prioritized,
+            alpha=r.alpha,
+            priority_eps=r.priority_eps,
+            seed=derive_seed(cfg.seed, "replay", ctx.resumes, b.index, b.life),
+        )
+        # each shard holds its share of the run's limits
+        self.limiter = SampleToInsertRatio(
+            r.ratio, max(1, r.min_size // r.shards), error_buffer(cfg) / r.shards
+        )
+        batches = b.port_of_kind("batches")
+        self.batches = BatchRows(b.transport, batches.block, r.shards, r.prefetch)
+        if b.life == 0:  # a new run: the rows get their first batches (a new life keeps them)
+            self.batches.first_batches(b.index, ctx.start_version)
+        (trainer,) = batches.sends_to
+        self.batch_size = r.batch_size
+        # which shard-local columns each of its groups' envs are
+        G = self.samples.group_size
+        self.columns = {g: np.arange(k * G, (k + 1) * G) for k, g in enumerate(self.samples.groups)}
+        self.episodes: deque[tuple[float, int]] = deque()  # finished, not yet in a row
+        self.held_since: list[float | None] = [None, None]  # insert, sample
+        self.waited = [0.0, 0.0]  # seconds the limiter held inserts, samples
+        shard = _ShardRows(self.batches, b.index)
+        super().__init__(
+            b,
+            shard,
+            [
+                HandOver(TRAINED, FREE, every_row(self._reprioritise)),
+                HandOver(FREE, FILLED, self._fill, b.transport.channel(trainer)),
+            ],
+        )
+
+    # ------------------------------------------------------------------ inserts
+
+    def intake(self) -> bool:
+        pending = self.samples.pending()
+        for g in pending:
+            segment = self.samples.segment(g)
+            steps = {k: v for k, v in segment.items() if k != "version"}
+            self.store.add(self.columns[g], steps)
+            over = segment["game_over"]
+            if over.any():
+                returns = segment["episode_return"][over].tolist()
+                lengths = segment["episode_length"][over].tolist()
+                self.episodes.extend(zip(returns, lengths, strict=True))
+            self.samples.ack(g)  # after every read of the segment: its slot is free
+        return bool(pending)
+
+    # ------------------------------------------------------------------ samples
+
+    def _fill(self, rows: list[int]) -> list[int]:
+        """Sample into free rows, in batch order, while the limiter allows."""
+        filled = []
+        store, B, a = self.store, self.batch_size, self.batches.a
+        for row in rows:
+            allowed = self.limiter.samples_allowed(store.inserted)
+            if store.size < max(self.limiter.min_size, 1) or store.sampled + B > allowed:
+                self._held(1, True)
+                break
+            self._held(1, False)
+            progress = self.shards * store.steps / max(self.cfg.total_env_steps, 1)
+            batch = store.sample(B, annealed_beta(self.cfg.replay.beta0, progress))
+            for key, value in batch.items():
+                a[key][row] = value
+            self._counters(row)
+            filled.append(row)
+        # the insert half: are the actors at their bound? (for the logs)
+        inserts_left = self.limiter.inserts_allowed(store.sampled) - store.inserted
+        round_ = self.samples.steps * self.samples.group_size * len(self.samples.groups)
+        self._held(0, inserts_left < round_)
+        return filled
+
+    def _held(self, side: int, held: bool) -> None:
+        """Account the wall time the limiter holds one side (0: inserts, 1: samples)."""
+        now = time.monotonic()
+        since = self.held_since[side]
+        if since is not None:
+            self.waited[side] += now - since
+        self.held_since[side] = now if held else None
+
+    def _counters(self, row: int) -> None:
+        a, store = self.batches.a, self.store
+        a["steps"][row] = store.steps
+        a["inserted"][row] = store.inserted
+        a["sampled"][row] = store.sampled
+        a["size"][row] = store.size
+        a["insert_wait_s"][row] = self.waited[0]
+        a["sample_wait_s"][row] = self.waited[1]
+        n = min(len(self.episodes), EPISODES)
+        for k in range(n):
+            a["episode_return"][row, k], a["episode_length"][row, k] = self.episodes.popleft()
+        a["episodes"][row] = n
+
+    # ------------------------------------------------------------------ priorities
+
+    def _reprioritise(self, rows: list[int]) -> None:
+        a = self.batches.a
+        for row in rows:
+            self.store.update_priorities(a["index"][row], a["generation"][row], a["priority"][row])
+            a["batch"][row] += self.shards * self.batches.prefetch  # the row's next batch
+
+
+def error_buffer(cfg: object) -> float:
+    """`replay.error_buffer`, or its default: ten inserts' worth of samples, at least two
+    batches (so neither side waits for every single step of the other)."""
+    r = cfg.replay  # type: ignore[attr-defined]
+    return r.error_buffer or max(10 * r.ratio, 2 * r.batch_size)
