@@ -397,6 +397,16 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("task.heldout", _at_least(1), ">= 1"),
     ("task.pass_k", _at_least(0), ">= 0"),
     *[(f"tiny_model.{n}", _at_least(1), ">= 1") for n in ("hidden", "layers", "heads")],
+    # replay-based RL (algo: dqn | sac)
+    *[
+        (f"replay.{n}", _at_least(1), ">= 1")
+        for n in ("capacity", "shards", "batch_size", "prefetch", "segment_len")
+    ],
+    ("replay.ratio", _positive, "> 0"),
+    *[(f"replay.{n}", _at_least(0), ">= 0") for n in ("min_size", "error_buffer", "alpha")],
+    ("replay.beta0", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("replay.priority_eps", _positive, "> 0"),
+    *[(f"{n}.threads", _at_least(1), ">= 1") for n in ("dqn", "sac")],
 ]
 """(field, check, the rule in words): the value checks the types cannot express."""
 
