@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+from surge.models.sac_policy import LOG_STD_MAX, LOG_STD_MIN
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 

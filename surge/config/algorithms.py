@@ -20,6 +20,7 @@ ALGORITHMS: dict[str, str] = {
     "appo": "surge.recipes.ppo:APPO",
     "grpo": "surge.recipes.grpo:GRPO",
     "dqn": "surge.recipes.dqn:DQN",
+    "sac": "surge.recipes.sac:SAC",
 }
 """`algo` -> `module:object` of its plug-in."""
 

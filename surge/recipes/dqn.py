@@ -37,7 +37,7 @@ class DQNFamily(Algorithm):
     warm_module = "surge.learners.dqn"
 
     def validate(self, cfg: ExperimentConfig) -> None:
-        check_replay(cfg)
+        check_replay(cfg, cfg.dqn.nstep)
         d = cfg.dqn
         for field, value, ok, rule in [
             ("dqn.lr", d.lr, d.lr > 0, "> 0"),

@@ -34,17 +34,26 @@ from surge.streams.sample import Outputs, output_fields, sample_layout
 from surge.tracking.checkpoint import load_checkpoint
 from surge.workers.base import RunContext
 from surge.workers.graph import Edge, Graph, StreamSpec, worker
-from surge.workers.replay import error_buffer
+from surge.workers.replay import error_buffer, min_error_buffer
 
 POLICY = "default"
 SLOTS = 2
 """Segments in flight per env group: the actor writes one while the replay copies the other."""
 
 
-def check_replay(cfg: ExperimentConfig) -> None:
+def check_replay(cfg: ExperimentConfig, nstep: int = 1) -> None:
     """The replay settings any replay-based algorithm needs to hold (ConfigError naming the
     field otherwise)."""
     r, w = cfg.replay, cfg.workers
+    least = min_error_buffer(cfg, nstep)
+    if r.error_buffer and r.error_buffer < least:
+        raise ConfigError(
+            f"replay.error_buffer={r.error_buffer:g} is below {least:g}: with segments of "
+            f"replay.segment_len={r.segment_len} steps from {cfg.total_envs} envs, "
+            f"{r.ratio:g} samples per insert and batches of {r.batch_size}, the actors and "
+            "the replay could wait for each other forever",
+            f"set replay.error_buffer to at least {least:g}, or 0 for the default",
+        )
     if r.capacity < r.batch_size:
         raise ConfigError(
             f"replay.capacity={r.capacity} is below replay.batch_size={r.batch_size}: a batch "
@@ -213,7 +222,7 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     }
     rows = w.envs_per_group * env.rows_per_env
     round_ = cfg.total_groups * rows * r.segment_len  # transitions in one segment per group
-    limiter = SampleToInsertRatio(r.ratio, r.min_size, error_buffer(cfg))
+    limiter = SampleToInsertRatio(r.ratio, r.min_size, error_buffer(cfg, ctx.replay.nstep))
     flow = RatioBound(limiter, r.batch_size, round_, ctx.start_version, SLOTS)
     server = {a.name: f"policy-{a.index % n_policy}" if remote else a.name for a in actors}
     params = params_block(POLICY)
@@ -223,7 +232,7 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             "inference", "request/response", "inference",
             tuple(Edge(a.name, server[a.name], groups[a.name]) for a in actors), flow,
             f"a slot per env group ({cfg.total_groups} of {w.envs_per_group} envs): the "
-            "greedy action of the newest version, explored by the actor",
+            "newest version's action, explored by the actor",
         ),
         StreamSpec(
             "samples", "segments", "samples",
@@ -248,7 +257,7 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             BATCHES, "batches", BATCHES,
             tuple(Edge(s.name, trainer.name, (s.index,)) for s in replays),
             note=f"batches of {r.batch_size}, {r.prefetch} sampled ahead per shard; batch u "
-            f"from shard u % {r.shards}; the trainer writes each transition's |TD error| back",
+            f"from shard u % {r.shards}; the trainer writes each transition's TD error back",
         ),
         StreamSpec(
             params, "versions", params,

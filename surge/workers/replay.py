@@ -28,6 +28,7 @@ import numpy as np
 
 from surge.algos.priorities import annealed_beta
 from surge.algos.replay import ReplayStore
+from surge.config.schema import ExperimentConfig
 from surge.seeds import derive_seed
 from surge.streams.flow import SampleToInsertRatio
 from surge.streams.replay import EPISODES, FILLED, FREE, TRAINED, BatchRows
@@ -72,7 +73,7 @@ class ReplayWorker(StageWorker):
         )
         # each shard holds its share of the run's limits
         self.limiter = SampleToInsertRatio(
-            r.ratio, max(1, r.min_size // r.shards), error_buffer(cfg) / r.shards
+            r.ratio, max(1, r.min_size // r.shards), error_buffer(cfg, ctx.replay.nstep) / r.shards
         )
         batches = b.port_of_kind("batches")
         self.batches = BatchRows(b.transport, batches.block, r.shards, r.prefetch)
@@ -166,8 +167,22 @@ class ReplayWorker(StageWorker):
             a["batch"][row] += self.shards * self.batches.prefetch  # the row's next batch
 
 
-def error_buffer(cfg: object) -> float:
-    """`replay.error_buffer`, or its default: ten inserts' worth of samples, at least two
-    batches (so neither side waits for every single step of the other)."""
-    r = cfg.replay  # type: ignore[attr-defined]
-    return r.error_buffer or max(10 * r.ratio, 2 * r.batch_size)
+def error_buffer(cfg: ExperimentConfig, nstep: int) -> float:
+    """`replay.error_buffer`, or its default (`min_error_buffer` twice over, at least ten
+    inserts' worth of samples and two batches)."""
+    r = cfg.replay
+    floor = 2 * min_error_buffer(cfg, nstep)
+    return r.error_buffer or max(10 * r.ratio, 2 * r.batch_size, floor)
+
+
+def min_error_buffer(cfg: ExperimentConfig, nstep: int) -> float:
+    """The smallest error buffer with which neither side can wait for the other forever.
+    Inserts come a segment of every env column at a time (`round` transitions), the last
+    n - 1 steps of each column not yet complete (`tail`), and samples a batch at a time in
+    each shard: the actors, allowed up to (inserts * ratio - samples) <= buffer, and the
+    shards, allowed down to >= -buffer, must leave each other room for one step of each:
+    2 * buffer >= (round + tail) * ratio + shards * batch."""
+    r = cfg.replay
+    columns = cfg.total_envs
+    round_, tail = r.segment_len * columns, (nstep - 1) * columns
+    return ((round_ + tail) * r.ratio + r.shards * r.batch_size) / 2

@@ -1,0 +1,220 @@
+"""SAC's learner inside the trainer chassis (surge/workers/trainer.py): soft actor-critic
+(Haarnoja et al. 2018) for Box actions, on batches the replay workers serve.
+
+Batch u is the row of the batches block that holds it (streams/replay.py, through
+learners/replay.py `ReplayBatches`). One update per batch, as CleanRL's
+sac_continuous_action.py does per env step after learning starts:
+
+- the twin critics step on the soft clipped double-Q target of the target critics
+  (algos/sac.py `critic_target`, `critic_loss`); a row's reward and discount are already
+  the n-step return and its discount (n = 1 for SAC);
+- every `sac.policy_every` updates the actor takes that many steps on the same batch
+  (CleanRL's delayed update with its compensation), each followed, with `sac.autotune`, by
+  a step of the temperature on a fresh sample of the updated actor (`temperature_loss`);
+- the target critics follow the critics by Polyak averaging with `sac.tau`, every update.
+
+The published vector is the actor's parameters (models/sac_policy.py acts with them).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from surge.algos.sac import (
+    actor_loss,
+    bounded_log_std,
+    critic_loss,
+    critic_target,
+    default_target_entropy,
+    squashed_gaussian,
+    temperature_loss,
+)
+from surge.errors import UserError
+from surge.evaluation.suite import InlineEvaluator
+from surge.learners.replay import ReplayBatches, polyak
+from surge.learners.state import load_optimizer_state, optimizer_state
+from surge.models.sac_network import SACActor, TwinQ
+from surge.models.sac_policy import box_dims, box_scale_bias
+from surge.models.weights import model_to_flat
+from surge.seeds import derive_seed
+from surge.workers.base import Binding, RunContext
+from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
+
+CHECKPOINT_FORMAT = 1
+
+Obs = dict[str, torch.Tensor]
+
+
+def build(ctx: RunContext, b: Binding) -> TrainerWorker:
+    return TrainerWorker(ctx, b, SACLearner(ctx, b))
+
+
+class SACLearner:
+    name = "torch"
+
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        cfg = self.cfg = ctx.cfg
+        s = cfg.sac
+        torch.set_num_threads(s.threads)
+        torch.manual_seed(derive_seed(cfg.seed, "model"))
+        obs_space, space = ctx.env.observation_space, ctx.env.action_space
+        self.actor = SACActor(obs_space, space, cfg.model)
+        self.critic = TwinQ(obs_space, space, cfg.model)
+        self.target = copy.deepcopy(self.critic).requires_grad_(False)
+        scale, bias = box_scale_bias(space)
+        self.scale, self.bias = torch.from_numpy(scale), torch.from_numpy(bias)
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=s.policy_lr)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=s.q_lr)
+        # log alpha 0: alpha starts at 1 (CleanRL); without autotune alpha stays `sac.alpha`.
+        # Shape [1], not 0-d: checkpoints bring the Adam state of a 0-d tensor back as [1].
+        self.log_alpha = torch.zeros(1, requires_grad=s.autotune)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=s.q_lr) if s.autotune else None
+        self.target_entropy = (
+            s.target_entropy
+            if s.target_entropy is not None
+            else default_target_entropy(box_dims(space))
+        )
+        self.batches = ReplayBatches(ctx, b)
+        self.wait = self.batches.wait
+        self.updates = 0
+        self._stats: list[dict[str, float]] = []
+        self._waited: dict[str, float] = {}
+        self.evaluator = InlineEvaluator(cfg, ctx.env, ctx.acting_policy)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The temperature now (a constant for the losses that use it)."""
+        if self.alpha_optimizer is None:
+            return torch.tensor(self.cfg.sac.alpha)
+        return self.log_alpha.detach().exp()
+
+    def sample(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action [B, A] in env units, its log-probability [B]) drawn from the actor."""
+        mean, raw = self.actor(obs)
+        noise = torch.randn_like(mean)
+        return squashed_gaussian(mean, bounded_log_std(raw), self.scale, self.bias, noise)
+
+    def ready(self, version: int) -> bool:
+        return self.batches.ready(version)
+
+    def update(self, version: int) -> Update:
+        s = self.cfg.sac
+        row, f = self.batches.take(version)
+        obs = {k[4:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("obs/")}
+        nxt = {k[9:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("next_obs/")}
+        action = torch.from_numpy(f["action"])
+        rewards, discount = torch.from_numpy(f["reward"]), torch.from_numpy(f["discount"])
+        stats = self._critic_step(obs, action, nxt, rewards, discount)
+        self.updates += 1
+        if self.updates % s.policy_every == 0:  # CleanRL: the 2nd, 4th, ... update
+            for _ in range(s.policy_every):  # compensates for the delay
+                stats.update(self._policy_step(obs))
+        polyak(self.target, self.critic, s.tau)
+        stats["alpha"] = float(self.alpha)
+        self._stats.append(stats)
+        return self.batches.give_back(version, row)  # after the last read of the row
+
+    def _critic_step(
+        self,
+        obs: Obs,
+        action: torch.Tensor,
+        nxt: Obs,
+        rewards: torch.Tensor,
+        discount: torch.Tensor,
+    ) -> dict[str, float]:
+        with torch.no_grad():
+            next_action, next_logp = self.sample(nxt)
+            q1_next, q2_next = self.target(nxt, next_action)
+            target = critic_target(rewards, discount, q1_next, q2_next, next_logp, self.alpha)
+        q1, q2 = self.critic(obs, action)
+        loss = critic_loss(q1, q2, target)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_optimizer.step()
+        q_mean = 0.5 * (q1.detach().mean() + q2.detach().mean())
+        return {"qf_loss": loss.item(), "q_mean": q_mean.item()}
+
+    def _policy_step(self, obs: Obs) -> dict[str, float]:
+        action, logp = self.sample(obs)
+        q1, q2 = self.critic.held(obs, action)  # the actor's loss moves the actor only
+        loss = actor_loss(logp, q1, q2, self.alpha)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_optimizer.step()
+        stats = {"actor_loss": loss.item(), "entropy": -logp.detach().mean().item()}
+        if self.alpha_optimizer is not None:
+            with torch.no_grad():  # the updated actor's log-probabilities (CleanRL)
+                _, logp = self.sample(obs)
+            alpha_loss = temperature_loss(self.log_alpha, logp, self.target_entropy)
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_optimizer.step()
+            stats["alpha_loss"] = alpha_loss.item()
+        return stats
+
+    def parameters(self) -> np.ndarray:
+        return model_to_flat(self.actor)
+
+    def metrics(self, seconds: float) -> dict[str, Any]:
+        keys = {k for s in self._stats for k in s}
+        record: dict[str, Any] = {
+            k: float(np.mean([s[k] for s in self._stats if k in s])) for k in sorted(keys)
+        }
+        record["updates_per_s"] = round(len(self._stats) / seconds, 1)
+        record.update(self.batches.metrics(seconds, self._waited))
+        self._stats = []
+        return record
+
+    def eval_record(self, result: dict[str, float]) -> tuple[dict[str, Any], float]:
+        return eval_fields(result), result["return_mean"]
+
+    def evaluate(self, episodes: int, seed: int) -> Evaluation:
+        played = self.evaluator(self.parameters(), episodes, seed)
+        return Evaluation(
+            played.return_mean, played.return_std, len(played.returns), played.length_mean
+        )
+
+    def state(self) -> dict[str, Any]:
+        optimizers = {
+            "actor_optimizer": optimizer_state(self.actor_optimizer),
+            "critic_optimizer": optimizer_state(self.critic_optimizer),
+        }
+        if self.alpha_optimizer is not None:
+            optimizers["alpha_optimizer"] = optimizer_state(self.alpha_optimizer)
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "kind": "sac",
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target": self.target.state_dict(),
+            **optimizers,
+            "log_alpha": float(self.log_alpha.item()),
+            "updates": self.updates,
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        if state.get("kind") != "sac" or state.get("format") != CHECKPOINT_FORMAT:
+            raise UserError(
+                "this checkpoint was not written by the SAC learner of this surge version",
+                "resume it with the surge version and algo it was trained with",
+            )
+        for name, net in (("actor", self.actor), ("critic", self.critic), ("target", self.target)):
+            net.load_state_dict({k: torch.as_tensor(v) for k, v in state[name].items()})
+        load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
+        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"])
+        if self.alpha_optimizer is not None and "alpha_optimizer" in state:
+            load_optimizer_state(self.alpha_optimizer, state["alpha_optimizer"])
+        with torch.no_grad():
+            self.log_alpha.fill_(float(state["log_alpha"]))
+        self.updates = int(state["updates"])
+
+    def export(self, run_dir: Path) -> None:
+        pass
+
+    def close(self) -> None:
+        self.evaluator.close()

@@ -1,0 +1,162 @@
+"""SAC as a plug-in (surge/recipes/base.py): soft actor-critic (Haarnoja et al. 2018) for Box
+actions, on the replay graph of the DQN family (surge/recipes/replay.py). The trainer runs
+the SAC learner (surge/learners/sac.py); actors and policy workers sample the actor's
+squashed Gaussian (models/sac_policy.py: numpy for MLPs), and the actors act uniformly at
+random until learning starts (algos/exploration.py `RandomStart`). Defaults follow CleanRL's
+sac_continuous_action.py (surge/config/replay_schema.py `SACConfig`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from surge.config.schema import ExperimentConfig
+from surge.errors import ConfigError, UserError
+from surge.models.sac_policy import count_sac_params, sac_params
+from surge.recipes.base import Algorithm
+from surge.recipes.replay import (
+    check_replay,
+    describe_replay,
+    probe,
+    replay_context,
+    replay_graph,
+    replay_setup,
+)
+from surge.tracking.checkpoint import load_checkpoint
+from surge.workers.base import RunContext
+from surge.workers.graph import Graph
+
+ACTING = "surge.models.sac_policy:sac_policy"
+
+
+class SACAlgorithm(Algorithm):
+    name = "sac"
+    warm_module = "surge.learners.sac"
+
+    def validate(self, cfg: ExperimentConfig) -> None:
+        check_replay(cfg)
+        s = cfg.sac
+        for field, value, ok, rule in [
+            ("sac.gamma", s.gamma, 0 < s.gamma <= 1, "in (0, 1]"),
+            ("sac.tau", s.tau, 0 < s.tau <= 1, "in (0, 1]"),
+            ("sac.policy_lr", s.policy_lr, s.policy_lr > 0, "> 0"),
+            ("sac.q_lr", s.q_lr, s.q_lr > 0, "> 0"),
+            ("sac.policy_every", s.policy_every, s.policy_every >= 1, ">= 1"),
+            ("sac.alpha", s.alpha, s.alpha >= 0, ">= 0"),
+        ]:
+            if not ok:
+                raise ConfigError(f"{field}: must be {rule}, got {value!r}", f"set {field} {rule}")
+        if cfg.model.core != "none":
+            raise ConfigError(
+                f"model.core={cfg.model.core}: SAC with a recurrent core is not built",
+                "set model.core=none",
+            )
+        # settings the SAC learner would otherwise ignore without a word
+        if cfg.replay.prioritized:
+            raise ConfigError(
+                "replay.prioritized: SAC samples its replay uniformly (CleanRL)",
+                "set replay.prioritized=false",
+            )
+        if cfg.model.normalize_obs:
+            raise ConfigError(
+                "model.normalize_obs: SAC's networks read the raw observations",
+                "set model.normalize_obs=false",
+            )
+
+    def prepare(
+        self, cfg: ExperimentConfig, run_dir: Path | None, checkpoint: Path | None
+    ) -> RunContext:
+        env = probe(cfg)
+        space = env.action_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ConfigError(
+                f"algo: sac needs Box actions; env.id={cfg.env.id} has {space}",
+                "use algo=dqn for Discrete actions (or algo=ppo)",
+            )
+        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            raise ConfigError(
+                f"algo: sac squashes actions into the Box's bounds; env.id={cfg.env.id} has "
+                f"{space}, unbounded",
+                "bound the action space (a gymnasium.ActionWrapper), or use algo=ppo",
+            )
+        if checkpoint is not None:
+            _check_fit(cfg, env.observation_space, space, checkpoint)
+        setup = replay_setup(cfg, env, cfg.sac.gamma, 1, {})
+        n_params = count_sac_params(env.observation_space, space, cfg.model)
+        return replay_context(
+            cfg, env, run_dir, checkpoint, n_params, setup,
+            acting=ACTING,
+            explore="surge.algos.exploration:RandomStart",
+            kind="sac",
+        )  # fmt: skip
+
+    def graph(self, ctx: RunContext) -> Graph:
+        return replay_graph(ctx, "surge.learners.sac:build", ctx.cfg.sac.threads, {})
+
+    def describe(self, ctx: RunContext, graph: Graph) -> list[str]:
+        s = ctx.cfg.sac
+        if s.autotune:
+            entropy = "-dim(A)" if s.target_entropy is None else f"{s.target_entropy:g}"
+            temperature = f"alpha tuned to entropy {entropy}"
+        else:
+            temperature = f"alpha {s.alpha:g}"
+        learner = (
+            f"torch (SAC, twin Q, {temperature}, policy every {s.policy_every} updates, "
+            f"random actions for the first {ctx.cfg.replay.min_size:,} steps)"
+        )
+        lines = describe_replay(ctx, graph, learner)
+        if ctx.checkpoint is not None:
+            lines.append("the replay starts empty: a resumed run refills it")
+        return lines
+
+    def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
+        from surge.evaluation.checkpoint import evaluate_with, parse_options
+
+        kinds = {"episodes": int, "deterministic": bool, "seed": int}
+        result = evaluate_with(
+            run_dir, ACTING, _published, **parse_options(options, kinds), video=video
+        )
+        return (
+            f"{result['episodes']} episodes with policy version {result['policy_version']} "
+            f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
+            f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
+        )
+
+
+SAC = SACAlgorithm()
+
+
+def _check_fit(cfg: ExperimentConfig, obs_space: Any, action_space: Any, checkpoint: Path) -> None:
+    """The checkpoint's actor fits the one this config builds (MLPs: names and shapes,
+    without torch)."""
+    state = load_checkpoint(checkpoint)
+    if state.get("kind") != "sac":
+        return  # replay_context says whose it is
+    saved = state.get("actor", {})
+    want = dict(sac_params(obs_space, action_space, cfg.model))
+    if not want:
+        return  # a CNN: the learner's load_state_dict says what differs
+    have = {name: tuple(np.shape(v)) for name, v in saved.items()}
+    if want != have:
+        diff = sorted(set(want.items()) ^ set(have.items()))
+        raise UserError(
+            f"{checkpoint} does not fit the actor this config builds: parameters differ: "
+            f"{', '.join(f'{n} {s}' for n, s in diff[:6])}",
+            "resume with the env and model settings the run was trained with",
+        )
+
+
+def _published(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
+    """The flat vector a checkpoint's actor publishes (`SACPolicy` loads it)."""
+    import torch
+
+    from surge.models.sac_network import SACActor
+    from surge.models.weights import model_to_flat
+
+    actor = SACActor(env.observation_space, env.action_space, cfg.model)
+    actor.load_state_dict({k: torch.as_tensor(v) for k, v in state["actor"].items()})
+    return model_to_flat(actor)
