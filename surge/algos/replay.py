@@ -116,6 +116,8 @@ class ReplaySetup:
     shards: tuple[Spec, ...]
     gamma: float
     nstep: int
+    restored: bool = False
+    """A resumed run's shards start from the replay saved with its checkpoint."""
 
 
 INSERTED, SAMPLED, SIZE, CLOCK = range(4)

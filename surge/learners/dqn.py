@@ -148,8 +148,8 @@ class DQNLearner:
         self.updates = int(state["updates"])
         self.env_steps = int(state["env_steps"])
 
-    def export(self, run_dir: Path) -> None:
-        pass
+    def export(self, run_dir: Path, version: int, wait: bool) -> bool:
+        return self.batches.export(version)  # the replay, saved by its workers
 
     def close(self) -> None:
         self.evaluator.close()

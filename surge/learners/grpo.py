@@ -196,11 +196,12 @@ class GRPOLearner:
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.tokens = self._tokens_at_log = int(state["tokens"])
 
-    def export(self, run_dir: Path) -> None:
+    def export(self, run_dir: Path, version: int, wait: bool) -> bool:
         """run_dir/model: the weights as a Hugging Face directory, loadable by plain
         transformers."""
         self.model.save_pretrained(run_dir / HF_DIR)
         self.tokenizer.save_pretrained(run_dir / HF_DIR)
+        return True
 
     def close(self) -> None:
         pass

@@ -180,8 +180,8 @@ class PPOLearner:
             played.return_mean, played.return_std, len(played.returns), played.length_mean
         )
 
-    def export(self, run_dir: Path) -> None:
-        pass  # the checkpoint is the whole of it
+    def export(self, run_dir: Path, version: int, wait: bool) -> bool:
+        return True  # the checkpoint is the whole of it
 
     def close(self) -> None:
         self._evaluator.close()

@@ -31,6 +31,8 @@ class ReplayBatches:
         self.wait = b.transport.channel(b.inbox).recv
         self.min_size = r.min_size
         self.last: dict[int, dict[str, float]] = {}  # per shard: its counters at its last row
+        self.checkpoint = r.checkpoint
+        self.rows.request_save(-1)
 
     def ready(self, version: int) -> bool:
         return self.rows.ready(version)
@@ -58,6 +60,16 @@ class ReplayBatches:
         self.shards[self.names[shard]].send(row)
         return update
 
+    def export(self, version: int) -> bool:
+        """With `replay.checkpoint`: ask the shards to save their replay for the checkpoint
+        of `version`; True once all have."""
+        if not self.checkpoint:
+            return True
+        a = self.rows.a
+        if a["save_request"][0] < version:
+            self.rows.request_save(version)
+        return self.rows.all_saved(version)
+
     def metrics(self, seconds: float, waited: dict[str, float]) -> dict[str, float]:
         """The replay's fields of a metrics row: its size, the samples per insert so far,
         and the share of time the rate limiter held inserts and samples (since `waited`,
@@ -74,4 +86,7 @@ class ReplayBatches:
             share = (total[key] - waited.get(key, 0.0)) / (seconds * len(self.shards))
             record[f"replay/{side}_wait"] = max(0.0, share)
             waited[key] = total[key]
+        if self.checkpoint and (self.rows.a["saved"] >= 0).all():  # the newest replay saves
+            record["replay/checkpoint_s"] = float(self.rows.a["save_seconds"].sum())
+            record["replay/checkpoint_mb"] = float(self.rows.a["save_bytes"].sum()) / 2**20
         return record

@@ -213,8 +213,8 @@ class SACLearner:
             self.log_alpha.fill_(float(state["log_alpha"]))
         self.updates = int(state["updates"])
 
-    def export(self, run_dir: Path) -> None:
-        pass
+    def export(self, run_dir: Path, version: int, wait: bool) -> bool:
+        return self.batches.export(version)  # the replay, saved by its workers
 
     def close(self) -> None:
         self.evaluator.close()

@@ -69,7 +69,8 @@ class DQNFamily(Algorithm):
         if checkpoint is not None:
             _check_fit(cfg, env.observation_space, n_actions, checkpoint)
         outputs = q_outputs(cfg, n_actions)
-        setup = replay_setup(cfg, env, cfg.dqn.gamma, cfg.dqn.nstep, outputs)
+        d = cfg.dqn
+        setup = replay_setup(cfg, env, d.gamma, d.nstep, outputs, run_dir, checkpoint)
         n_params = count_q_params(env.observation_space, n_actions, cfg.model, cfg.dqn.dueling)
         return replay_context(
             cfg, env, run_dir, checkpoint, n_params, setup,
@@ -92,10 +93,7 @@ class DQNFamily(Algorithm):
             if d.exploration == "linear"
             else "Ape-X epsilons per env"
         )
-        lines = describe_replay(ctx, graph, f"torch ({kind}, {d.nstep}-step, {explore})")
-        if ctx.checkpoint is not None:
-            lines.append("the replay starts empty: a resumed run refills it")
-        return lines
+        return describe_replay(ctx, graph, f"torch ({kind}, {d.nstep}-step, {explore})")
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
         from surge.evaluation.checkpoint import evaluate_with, parse_options

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from surge.algos.replay import ReplaySetup, Spec, ring_length
+from surge.algos.replay import ReplaySetup, Spec, ring_length, storage_fields
 from surge.config.schema import ExperimentConfig
 from surge.envs.atari import is_atari_id
 from surge.envs.make import probe_policies
@@ -29,7 +29,14 @@ from surge.recipes.evaluation import add_evaluators
 from surge.streams.flow import RatioBound, SampleToInsertRatio
 from surge.streams.inference import inference_layout
 from surge.streams.params import params_block, params_layout
-from surge.streams.replay import BATCHES, batch_layout, storage_block, storage_layout
+from surge.streams.replay import (
+    BATCHES,
+    batch_layout,
+    saved_replay,
+    storage_block,
+    storage_layout,
+    stored_layout,
+)
 from surge.streams.sample import Outputs, output_fields, sample_layout
 from surge.tracking.checkpoint import load_checkpoint
 from surge.workers.base import RunContext
@@ -105,10 +112,18 @@ def shard_actors(cfg: ExperimentConfig, shard: int) -> list[int]:
 
 
 def replay_setup(
-    cfg: ExperimentConfig, env: EnvInfo, gamma: float, nstep: int, outputs: Outputs
+    cfg: ExperimentConfig,
+    env: EnvInfo,
+    gamma: float,
+    nstep: int,
+    outputs: Outputs,
+    run_dir: Path | None = None,
+    checkpoint: Path | None = None,
 ) -> ReplaySetup:
     """Each shard's storage: its actors' env columns, rings sized to its share of
-    `replay.capacity` (ConfigError when that is too short for a segment)."""
+    `replay.capacity` (ConfigError when that is too short for a segment). A resumed run
+    (`checkpoint`) with `replay.checkpoint` starts from the replay saved beside it, if every
+    shard's file fits this config."""
     r, w = cfg.replay, cfg.workers
     fields = output_fields(outputs)
     specs = []
@@ -141,7 +156,16 @@ def replay_setup(
                 "lower replay.segment_len",
             )
         specs.append(spec)
-    return ReplaySetup(tuple(specs), gamma, nstep)
+    restored = (
+        checkpoint is not None
+        and run_dir is not None
+        and cfg.replay.checkpoint
+        and all(
+            stored_layout(saved_replay(run_dir, s)) == storage_fields(spec)
+            for s, spec in enumerate(specs)
+        )
+    )
+    return ReplaySetup(tuple(specs), gamma, nstep, restored)
 
 
 def replay_context(
@@ -222,7 +246,9 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     }
     rows = w.envs_per_group * env.rows_per_env
     round_ = cfg.total_groups * rows * r.segment_len  # transitions in one segment per group
-    limiter = SampleToInsertRatio(r.ratio, r.min_size, error_buffer(cfg, ctx.replay.nstep))
+    # a restored replay samples at once: the actors need not fill min_size again
+    min_size = 0 if ctx.replay.restored else r.min_size
+    limiter = SampleToInsertRatio(r.ratio, min_size, error_buffer(cfg, ctx.replay.nstep))
     flow = RatioBound(limiter, r.batch_size, round_, ctx.start_version, SLOTS)
     server = {a.name: f"policy-{a.index % n_policy}" if remote else a.name for a in actors}
     params = params_block(POLICY)
@@ -292,10 +318,18 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
 def describe_replay(ctx: RunContext, graph: Graph, learner: str) -> list[str]:
     cfg, w, r = ctx.cfg, ctx.cfg.workers, ctx.cfg.replay
     names = ", ".join(spec.name for spec in graph.workers)
-    return [
+    lines = [
         f"workers: {names}; {cfg.total_envs} envs ({w.actors} actors x {w.ring_size} groups x "
         f"{w.envs_per_group}); inference {w.inference}; learner {learner}",
         f"replay: {r.capacity:,} transitions in {r.shards} shard(s), batches of "
         f"{r.batch_size}, {r.ratio:g} samples per insert after {r.min_size:,}, "
         + ("prioritised" if r.prioritized else "uniform"),
     ]
+    if ctx.checkpoint is not None and ctx.replay is not None:
+        if ctx.replay.restored:
+            lines.append("the replay is restored from the one saved with the checkpoint")
+        elif r.checkpoint:
+            lines.append("the replay starts empty: no saved replay fits this config")
+        else:
+            lines.append("the replay starts empty (replay.checkpoint is off)")
+    return lines

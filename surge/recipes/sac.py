@@ -85,7 +85,7 @@ class SACAlgorithm(Algorithm):
             )
         if checkpoint is not None:
             _check_fit(cfg, env.observation_space, space, checkpoint)
-        setup = replay_setup(cfg, env, cfg.sac.gamma, 1, {})
+        setup = replay_setup(cfg, env, cfg.sac.gamma, 1, {}, run_dir, checkpoint)
         n_params = count_sac_params(env.observation_space, space, cfg.model)
         return replay_context(
             cfg, env, run_dir, checkpoint, n_params, setup,

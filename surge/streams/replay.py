@@ -17,9 +17,20 @@ trainer is done with it; a shard keeps up to P batches sampled ahead (prefetch).
 the shard finds the rows as they were. Each row also carries the shard's counters when it was
 filled (env steps, inserts, samples, size, wait times) and the episodes that finished since
 its previous row, for the trainer's logs.
+
+Checkpoints (`replay.checkpoint`). When the trainer checkpoints version v it asks the shards
+to save (`save_request` = v); each shard writes its storage to
+`checkpoints/replay-<s>.npz` at its next look, between two of its own writes (so the file
+is consistent), and says so (`saved[s]` = v, with the seconds and bytes it took). A resumed
+run's shards start from those files.
 """
 
 from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +43,8 @@ BATCHES = "batches"
 EPISODES = 256
 """Episodes a row can carry; more wait for the next row."""
 COUNTERS = ("steps", "inserted", "sampled", "size", "insert_wait_s", "sample_wait_s")
-"""The shard's running counters each row carries (cumulative over the run)."""
+"""The shard's running counters each row carries: env steps in this run, and its storage's
+own (cumulative over the replay's life, a restored one's included)."""
 
 
 def storage_block(shard: int) -> str:
@@ -68,7 +80,63 @@ def batch_layout(
     fields["episodes"] = Field((rows,), "<i8")
     fields["episode_return"] = Field((rows, EPISODES), "<f4")
     fields["episode_length"] = Field((rows, EPISODES), "<i8")
+    fields["base_steps"] = Field((shards,), "<i8")  # each shard's steps when the run began
+    fields["save_request"] = Field((1,), "<i8")
+    fields["saved"] = Field((shards,), "<i8")
+    fields["save_seconds"] = Field((shards,), "<f8")
+    fields["save_bytes"] = Field((shards,), "<f8")
     return BlockLayout(fields)
+
+
+def saved_replay(run_dir: Path, shard: int) -> Path:
+    """Where shard `shard` keeps its replay beside the run's checkpoints."""
+    return run_dir / "checkpoints" / f"replay-{shard}.npz"
+
+
+def save_storage(arrays: dict[str, np.ndarray], path: Path) -> int:
+    """Write a shard's storage arrays to `path` (a new file, then renamed over the old one,
+    so a crash leaves the previous file whole); the bytes written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    fields: dict[str, Any] = dict(arrays)  # counters first: see `ReplayStore`'s commits
+    with open(partial, "wb") as f:
+        np.savez(f, **fields)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    return path.stat().st_size
+
+
+def stored_layout(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The fields of a saved replay (shape and dtype of each), read from the file's array
+    headers without loading the arrays; {} when there is no readable file."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            layout = {}
+            for name in archive.namelist():
+                with archive.open(name) as f:
+                    fmt = np.lib.format
+                    if fmt.read_magic(f) == (1, 0):
+                        shape, _, dtype = fmt.read_array_header_1_0(f)
+                    else:
+                        shape, _, dtype = fmt.read_array_header_2_0(f)
+                layout[name.removesuffix(".npy")] = (tuple(shape), dtype.str)
+            return layout
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return {}
+
+
+def load_storage(arrays: dict[str, np.ndarray], path: Path) -> bool:
+    """Fill a shard's storage arrays from `path`; False (nothing changed) when the file holds
+    another layout (the replay's size or the env changed since it was saved)."""
+    with np.load(path) as saved:
+        if set(saved.files) != set(arrays) or any(
+            saved[k].shape != v.shape or saved[k].dtype != v.dtype for k, v in arrays.items()
+        ):
+            return False
+        for k, v in arrays.items():
+            v[...] = saved[k]
+    return True
 
 
 class BatchRows:
@@ -113,3 +181,10 @@ class BatchRows:
     def fields(self, row: int) -> dict[str, np.ndarray]:
         """Views of one row's per-transition fields."""
         return {k: v[row] for k, v in self.a.items() if v.ndim >= 2 and k[:7] != "episode"}
+
+    def request_save(self, version: int) -> None:
+        """Ask every shard to save its replay for the checkpoint of `version`."""
+        self.a["save_request"][0] = version
+
+    def all_saved(self, version: int) -> bool:
+        return bool((self.a["saved"] >= version).all())

@@ -31,7 +31,16 @@ from surge.algos.replay import ReplayStore
 from surge.config.schema import ExperimentConfig
 from surge.seeds import derive_seed
 from surge.streams.flow import SampleToInsertRatio
-from surge.streams.replay import EPISODES, FILLED, FREE, TRAINED, BatchRows
+from surge.streams.replay import (
+    EPISODES,
+    FILLED,
+    FREE,
+    TRAINED,
+    BatchRows,
+    load_storage,
+    save_storage,
+    saved_replay,
+)
 from surge.streams.sample import SegmentReader
 from surge.workers.base import Binding, RunContext
 from surge.workers.stage import HandOver, StageWorker, every_row
@@ -61,9 +70,20 @@ class ReplayWorker(StageWorker):
         self.samples = SegmentReader(b.transport, b.port_of_kind("segments"), ctx.start_version)
         storage = b.port_of_kind("storage")
         assert ctx.replay is not None, "a replay-based algorithm prepares its replay"
+        arrays = b.transport.block(storage.block)
+        batches = b.port_of_kind("batches")
+        self.batches = BatchRows(b.transport, batches.block, r.shards, r.prefetch)
+        if b.life == 0:  # a new run: the rows get their first batches (a new life keeps them)
+            self.batches.first_batches(b.index, ctx.start_version)
+            self.batches.a["saved"][b.index] = -1
+            if ctx.replay.restored:  # the files fit: recipes/replay.py checked them
+                load_storage(arrays, saved_replay(ctx.run_dir, b.index))
+            # this run's env steps count from here (a restored replay's are the last run's)
+            self.batches.a["base_steps"][b.index] = int(arrays["written"].sum())
+        self.run_dir, self.save = ctx.run_dir, r.checkpoint
         self.store = ReplayStore(
             ctx.replay.shards[b.index],
-            b.transport.block(storage.block),
+            arrays,
             gamma=ctx.replay.gamma,
             nstep=ctx.replay.nstep,
             prioritized=r.prioritized,
@@ -75,10 +95,6 @@ class ReplayWorker(StageWorker):
         self.limiter = SampleToInsertRatio(
             r.ratio, max(1, r.min_size // r.shards), error_buffer(cfg, ctx.replay.nstep) / r.shards
         )
-        batches = b.port_of_kind("batches")
-        self.batches = BatchRows(b.transport, batches.block, r.shards, r.prefetch)
-        if b.life == 0:  # a new run: the rows get their first batches (a new life keeps them)
-            self.batches.first_batches(b.index, ctx.start_version)
         (trainer,) = batches.sends_to
         self.batch_size = r.batch_size
         # which shard-local columns each of its groups' envs are
@@ -100,6 +116,7 @@ class ReplayWorker(StageWorker):
     # ------------------------------------------------------------------ inserts
 
     def intake(self) -> bool:
+        saved = self._save()
         pending = self.samples.pending()
         for g in pending:
             segment = self.samples.segment(g)
@@ -111,7 +128,20 @@ class ReplayWorker(StageWorker):
                 lengths = segment["episode_length"][over].tolist()
                 self.episodes.extend(zip(returns, lengths, strict=True))
             self.samples.ack(g)  # after every read of the segment: its slot is free
-        return bool(pending)
+        return bool(pending) or saved
+
+    def _save(self) -> bool:
+        """Save the replay when the trainer asks (`replay.checkpoint`): between two of this
+        worker's own writes, so the file is consistent."""
+        a, s = self.batches.a, self.shard
+        version = int(a["save_request"][0])
+        if not self.save or version <= a["saved"][s]:
+            return False
+        clock = time.perf_counter()
+        size = save_storage(self.store.a, saved_replay(self.run_dir, s))
+        a["save_seconds"][s], a["save_bytes"][s] = time.perf_counter() - clock, size
+        a["saved"][s] = version  # last: the trainer may finish once every shard has
+        return True
 
     # ------------------------------------------------------------------ samples
 
@@ -147,7 +177,7 @@ class ReplayWorker(StageWorker):
 
     def _counters(self, row: int) -> None:
         a, store = self.batches.a, self.store
-        a["steps"][row] = store.steps
+        a["steps"][row] = store.steps - int(a["base_steps"][self.shard])
         a["inserted"][row] = store.inserted
         a["sampled"][row] = store.sampled
         a["size"][row] = store.size

@@ -45,6 +45,9 @@ from surge.tracking.metrics import MetricsWriter, wandb_options
 from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import Binding, RunContext
 
+EXPORT_TIMEOUT_S = 120.0
+"""How long the trainer waits, at the end, for what goes beside its last checkpoint."""
+
 
 @dataclass
 class Update:
@@ -116,8 +119,11 @@ class Learner(Protocol):
         """Evaluate the current parameters here, in the trainer (no evaluation workers)."""
         ...
 
-    def export(self, run_dir: Path) -> None:
-        """Write what goes beside each checkpoint (LLM RL: a Hugging Face directory)."""
+    def export(self, run_dir: Path, version: int, wait: bool) -> bool:
+        """Write (or have written) what goes beside the checkpoint of `version` (LLM RL: a
+        Hugging Face directory; replay-based RL: the replay, which its workers save); True
+        once all of it is written. The run's last checkpoint asks with `wait`, and again
+        until True, before the trainer finishes."""
         ...
 
     def close(self) -> None: ...
@@ -180,12 +186,16 @@ class TrainerWorker:
         self._timing_at_last_log = self.control.timing.sum(axis=0)
         self._checked_at_episodes: int | None = None  # episodes when the last stop check ran
         self._awaiting: int | None = None  # the version the evaluation workers are asked for
+        self._exporting: int | None = None  # the last checkpoint's version, not all written
+        self._closing: tuple[str, float] | None = None  # (reason, deadline) while it is
         self.params.reset()
         self._publish()
 
     # ------------------------------------------------------------------ main loop
 
     def poll(self, timeout: float) -> bool:
+        if self._closing is not None:  # the last checkpoint's exports are being written
+            return self._close_when_exported(timeout)
         request = self.control.stop_request
         if request == CHECKPOINT_AND_STOP:
             if self.env_steps > self._last_log[1]:
@@ -388,10 +398,11 @@ class TrainerWorker:
             **self.learner.state(),
         }
         self.checkpoints.submit(snapshot(state), self.version)
-        self.learner.export(self.ctx.run_dir)
+        exported = self.learner.export(self.ctx.run_dir, self.version, wait)
         self._next_checkpoint = time.monotonic() + self.cfg.log.checkpoint_interval_s
         if wait:
             self.checkpoints.wait()
+            self._exporting = None if exported else self.version
 
     def _restore(self, state: dict[str, Any]) -> None:
         from surge.tracking.checkpoint import restore_rng_state
@@ -412,9 +423,24 @@ class TrainerWorker:
 
     def _finish(self, reason: str) -> bool:
         self._log_evaluations()  # results that arrived since the last update
+        if self._exporting is not None:  # finish once the last exports are written
+            self._closing = (reason, time.monotonic() + EXPORT_TIMEOUT_S)
+            return True
         self.finished = True
         self.finish_reason = reason
         return True
+
+    def _close_when_exported(self, timeout: float) -> bool:
+        """The last checkpoint is on disk; finish once what goes beside it is too (others'
+        work: the serial runtime polls them meanwhile), or after `EXPORT_TIMEOUT_S`."""
+        assert self._closing is not None and self._exporting is not None
+        reason, deadline = self._closing
+        done = self.learner.export(self.ctx.run_dir, self._exporting, wait=True)
+        if not done and time.monotonic() < deadline:
+            self._wait(min(timeout, 0.05))
+            return False
+        self._exporting = self._closing = None
+        return self._finish(reason)
 
     def close(self) -> None:
         self.checkpoints.close()

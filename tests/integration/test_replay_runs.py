@@ -103,3 +103,31 @@ def test_replay_config_mistakes_exit_2_naming_the_field(
 def test_config_errors_are_raised_before_anything_runs() -> None:
     with pytest.raises(ConfigError, match="replay.shards=2"):
         load_config("cartpole-dqn", ["replay.shards=2"])
+
+
+def test_a_resumed_run_restores_its_replay_with_replay_checkpoint(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    fast = ["replay.capacity=3000", "replay.min_size=500", "log.interval_s=0", "log.progress=false"]
+    out = run_surge(
+        "train", "cartpole-dqn-fast", *fast, "stop_return=null", "total_env_steps=6000",
+        "replay.checkpoint=true", "log.first_checkpoint_s=0", "log.checkpoint_interval_s=0.2",
+        f"run_dir={run}", "runtime=serial",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = read_metrics(run, "training")
+    written = [r for r in rows if "replay/checkpoint_mb" in r]  # its size and write time
+    assert written and written[-1]["replay/checkpoint_mb"] > 0.1
+    assert written[-1]["replay/checkpoint_s"] > 0
+    assert (run / "checkpoints" / "replay-0.npz").is_file()
+    saved = rows[-1]
+    out = run_surge("resume", str(run), "total_env_steps=7500", "runtime=serial")
+    assert out.returncode == 0, out.stderr
+    assert "the replay is restored from the one saved with the checkpoint" in out.stderr
+    resumed = [r for r in read_metrics(run, "training") if r["env_steps"] > saved["env_steps"]]
+    # full from its first row: restored (a refilled replay holds only the 1,500 new steps)
+    assert resumed[0]["replay/size"] >= 3000 > resumed[-1]["env_steps"] - saved["env_steps"]
+    assert 7500 <= resumed[-1]["env_steps"] < 7600  # counted on from the checkpoint
+    # without replay.checkpoint, a resumed run says it starts empty
+    out = run_surge("resume", str(run), "total_env_steps=8000", "replay.checkpoint=false")
+    assert out.returncode == 0, out.stderr
+    assert "the replay starts empty (replay.checkpoint is off)" in out.stderr
