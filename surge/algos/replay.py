@@ -56,6 +56,14 @@ class Spec:
     outputs: tuple[str, ...] = ()
     """Per-step policy outputs kept with the steps (e.g. DQN's `q` for first priorities)."""
     output_shapes: tuple[tuple[int, ...], ...] = ()
+    sequence: int = 0
+    """Sequence replay (R2D2; algos/sequence_replay.py): steps in each item, a sequence
+    starting at every `segment`-th step of a column. 0: items are n-step transitions."""
+    trained: int = 1
+    """Transitions an item trains (1; a sequence's steps past its burn-in): what one sample
+    counts for against `replay.ratio`."""
+    core_size: int = 0
+    """Floats of recurrent state stored at each segment's start (sequence replay)."""
 
     @property
     def capacity(self) -> int:
@@ -105,6 +113,8 @@ def storage_fields(spec: Spec) -> Fields:
         fields["start_frames"] = ((S, shape[0] - 1, *shape[1:]), dtype)
     for name, shape in zip(spec.outputs, spec.output_shapes, strict=True):
         fields[f"out/{name}"] = ((C, L, *shape), "<f4")
+    if spec.core_size:  # the state before each segment's first step
+        fields["core"] = ((C, L // spec.segment, spec.core_size), "<f4")
     return fields
 
 
@@ -139,11 +149,7 @@ class ReplayStore:
         priority_eps: float,
         seed: int,
     ) -> None:
-        if spec.length < 2 * (spec.segment + spec.stack + nstep):
-            raise ValueError(
-                f"replay rings of {spec.length} steps are too short for segments of "
-                f"{spec.segment} steps (n={nstep}, stack {spec.stack})"
-            )
+        self._check(spec, nstep)
         self.spec, self.a = spec, arrays
         self.gamma, self.nstep = gamma, nstep
         self.prioritized, self.alpha, self.eps = prioritized, alpha, priority_eps
@@ -151,6 +157,14 @@ class ReplayStore:
         self.tree = SumTree(spec.capacity)
         self.max_priority = 1.0
         self._rebuild()
+
+    @staticmethod
+    def _check(spec: Spec, nstep: int) -> None:
+        if spec.length < 2 * (spec.segment + spec.stack + nstep):
+            raise ValueError(
+                f"replay rings of {spec.length} steps are too short for segments of "
+                f"{spec.segment} steps (n={nstep}, stack {spec.stack})"
+            )
 
     # ------------------------------------------------------------------ state
 
@@ -168,6 +182,11 @@ class ReplayStore:
         return int(self.a["counts"][SAMPLED])
 
     @property
+    def per_item(self) -> int:
+        """Transitions one sampled item trains: what a sample counts for in `sampled`."""
+        return self.spec.trained
+
+    @property
     def steps(self) -> int:
         """Steps committed over all columns (env steps, for a single-agent env)."""
         return int(self.a["written"].sum())
@@ -178,7 +197,7 @@ class ReplayStore:
         are cleared, and `add` writes them again."""
         a = self.a
         for c in range(self.spec.columns):
-            a["priority"][c, self._touched(int(a["pos"][c]))] = 0.0
+            a["priority"][c, self._invalidated(int(a["pos"][c]))] = 0.0
         flat = a["priority"].reshape(-1)
         live = np.flatnonzero(flat > 0)
         if live.size:
@@ -187,10 +206,10 @@ class ReplayStore:
                 self.max_priority = float(flat[live].max()) ** (1.0 / self.alpha)
         a["counts"][SIZE] = live.size
 
-    def _touched(self, pos: int | np.ndarray) -> np.ndarray:
-        """Positions whose items an `add` at `pos` invalidates: the segment's T steps, the
-        next observation after them, and the stack - 1 steps after that, whose frame stacks
-        reach back into the overwritten steps."""
+    def _invalidated(self, pos: int | np.ndarray) -> np.ndarray:
+        """Positions whose items an `add` at `pos` invalidates, [..., k]: the segment's T
+        steps, the next observation after them, and the stack - 1 steps after that, whose
+        frame stacks reach back into the overwritten steps."""
         reach = self.spec.segment + self.spec.stack
         return (np.asarray(pos)[..., None] + np.arange(reach)) % self.spec.length
 
@@ -206,18 +225,36 @@ class ReplayStore:
         T, most = steps["reward"].shape[0], self.spec.segment
         if most < T:
             raise ValueError(f"a segment of {T} steps; the replay takes at most {most}")
-        n = self.nstep
         generation = int(a["counts"][CLOCK])
         pos = a["pos"][columns].copy()
         at = (pos[None, :] + np.arange(T + 1)[:, None]) % L  # [T + 1, G] positions
         cols = np.broadcast_to(columns[None, :], at.shape)
         # The oldest items are overwritten (and, past the segment's end, lose the frames
         # their stacks read): they stop being sampleable first.
-        touched = self._touched(pos)  # [G, reach]
+        touched = self._invalidated(pos)  # [G, k]
         self._set_priority(np.broadcast_to(columns[:, None], touched.shape), touched, 0.0)
         ended_before = self._ended_before(columns, pos)
         self._write_steps(cols, at, steps, ended_before)
-        # n-step targets over the previous n - 1 steps and the new T.
+        inserted = self._new_items(columns, pos, T, steps, generation)
+        # commit
+        a["pos"][columns] = (pos + T) % L
+        a["written"][columns] += T
+        a["counts"][INSERTED] += inserted
+        a["counts"][CLOCK] += 1
+        return inserted
+
+    def _new_items(
+        self,
+        columns: np.ndarray,
+        pos: np.ndarray,
+        T: int,
+        steps: dict[str, np.ndarray],
+        generation: int,
+    ) -> int:
+        """Complete the items the segment just written (T steps at `pos` of each column)
+        makes whole: the n-step transitions over the previous n - 1 steps and the new T.
+        Returns how many, what `replay.ratio` counts as inserts."""
+        a, L, n = self.a, self.spec.length, self.nstep
         back = min(n - 1, int(a["written"][columns].min()))
         window = (pos[None, :] + np.arange(-back, T)[:, None]) % L  # [back + T, G]
         wcols = np.broadcast_to(columns[None, :], window.shape)
@@ -246,11 +283,6 @@ class ReplayStore:
         end_of = dict(zip(columns.tolist(), ((pos + T) % L).tolist(), strict=True))
         segment_end = np.array([end_of[c] for c in ci.tolist()], np.int64)
         self._set_priority(ci, pi, self._first_priorities(ci, pi, segment_end))
-        # commit
-        a["pos"][columns] = (pos + T) % L
-        a["written"][columns] += T
-        a["counts"][INSERTED] += int(done.sum())
-        a["counts"][CLOCK] += 1
         return int(done.sum())
 
     def _ended_before(self, columns: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -321,19 +353,24 @@ class ReplayStore:
 
     def _side_slot(self, table: str, cursor: int, column: int, position: int) -> int:
         """The next slot of a side table, its previous owner's items made unsampleable."""
-        a, S, L = self.a, self.spec.side, self.spec.length
+        a, S = self.a, self.spec.side
         slot = int(a["cursors"][cursor] % S)
         a["cursors"][cursor] += 1
         owner = a[f"{table}_owner"][slot]
         if owner[1] >= 0:
-            c, p = int(owner[0]), int(owner[1])
-            # the items that may read it: up to n + stack steps before and after its step
-            span = (p + np.arange(-(self.nstep + self.spec.stack), self.spec.stack + 1)) % L
-            of = a[f"{table}_of"][c, span]
-            stale = span[of == slot]
+            c = int(owner[0])
+            stale = self._readers(table, slot, c, int(owner[1]))
             self._set_priority(np.full(stale.shape, c), stale, 0.0)
         a[f"{table}_owner"][slot] = (column, position)
         return slot
+
+    def _readers(self, table: str, slot: int, column: int, position: int) -> np.ndarray:
+        """The items of `column` that may read side slot `slot`, written for the step at
+        `position`: those up to n + stack steps before and after it that point at it."""
+        L = self.spec.length
+        span = np.arange(-(self.nstep + self.spec.stack), self.spec.stack + 1)
+        span = (position + span) % L
+        return span[self.a[f"{table}_of"][column, span] == slot]
 
     def _first_priorities(
         self, ci: np.ndarray, pi: np.ndarray, segment_end: np.ndarray

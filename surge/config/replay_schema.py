@@ -128,6 +128,22 @@ class DQNConfig:
     apex_alpha: float = 7.0
     """`apex`: see `apex_base`."""
 
+    sequence_len: int = 80
+    """With a recurrent core (R2D2, Kapturowski et al. 2019): steps in each replayed sequence.
+    Sequences start every `replay.segment_len` steps of an env, so they overlap by
+    sequence_len - segment_len (R2D2: 80 overlapping by 40); it must be a multiple of it."""
+
+    burn_in: int = 40
+    """R2D2: the first steps of a sequence only rebuild the recurrent state from the stored
+    one (no loss, no gradient): the stored state came from an older version."""
+
+    value_rescale: bool = True
+    """R2D2: learn h(Q) with h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x (Pohlen et al. 2018),
+    so targets of very different scales fit one network."""
+
+    priority_eta: float = 0.9
+    """R2D2: a sequence's priority, eta * max |TD| + (1 - eta) * mean |TD| over its steps."""
+
     threads: int = 1
     """torch threads of the learner."""
 

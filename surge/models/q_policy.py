@@ -4,7 +4,8 @@ It returns argmax_a Q(s, a); exploration is the actors' (algos/exploration.py). 
 prioritised replay it also returns every Q-value (`OUTPUTS`: `q`), from which the replay
 computes each new transition's first priority (Ape-X). MLP Q-networks act in numpy, the
 same maths as models/q_network.py's `QNetwork` (so an actor or policy worker never imports
-torch); CNNs act through the torch network.
+torch); CNNs act through the torch network. With a recurrent core (R2D2) it takes the state
+before the step and returns the state after it, last (models/recurrent_state.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from surge.envs.spaces import EnvInfo, flatten_obs_space
 from surge.models.images import choose_encoder
 from surge.models.inputs import ACTION_MASK
 from surge.models.numpy_policy import encode_fields, flat_fields
+from surge.models.numpy_recurrent import step as core_step
+from surge.models.recurrent_state import state_size
 
 Params = list[tuple[str, tuple[int, ...]]]
 
@@ -37,6 +40,15 @@ def q_params(obs_space: gym.Space[Any], n_actions: int, cfg: ModelConfig, duelin
         return []
     _, width = encoded
     params: Params = []
+    if cfg.core != "none":  # torch's GRUCell / LSTMCell, gates stacked
+        gates = (3 if cfg.core == "gru" else 4) * cfg.core_size
+        params += [
+            ("core.cell.weight_ih", (gates, width)),
+            ("core.cell.weight_hh", (gates, cfg.core_size)),
+            ("core.cell.bias_ih", (gates,)),
+            ("core.cell.bias_hh", (gates,)),
+        ]
+        width = cfg.core_size
     for i, h in enumerate(cfg.hidden_sizes):
         params += [(f"torso.{2 * i}.weight", (h, width)), (f"torso.{2 * i}.bias", (h,))]
         width = h
@@ -66,8 +78,6 @@ def q_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int) -> QPolicy:
 class QPolicy:
     """Greedy on the loaded version's Q-values (see the module docstring)."""
 
-    state_size = 0  # feed-forward
-
     def __init__(
         self,
         obs_space: gym.Space[Any],
@@ -96,6 +106,8 @@ class QPolicy:
             size = sum(p.numel() for p in self.net.parameters())
         self.relu = cfg.model.activation == "relu"
         self.dueling = dueling
+        self.core_kind, self.core_size = cfg.model.core, cfg.model.core_size
+        self.state_size = state_size(cfg.model)  # 0: feed-forward
         self.flat = np.zeros(size, np.float32)
         self.reload()
 
@@ -111,6 +123,10 @@ class QPolicy:
             n = math.prod(shape)
             views.append(self.flat[offset : offset + n].reshape(shape))
             offset += n
+        if self.state_size:  # transposed once per version, for [B, F] @ [F, G*H]
+            w_ih, w_hh, b_ih, b_hh = views[:4]
+            self.core = (w_ih.T.copy(), b_ih, w_hh.T.copy(), b_hh)
+            views = views[4:]
         pairs = [(views[i].T, views[i + 1]) for i in range(0, len(views), 2)]
         heads = 2 if self.dueling else 1
         self.torso, self.heads = pairs[:-heads], pairs[-heads:]
@@ -119,24 +135,46 @@ class QPolicy:
         np.copyto(self.flat, flat)
         self.reload()
 
-    def q_values(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """Q-values [B, A] float32."""
+    def q_values(
+        self, obs: dict[str, np.ndarray], core: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(Q-values [B, A] float32, the recurrent state after the step [B, S] or None)."""
         if self.net is not None:
             import torch
 
             with torch.inference_mode():
-                q = self.net({k: torch.from_numpy(v) for k, v in obs.items()})
-            return np.asarray(q.numpy())
+                x = {k: torch.from_numpy(v) for k, v in obs.items()}
+                if self.net.core is None:
+                    return np.asarray(self.net(x).numpy()), None
+                state = self.net.core.step(self.net.encoder(x), torch.from_numpy(core))
+                q = self.net.heads(self.net.core.output(state))
+            return np.asarray(q.numpy()), np.asarray(state.numpy())
         h = encode_fields(self.fields, obs)
+        state = None
+        if self.state_size:
+            assert core is not None, "a recurrent policy acts from the state before the step"
+            h, state = self._core_step(h, core)
         for w, b in self.torso:
             h = h @ w + b
             h = np.maximum(h, 0.0) if self.relu else np.tanh(h)
         if not self.dueling:
             w, b = self.heads[0]
-            return h @ w + b
+            return h @ w + b, state
         (wv, bv), (wa, ba) = self.heads
         advantage = h @ wa + ba
-        return (h @ wv + bv) + advantage - advantage.mean(axis=-1, keepdims=True)
+        return (h @ wv + bv) + advantage - advantage.mean(axis=-1, keepdims=True), state
+
+    def _core_step(self, x: np.ndarray, core: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the core's output h [B, H], the state after the step [B, S])."""
+        w_ih_t, b_ih, w_hh_t, b_hh = self.core
+        xp = x @ w_ih_t + b_ih
+        H = self.core_size
+        state = np.empty((len(x), self.state_size), np.float32)
+        gates, extra = np.empty_like(xp), np.empty((len(x), H), np.float32)
+        core_step(
+            self.core_kind, xp, np.asarray(core, np.float32), w_hh_t, b_hh, gates, extra, state
+        )
+        return state[:, :H], state
 
     def act(
         self,
@@ -144,12 +182,14 @@ class QPolicy:
         deterministic: bool = False,
         core: np.ndarray | None = None,
     ) -> tuple[np.ndarray, ...]:
-        """(greedy action [B] int64, and with prioritised replay the Q-values [B, A])."""
-        q = self.q_values(obs)
+        """(greedy action [B] int64, with prioritised replay the Q-values [B, A], and with
+        a recurrent core the state after the step [B, S])."""
+        q, state = self.q_values(obs, core)
         action = q.argmax(axis=-1).astype(np.int64)
         if self.start:
             action += self.start
-        return (action, q) if self.OUTPUTS else (action,)
+        out: tuple[np.ndarray, ...] = (action, q) if self.OUTPUTS else (action,)
+        return out if state is None else (*out, state)
 
     def initial_state(self, rows: int) -> np.ndarray | None:
-        return None
+        return np.zeros((rows, self.state_size), np.float32) if self.state_size else None

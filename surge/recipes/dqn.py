@@ -17,6 +17,7 @@ import numpy as np
 from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError, UserError
 from surge.models.q_policy import count_q_params, q_params
+from surge.models.recurrent_state import state_size
 from surge.recipes.base import Algorithm
 from surge.recipes.replay import (
     check_replay,
@@ -37,8 +38,8 @@ class DQNFamily(Algorithm):
     warm_module = "surge.learners.dqn"
 
     def validate(self, cfg: ExperimentConfig) -> None:
-        check_replay(cfg, cfg.dqn.nstep)
         d = cfg.dqn
+        check_replay(cfg, d.nstep, _trained(cfg))
         for field, value, ok, rule in [
             ("dqn.lr", d.lr, d.lr > 0, "> 0"),
             ("dqn.gamma", d.gamma, 0 < d.gamma <= 1, "in (0, 1]"),
@@ -50,11 +51,8 @@ class DQNFamily(Algorithm):
         ]:
             if not ok:
                 raise ConfigError(f"{field}: must be {rule}, got {value!r}", f"set {field} {rule}")
-        if cfg.model.core != "none":
-            raise ConfigError(
-                f"model.core={cfg.model.core}: recurrent Q-networks (R2D2) are not built yet",
-                "set model.core=none",
-            )
+        if cfg.model.core != "none":  # R2D2: sequences
+            _check_sequences(cfg)
 
     def prepare(
         self, cfg: ExperimentConfig, run_dir: Path | None, checkpoint: Path | None
@@ -69,8 +67,13 @@ class DQNFamily(Algorithm):
         if checkpoint is not None:
             _check_fit(cfg, env.observation_space, n_actions, checkpoint)
         outputs = q_outputs(cfg, n_actions)
-        d = cfg.dqn
-        setup = replay_setup(cfg, env, d.gamma, d.nstep, outputs, run_dir, checkpoint)
+        d, recurrent = cfg.dqn, cfg.model.core != "none"
+        setup = replay_setup(
+            cfg, env, d.gamma, d.nstep, outputs, run_dir, checkpoint,
+            sequence=d.sequence_len if recurrent else 0,
+            trained=_trained(cfg),
+            core_size=state_size(cfg.model),
+        )  # fmt: skip
         n_params = count_q_params(env.observation_space, n_actions, cfg.model, cfg.dqn.dueling)
         return replay_context(
             cfg, env, run_dir, checkpoint, n_params, setup,
@@ -82,11 +85,18 @@ class DQNFamily(Algorithm):
     def graph(self, ctx: RunContext) -> Graph:
         n_actions = int(ctx.env.action_space.n)  # type: ignore[attr-defined]
         outputs = q_outputs(ctx.cfg, n_actions)
-        return replay_graph(ctx, "surge.learners.dqn:build", ctx.cfg.dqn.threads, outputs)
+        learner = "r2d2" if ctx.cfg.model.core != "none" else "dqn"
+        return replay_graph(ctx, f"surge.learners.{learner}:build", ctx.cfg.dqn.threads, outputs)
 
     def describe(self, ctx: RunContext, graph: Graph) -> list[str]:
-        d = ctx.cfg.dqn
+        d, model = ctx.cfg.dqn, ctx.cfg.model
         kind = ("double " if d.double else "") + ("dueling " if d.dueling else "") + "DQN"
+        if model.core != "none":
+            kind = (
+                f"R2D2: {kind} with a {model.core.upper()} core, sequences of "
+                f"{d.sequence_len} (burn-in {d.burn_in})"
+                + (", value rescaling" if d.value_rescale else "")
+            )
         explore = (
             f"epsilon {d.epsilon_start:g} -> {d.epsilon_end:g} over "
             f"{d.epsilon_fraction:g} of the run"
@@ -111,6 +121,34 @@ class DQNFamily(Algorithm):
 
 
 DQN = DQNFamily()
+
+
+def _trained(cfg: ExperimentConfig) -> int:
+    """Transitions one sampled item trains: 1, or a sequence's steps past its burn-in."""
+    d = cfg.dqn
+    return d.sequence_len - d.burn_in if cfg.model.core != "none" else 1
+
+
+def _check_sequences(cfg: ExperimentConfig) -> None:
+    """R2D2's sequence settings (ConfigError naming the field)."""
+    d, segment = cfg.dqn, cfg.replay.segment_len
+    if d.sequence_len < segment or d.sequence_len % segment:
+        raise ConfigError(
+            f"dqn.sequence_len={d.sequence_len}: sequences start at every segment's first "
+            f"step, so the length must be a multiple of replay.segment_len={segment}",
+            f"set dqn.sequence_len to a multiple of {segment} (R2D2: 80 with segments of 40)",
+        )
+    if not 0 <= d.burn_in < d.sequence_len - d.nstep:
+        raise ConfigError(
+            f"dqn.burn_in={d.burn_in}: a sequence of {d.sequence_len} steps with {d.nstep}-step "
+            "returns would leave no step to train",
+            f"set dqn.burn_in in [0, {d.sequence_len - d.nstep})",
+        )
+    if not 0 <= d.priority_eta <= 1:
+        raise ConfigError(
+            f"dqn.priority_eta: must be in [0, 1], got {d.priority_eta!r}",
+            "set dqn.priority_eta in [0, 1] (R2D2: 0.9)",
+        )
 
 
 def q_outputs(cfg: ExperimentConfig, n_actions: int) -> Outputs:

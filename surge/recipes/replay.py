@@ -25,6 +25,7 @@ from surge.envs.make import probe_policies
 from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError, UserError
 from surge.models.images import choose_encoder
+from surge.models.recurrent_state import inference_state_fields, segment_state_fields
 from surge.recipes.evaluation import add_evaluators
 from surge.streams.flow import RatioBound, SampleToInsertRatio
 from surge.streams.inference import inference_layout
@@ -48,11 +49,11 @@ SLOTS = 2
 """Segments in flight per env group: the actor writes one while the replay copies the other."""
 
 
-def check_replay(cfg: ExperimentConfig, nstep: int = 1) -> None:
+def check_replay(cfg: ExperimentConfig, nstep: int = 1, per_item: int = 1) -> None:
     """The replay settings any replay-based algorithm needs to hold (ConfigError naming the
-    field otherwise)."""
+    field otherwise). `per_item`: transitions a sampled item trains (a sequence's)."""
     r, w = cfg.replay, cfg.workers
-    least = min_error_buffer(cfg, nstep)
+    least = min_error_buffer(cfg, nstep, per_item)
     if r.error_buffer and r.error_buffer < least:
         raise ConfigError(
             f"replay.error_buffer={r.error_buffer:g} is below {least:g}: with segments of "
@@ -119,11 +120,15 @@ def replay_setup(
     outputs: Outputs,
     run_dir: Path | None = None,
     checkpoint: Path | None = None,
+    sequence: int = 0,
+    trained: int = 1,
+    core_size: int = 0,
 ) -> ReplaySetup:
     """Each shard's storage: its actors' env columns, rings sized to its share of
-    `replay.capacity` (ConfigError when that is too short for a segment). A resumed run
-    (`checkpoint`) with `replay.checkpoint` starts from the replay saved beside it, if every
-    shard's file fits this config."""
+    `replay.capacity` (ConfigError when that is too short for a segment, or a sequence). A
+    resumed run (`checkpoint`) with `replay.checkpoint` starts from the replay saved beside
+    it, if every shard's file fits this config. `sequence` > 0: sequence replay of that many
+    steps (R2D2), each training `trained` of them, with `core_size` floats of stored state."""
     r, w = cfg.replay, cfg.workers
     fields = output_fields(outputs)
     specs = []
@@ -132,9 +137,15 @@ def replay_setup(
         frames = frame_field(cfg, env)
         stack = env.obs["obs"].shape[0] if frames else 1
         # rings hold the shard's share of `replay.capacity` whole, plus the steps a write
-        # makes unsampleable ahead of it (algos/replay.py `_touched`) and the n-step tail
-        margin = r.segment_len + stack + nstep
-        length = ring_length(r.capacity // r.shards, columns) + margin
+        # makes unsampleable ahead of it (algos/replay.py `_invalidated`) and the n-step
+        # tail (a sequence's length: what is stored before its first item is whole)
+        margin = r.segment_len + stack + (sequence or nstep)
+        share = ring_length(r.capacity // r.shards, columns)  # steps per column
+        length = share + margin
+        need = 2 * margin  # the share of the capacity holds a margin's worth
+        if sequence:  # and a whole sequence; rings of whole segments (sequences start there)
+            need = margin + sequence
+            length = -(-length // r.segment_len) * r.segment_len
         spec = Spec(
             columns=columns,
             length=length,
@@ -144,16 +155,23 @@ def replay_setup(
             frames=frames,
             outputs=tuple(fields),
             output_shapes=tuple(shape for _, shape in fields.values()),
+            sequence=sequence,
+            trained=trained,
+            core_size=core_size,
         )
-        need = 2 * margin
-        if length < need:
+        if share + margin < need:
+            what = (
+                f"a whole sequence of dqn.sequence_len={sequence} steps"
+                if sequence
+                else f"a segment of replay.segment_len={r.segment_len}, the n-step tail and "
+                "the frame stack"
+            )
             raise ConfigError(
-                f"replay.capacity={r.capacity}: {length - margin} steps per env column over "
-                f"{columns * r.shards} columns, and a column's ring needs {need - margin} (a "
-                f"segment of replay.segment_len={r.segment_len}, the n-step tail and the frame "
-                "stack)",
+                f"replay.capacity={r.capacity}: {share} steps per env column over "
+                f"{columns * r.shards} columns, and a column's ring needs {need - margin} "
+                f"({what})",
                 f"raise replay.capacity to at least {(need - margin) * columns * r.shards}, or "
-                "lower replay.segment_len",
+                "shorten the segments" + (" or sequences" if sequence else ""),
             )
         specs.append(spec)
     restored = (
@@ -248,8 +266,12 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     round_ = cfg.total_groups * rows * r.segment_len  # transitions in one segment per group
     # a restored replay samples at once: the actors need not fill min_size again
     min_size = 0 if ctx.replay.restored else r.min_size
-    limiter = SampleToInsertRatio(r.ratio, min_size, error_buffer(cfg, ctx.replay.nstep))
-    flow = RatioBound(limiter, r.batch_size, round_, ctx.start_version, SLOTS)
+    spec = ctx.replay.shards[0]
+    buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained)
+    limiter = SampleToInsertRatio(r.ratio, min_size, buffer)
+    # a version trains a batch of items, each `trained` transitions
+    flow = RatioBound(limiter, r.batch_size * spec.trained, round_, ctx.start_version, SLOTS)
+    recurrent = spec.core_size > 0  # the actors carry a state (models/recurrent_state.py)
     server = {a.name: f"policy-{a.index % n_policy}" if remote else a.name for a in actors}
     params = params_block(POLICY)
     subscribers = [p.name for p in servers] if remote else list(server)
@@ -294,7 +316,12 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     ]  # fmt: skip
     layouts: dict[str, Any] = {
         "inference": inference_layout(
-            env.obs, env.action, outputs, groups=cfg.total_groups, group_size=rows
+            env.obs,
+            env.action,
+            outputs,
+            groups=cfg.total_groups,
+            group_size=rows,
+            state=inference_state_fields(cfg.model) if recurrent else None,
         ),
         "samples": sample_layout(
             env.obs,
@@ -304,9 +331,18 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             steps=r.segment_len,
             envs=cfg.total_groups * rows,
             groups=cfg.total_groups,
+            state=segment_state_fields(cfg.model) if recurrent else None,
             acked=True,
         ),  # fmt: skip
-        BATCHES: batch_layout(r.shards, r.prefetch, r.batch_size, env.obs, env.action),
+        BATCHES: batch_layout(
+            r.shards,
+            r.prefetch,
+            r.batch_size,
+            env.obs,
+            env.action,
+            spec.sequence,
+            spec.core_size,
+        ),
         params: params_layout(ctx.n_params),
     }
     for s in replays:

@@ -58,21 +58,36 @@ def storage_layout(spec: Spec) -> BlockLayout:
 
 
 def batch_layout(
-    shards: int, prefetch: int, batch: int, obs: dict[str, ArraySpec], action: ArraySpec
+    shards: int,
+    prefetch: int,
+    batch: int,
+    obs: dict[str, ArraySpec],
+    action: ArraySpec,
+    sequence: int = 0,
+    core_size: int = 0,
 ) -> BlockLayout:
+    """Rows of `batch` transitions, or with `sequence` > 0 of `batch` sequences of that many
+    steps (algos/sequence_replay.py: per-step targets and masks, the state at the start)."""
     rows = shards * prefetch
     fields = {"state": Field((rows,), "<i8"), "batch": Field((rows,), "<i8")}
+    item: tuple[int, ...] = (rows, batch, sequence) if sequence else (rows, batch)
     for k, s in obs.items():
-        fields[f"obs/{k}"] = Field((rows, batch, *s.shape), s.dtype.str)
-        fields[f"next_obs/{k}"] = Field((rows, batch, *s.shape), s.dtype.str)
-    fields["action"] = Field((rows, batch, *action.shape), action.dtype.str)
+        fields[f"obs/{k}"] = Field((*item, *s.shape), s.dtype.str)
+        if not sequence:
+            fields[f"next_obs/{k}"] = Field((*item, *s.shape), s.dtype.str)
+    fields["action"] = Field((*item, *action.shape), action.dtype.str)
+    fields["reward"] = Field(item, "<f4")  # the n-step return
+    fields["discount"] = Field(item, "<f4")
+    if sequence:
+        fields["horizon"] = Field(item, "<i8")
+        fields["mask"] = Field(item, "|b1")  # the steps that train
+        fields["resets"] = Field(item, "|b1")  # the state is zeroed before these steps
+        fields["core0"] = Field((rows, batch, core_size), "<f4")
     for name, dtype in [
-        ("reward", "<f4"),  # the n-step return
-        ("discount", "<f4"),
         ("weight", "<f4"),  # importance weight
-        ("index", "<i8"),  # the transition's item in its shard, for its new priority
+        ("index", "<i8"),  # the item in its shard, for its new priority
         ("generation", "<i8"),
-        ("priority", "<f4"),  # written by the trainer: |TD error|
+        ("priority", "<f4"),  # written by the trainer: |TD error| (a sequence's priority)
     ]:
         fields[name] = Field((rows, batch), dtype)
     for name in COUNTERS:

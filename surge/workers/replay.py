@@ -28,6 +28,7 @@ import numpy as np
 
 from surge.algos.priorities import annealed_beta
 from surge.algos.replay import ReplayStore
+from surge.algos.sequence_replay import SequenceStore
 from surge.config.schema import ExperimentConfig
 from surge.seeds import derive_seed
 from surge.streams.flow import SampleToInsertRatio
@@ -81,8 +82,9 @@ class ReplayWorker(StageWorker):
             # this run's env steps count from here (a restored replay's are the last run's)
             self.batches.a["base_steps"][b.index] = int(arrays["written"].sum())
         self.run_dir, self.save = ctx.run_dir, r.checkpoint
-        self.store = ReplayStore(
-            ctx.replay.shards[b.index],
+        spec = ctx.replay.shards[b.index]
+        self.store = (SequenceStore if spec.sequence else ReplayStore)(
+            spec,
             arrays,
             gamma=ctx.replay.gamma,
             nstep=ctx.replay.nstep,
@@ -92,8 +94,9 @@ class ReplayWorker(StageWorker):
             seed=derive_seed(cfg.seed, "replay", ctx.resumes, b.index, b.life),
         )
         # each shard holds its share of the run's limits
+        buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained)
         self.limiter = SampleToInsertRatio(
-            r.ratio, max(1, r.min_size // r.shards), error_buffer(cfg, ctx.replay.nstep) / r.shards
+            r.ratio, max(1, r.min_size // r.shards), buffer / r.shards
         )
         (trainer,) = batches.sends_to
         self.batch_size = r.batch_size
@@ -121,6 +124,8 @@ class ReplayWorker(StageWorker):
         for g in pending:
             segment = self.samples.segment(g)
             steps = {k: v for k, v in segment.items() if k != "version"}
+            for name in self.store.spec.outputs:  # the policy's outputs, as the store names them
+                steps[f"out/{name}"] = steps.pop(name)
             self.store.add(self.columns[g], steps)
             over = segment["game_over"]
             if over.any():
@@ -151,7 +156,12 @@ class ReplayWorker(StageWorker):
         store, B, a = self.store, self.batch_size, self.batches.a
         for row in rows:
             allowed = self.limiter.samples_allowed(store.inserted)
-            if store.size < max(self.limiter.min_size, 1) or store.sampled + B > allowed:
+            cost = B * store.per_item  # transitions the batch trains
+            if (
+                store.size == 0
+                or store.inserted < self.limiter.min_size
+                or store.sampled + cost > allowed
+            ):
                 self._held(1, True)
                 break
             self._held(1, False)
@@ -197,22 +207,23 @@ class ReplayWorker(StageWorker):
             a["batch"][row] += self.shards * self.batches.prefetch  # the row's next batch
 
 
-def error_buffer(cfg: ExperimentConfig, nstep: int) -> float:
+def error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1) -> float:
     """`replay.error_buffer`, or its default (`min_error_buffer` twice over, at least ten
     inserts' worth of samples and two batches)."""
     r = cfg.replay
-    floor = 2 * min_error_buffer(cfg, nstep)
-    return r.error_buffer or max(10 * r.ratio, 2 * r.batch_size, floor)
+    floor = 2 * min_error_buffer(cfg, nstep, per_item)
+    return r.error_buffer or max(10 * r.ratio, 2 * r.batch_size * per_item, floor)
 
 
-def min_error_buffer(cfg: ExperimentConfig, nstep: int) -> float:
+def min_error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1) -> float:
     """The smallest error buffer with which neither side can wait for the other forever.
     Inserts come a segment of every env column at a time (`round` transitions), the last
     n - 1 steps of each column not yet complete (`tail`), and samples a batch at a time in
     each shard: the actors, allowed up to (inserts * ratio - samples) <= buffer, and the
     shards, allowed down to >= -buffer, must leave each other room for one step of each:
-    2 * buffer >= (round + tail) * ratio + shards * batch."""
+    2 * buffer >= (round + tail) * ratio + shards * batch. A batch of sequences counts
+    `per_item` transitions per sequence (algos/sequence_replay.py)."""
     r = cfg.replay
     columns = cfg.total_envs
     round_, tail = r.segment_len * columns, (nstep - 1) * columns
-    return ((round_ + tail) * r.ratio + r.shards * r.batch_size) / 2
+    return ((round_ + tail) * r.ratio + r.shards * r.batch_size * per_item) / 2

@@ -44,6 +44,24 @@ def test_dqn_trains_and_samples_at_the_ratio(tmp_path: Path, runtime: str) -> No
         assert last[key] == last[key], key  # finite: not NaN
 
 
+def test_r2d2_trains_on_sequences_at_the_ratio(tmp_path: Path) -> None:
+    """memory-r2d2 (a GRU Q-network on replayed sequences) runs end to end on processes;
+    the ratio counts each sequence's trained steps against the steps inserted."""
+    cfg, _ = load_config(
+        "memory-r2d2",
+        ["replay.min_size=2000", "log.interval_s=0", "log.progress=false",
+         "total_env_steps=12000", f"run_dir={tmp_path / 'run'}"],
+    )  # fmt: skip
+    result = train(cfg)
+    assert result.reason == "budget" and result.env_steps >= 12000
+    last = read_metrics(result.run_dir, "training")[-1]
+    assert last["replay/ratio"] == pytest.approx(8.0, rel=0.05)
+    assert 0.9 < last["trained_share"] < 1.0  # the steps whose bootstrap leaves the sequence
+    assert last["policy_version"] >= 55  # (12000 - 2000) * 8 / (32 sequences x 40 steps)
+    for key in ("loss", "q_mean", "td_abs"):
+        assert last[key] == last[key], key
+
+
 def _steps(run_dir: Path) -> int:
     rows = [r for r in metrics_so_far(run_dir) if "steps_per_s" in r]
     return int(rows[-1]["env_steps"]) if rows else 0  # type: ignore[call-overload]
@@ -96,6 +114,25 @@ def test_replay_config_mistakes_exit_2_naming_the_field(
     tmp_path: Path, overrides: list[str], named: str
 ) -> None:
     out = run_surge("train", "cartpole-dqn", f"run_dir={tmp_path / 'run'}", *overrides)
+    assert out.returncode == 2, out.stderr
+    assert named in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["dqn.sequence_len=50"], "dqn.sequence_len=50"),
+        (["dqn.burn_in=79"], "dqn.burn_in=79"),
+        (
+            ["replay.capacity=1000", "replay.min_size=500", "replay.batch_size=8"],
+            "dqn.sequence_len=80",
+        ),
+    ],
+)
+def test_r2d2_config_mistakes_exit_2_naming_the_field(
+    tmp_path: Path, overrides: list[str], named: str
+) -> None:
+    out = run_surge("train", "memory-r2d2", f"run_dir={tmp_path / 'run'}", *overrides)
     assert out.returncode == 2, out.stderr
     assert named in out.stderr and "Traceback" not in out.stderr
 
