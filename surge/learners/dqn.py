@@ -21,19 +21,19 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from surge.algos.adam import FusedAdam
 from surge.algos.dqn import double_q_target, q_learning_target, td_loss
 from surge.algos.exploration import linear_schedule
+from surge.algos.flat_params import FlatParameters
 from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
-from surge.learners.replay import ReplayBatches, polyak
-from surge.learners.state import load_optimizer_state, optimizer_state
+from surge.learners.replay import ReplayBatches
 from surge.models.q_network import QNetwork
-from surge.models.weights import model_to_flat
 from surge.seeds import derive_seed
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: FusedAdam's optimizer state (algos/adam.py)
 
 
 def build(ctx: RunContext, b: Binding) -> TrainerWorker:
@@ -52,8 +52,15 @@ class DQNLearner:
         assert isinstance(space, gym.spaces.Discrete), "the plug-in checked it"
         self.start_action = int(space.start)
         self.q = QNetwork(ctx.env.observation_space, int(space.n), cfg.model, d.dueling)
-        self.target = copy.deepcopy(self.q).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=d.lr, eps=d.adam_eps)
+        self.target = copy.deepcopy(self.q)
+        # One flat buffer for the weights and one for their gradients: zeroing, clipping
+        # and Adam are one kernel each per update, and publishing reads the buffer as it is
+        # (algos/flat_params.py; an update of CartPole's Q-network costs well under 1 ms,
+        # so per-tensor dispatch would be a large share of it).
+        self.flat = FlatParameters(self.q)
+        self.target_flat = FlatParameters(self.target)  # Polyak: one kernel
+        self.target.requires_grad_(False)
+        self.optimizer = FusedAdam(self.flat, lr=d.lr, eps=d.adam_eps)
         self.batches = ReplayBatches(ctx, b)
         self.wait = self.batches.wait
         self.updates = 0
@@ -82,24 +89,30 @@ class DQNLearner:
                 target = q_learning_target(q_next, returns, discount)
         weights = torch.from_numpy(f["weight"]) if self.cfg.replay.prioritized else None
         loss, td = td_loss(q_taken, target, weights, d.loss)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         if d.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.q.parameters(), d.max_grad_norm)
+            self.flat.clip_grad_norm_(d.max_grad_norm)
         self.optimizer.step()
-        f["priority"][:] = td.abs().numpy()
+        td_abs = np.abs(td.numpy())
+        if self.cfg.replay.prioritized:
+            f["priority"][:] = td_abs
         self.updates += 1
         if self.updates % d.target_every == 0:
-            polyak(self.target, self.q, d.target_tau)
-        self._stats.append(
-            {"loss": loss.item(), "q_mean": q_taken.mean().item(), "td_abs": td.abs().mean().item()}
-        )
+            self.sync_target()
+        q_mean = float(q_taken.detach().numpy().mean())
+        self._stats.append({"loss": loss.item(), "q_mean": q_mean, "td_abs": float(td_abs.mean())})
         update = self.batches.give_back(version, row)
         self.env_steps += update.env_steps
         return update
 
+    def sync_target(self) -> None:
+        """target <- tau * online + (1 - tau) * target (`dqn.target_tau` 1: a copy)."""
+        with torch.no_grad():
+            self.target_flat.data.lerp_(self.flat.data, self.cfg.dqn.target_tau)
+
     def parameters(self) -> np.ndarray:
-        return model_to_flat(self.q)
+        return self.flat.data.numpy()  # the published layout: `parameters()` order
 
     def metrics(self, seconds: float) -> dict[str, Any]:
         d = self.cfg.dqn
@@ -132,7 +145,7 @@ class DQNLearner:
             "kind": "dqn",
             "model": self.q.state_dict(),
             "target": self.target.state_dict(),
-            "optimizer": optimizer_state(self.optimizer),
+            "optimizer": self.optimizer.state_dict(),
             "updates": self.updates,
         }
 
@@ -144,7 +157,7 @@ class DQNLearner:
             )
         self.q.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
         self.target.load_state_dict({k: torch.as_tensor(v) for k, v in state["target"].items()})
-        load_optimizer_state(self.optimizer, state["optimizer"])
+        self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
         self.env_steps = int(state["env_steps"])
 

@@ -22,7 +22,6 @@ import torch.nn.functional as F
 
 from surge.algos.dqn import rescale, sequence_priority, unrescale
 from surge.learners.dqn import DQNLearner
-from surge.learners.replay import polyak
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import TrainerWorker, Update
 
@@ -91,16 +90,16 @@ class R2D2Learner(DQNLearner):
         if self.cfg.replay.prioritized:
             weight = weight * torch.from_numpy(f["weight"]).unsqueeze(0)
         loss = (per_step * weight).sum() / mask.sum().clamp(min=1)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         if d.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.q.parameters(), d.max_grad_norm)
+            self.flat.clip_grad_norm_(d.max_grad_norm)
         self.optimizer.step()
         td = (target - q_taken).detach()
         f["priority"][:] = sequence_priority(td, mask, d.priority_eta).numpy()
         self.updates += 1
         if self.updates % d.target_every == 0:
-            polyak(self.target, self.q, d.target_tau)
+            self.sync_target()
         counted = mask.sum().clamp(min=1)
         self._stats.append(
             {

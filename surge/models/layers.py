@@ -74,6 +74,11 @@ class MLP(nn.Sequential):
         if not all(_numpy_ready(t) for t in (x, *params)):
             out: Tensor = super().forward(x)
             return out if head is None else head(out)
+        if not torch.is_grad_enabled():  # no graph to record: the numpy forward alone
+            arrays = [_as_numpy(t) for t in params]
+            layers = list(zip(arrays[0::2], arrays[1::2], strict=True))
+            hidden = mlp_forward(_as_numpy(x), layers, self.activation, head is not None)
+            return torch.from_numpy(hidden[-1])
         out = _MLPFunction.apply(x, self.activation, head is not None, *params)
         return out
 
