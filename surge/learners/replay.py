@@ -1,21 +1,13 @@
 """What the learners of replay-based algorithms share (learners/dqn.py, learners/sac.py):
-their side of the batches block, and the target networks' Polyak averaging."""
+their side of the batches block."""
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from surge.streams.replay import TRAINED, BatchRows
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import Update
-
-
-def polyak(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
-    """target <- tau * online + (1 - tau) * target (tau 1: a copy)."""
-    with torch.no_grad():
-        for t, o in zip(target.parameters(), online.parameters(), strict=True):
-            t.lerp_(o, tau)
 
 
 class ReplayBatches:

@@ -24,7 +24,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
+from surge.algos.adam import FusedAdam
+from surge.algos.flat_params import FlatParameters
 from surge.algos.sac import (
     actor_loss,
     bounded_log_std,
@@ -36,16 +39,14 @@ from surge.algos.sac import (
 )
 from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
-from surge.learners.replay import ReplayBatches, polyak
-from surge.learners.state import load_optimizer_state, optimizer_state
+from surge.learners.replay import ReplayBatches
 from surge.models.sac_network import SACActor, TwinQ
 from surge.models.sac_policy import box_dims, box_scale_bias
-from surge.models.weights import model_to_flat
 from surge.seeds import derive_seed
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: FusedAdam's optimizer states (algos/adam.py)
 
 Obs = dict[str, torch.Tensor]
 
@@ -65,15 +66,24 @@ class SACLearner:
         obs_space, space = ctx.env.observation_space, ctx.env.action_space
         self.actor = SACActor(obs_space, space, cfg.model)
         self.critic = TwinQ(obs_space, space, cfg.model)
-        self.target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.target = copy.deepcopy(self.critic)
+        # Each network's weights and gradients in two flat buffers: zeroing, Adam and the
+        # Polyak average are one kernel each (algos/flat_params.py, algos/adam.py), and
+        # the actor's buffer is the published vector as it is.
+        self.actor_flat = FlatParameters(self.actor)
+        self.critic_flat = FlatParameters(self.critic)
+        self.target_flat = FlatParameters(self.target)
+        self.target.requires_grad_(False)
         scale, bias = box_scale_bias(space)
         self.scale, self.bias = torch.from_numpy(scale), torch.from_numpy(bias)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=s.policy_lr)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=s.q_lr)
+        self.actor_optimizer = FusedAdam(self.actor_flat, lr=s.policy_lr)
+        self.critic_optimizer = FusedAdam(self.critic_flat, lr=s.q_lr)
         # log alpha 0: alpha starts at 1 (CleanRL); without autotune alpha stays `sac.alpha`.
-        # Shape [1], not 0-d: checkpoints bring the Adam state of a 0-d tensor back as [1].
-        self.log_alpha = torch.zeros(1, requires_grad=s.autotune)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=s.q_lr) if s.autotune else None
+        temperature = nn.ParameterList([nn.Parameter(torch.zeros(1), requires_grad=s.autotune)])
+        self.log_alpha = temperature[0]
+        self.alpha_optimizer = (
+            FusedAdam(FlatParameters(temperature), lr=s.q_lr) if s.autotune else None
+        )
         self.target_entropy = (
             s.target_entropy
             if s.target_entropy is not None
@@ -114,7 +124,8 @@ class SACLearner:
         if self.updates % s.policy_every == 0:  # CleanRL: the 2nd, 4th, ... update
             for _ in range(s.policy_every):  # compensates for the delay
                 stats.update(self._policy_step(obs))
-        polyak(self.target, self.critic, s.tau)
+        with torch.no_grad():  # target <- tau * critic + (1 - tau) * target
+            self.target_flat.data.lerp_(self.critic_flat.data, s.tau)
         stats["alpha"] = float(self.alpha)
         self._stats.append(stats)
         return self.batches.give_back(version, row)  # after the last read of the row
@@ -133,7 +144,7 @@ class SACLearner:
             target = critic_target(rewards, discount, q1_next, q2_next, next_logp, self.alpha)
         q1, q2 = self.critic(obs, action)
         loss = critic_loss(q1, q2, target)
-        self.critic_optimizer.zero_grad(set_to_none=True)
+        self.critic_optimizer.zero_grad()
         loss.backward()
         self.critic_optimizer.step()
         q_mean = 0.5 * (q1.detach().mean() + q2.detach().mean())
@@ -143,7 +154,7 @@ class SACLearner:
         action, logp = self.sample(obs)
         q1, q2 = self.critic.held(obs, action)  # the actor's loss moves the actor only
         loss = actor_loss(logp, q1, q2, self.alpha)
-        self.actor_optimizer.zero_grad(set_to_none=True)
+        self.actor_optimizer.zero_grad()
         loss.backward()
         self.actor_optimizer.step()
         stats = {"actor_loss": loss.item(), "entropy": -logp.detach().mean().item()}
@@ -151,14 +162,14 @@ class SACLearner:
             with torch.no_grad():  # the updated actor's log-probabilities (CleanRL)
                 _, logp = self.sample(obs)
             alpha_loss = temperature_loss(self.log_alpha, logp, self.target_entropy)
-            self.alpha_optimizer.zero_grad(set_to_none=True)
+            self.alpha_optimizer.zero_grad()
             alpha_loss.backward()
             self.alpha_optimizer.step()
             stats["alpha_loss"] = alpha_loss.item()
         return stats
 
     def parameters(self) -> np.ndarray:
-        return model_to_flat(self.actor)
+        return self.actor_flat.data.numpy()  # `parameters()` order: the published layout
 
     def metrics(self, seconds: float) -> dict[str, Any]:
         keys = {k for s in self._stats for k in s}
@@ -181,11 +192,11 @@ class SACLearner:
 
     def state(self) -> dict[str, Any]:
         optimizers = {
-            "actor_optimizer": optimizer_state(self.actor_optimizer),
-            "critic_optimizer": optimizer_state(self.critic_optimizer),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
         }
         if self.alpha_optimizer is not None:
-            optimizers["alpha_optimizer"] = optimizer_state(self.alpha_optimizer)
+            optimizers["alpha_optimizer"] = self.alpha_optimizer.state_dict()
         return {
             "format": CHECKPOINT_FORMAT,
             "kind": "sac",
@@ -205,10 +216,10 @@ class SACLearner:
             )
         for name, net in (("actor", self.actor), ("critic", self.critic), ("target", self.target)):
             net.load_state_dict({k: torch.as_tensor(v) for k, v in state[name].items()})
-        load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
-        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         if self.alpha_optimizer is not None and "alpha_optimizer" in state:
-            load_optimizer_state(self.alpha_optimizer, state["alpha_optimizer"])
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         with torch.no_grad():
             self.log_alpha.fill_(float(state["log_alpha"]))
         self.updates = int(state["updates"])
