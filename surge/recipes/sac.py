@@ -108,10 +108,7 @@ class SACAlgorithm(Algorithm):
             f"torch (SAC, twin Q, {temperature}, policy every {s.policy_every} updates, "
             f"random actions for the first {ctx.cfg.replay.min_size:,} steps)"
         )
-        lines = describe_replay(ctx, graph, learner)
-        if ctx.checkpoint is not None:
-            lines.append("the replay starts empty: a resumed run refills it")
-        return lines
+        return describe_replay(ctx, graph, learner)  # it says how a resumed run's replay starts
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
         from surge.evaluation.checkpoint import evaluate_with, parse_options
