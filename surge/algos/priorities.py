@@ -1,6 +1,7 @@
 """Proportional prioritised replay: a sum tree, importance weights and the beta schedule.
 
-Pure numpy, no other surge module: the replay worker holds a `SumTree` and calls these.
+Pure numpy, no other surge module: the replay worker holds a `SumTree` (a `UniformSet` when
+it samples uniformly) and calls these.
 
 - Sampling item i with probability P(i) = p_i / sum_k p_k, where the caller stores
   p_i = priority_i ** alpha: the proportional variant of Schaul et al. 2016, "Prioritized
@@ -17,81 +18,87 @@ from __future__ import annotations
 
 import numpy as np
 
+FANOUT = 32
+"""Children per node of `SumTree`."""
+
 
 class SumTree:
-    """Priorities of `capacity` items in an array-backed binary tree of sums and of minima.
+    """Priorities of `capacity` items in a tree whose nodes have up to `FANOUT` children,
+    kept as each node's running sums over its children (to sample) and minima (for `min`).
 
-    The tree has `size` leaves, the smallest power of two >= capacity, stored at
-    [size, 2 * size) of two float64 arrays; node k has children 2k and 2k + 1 and the root is
-    node 1. Leaves past `capacity` are padding: sum 0, min +inf. An item never written, or
-    written with priority 0, has sum 0 (never sampled) and min +inf (never the minimum), so
-    `min` is over the items that can be drawn.
+    Wide rather than binary because numpy's cost is per call more than per element:
+    sampling walks down ceil(log_32(capacity)) levels (3 for 10^4 items, 4 for 10^6)
+    instead of log_2 (14, 20), a few calls each, and an update recomputes as few parents.
+    Level D (the last) holds the items' priorities (`_leaves`); `_cums[d]` [slots, F + 1]
+    holds for each node of level d < D the cumulative sums of its children's values, after
+    a 0 (row j: [0, c_0, c_0 + c_1, ..., total]; node j's children are slots j * F ... j * F
+    + F - 1 of level d + 1, and a node's value is its row's total), so a descent needs no
+    cumsum of its own; `_mins[d]` the minimum below each slot. Slots past what is used are
+    padding: sum 0, min +inf. An item never written, or written with priority 0, has sum 0
+    (never sampled) and min +inf (never the minimum), so `min` is over the items that can be
+    drawn.
     """
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"SumTree capacity must be at least 1, got {capacity}")
         self.capacity = int(capacity)
-        self._size = 1 << (self.capacity - 1).bit_length()
-        self._depth = self._size.bit_length() - 1  # levels below the root
-        self._sums = np.zeros(2 * self._size, dtype=np.float64)
-        self._mins = np.full(2 * self._size, np.inf, dtype=np.float64)
-
-    def _check_indices(self, indices: np.ndarray) -> np.ndarray:
-        idx = np.asarray(indices)
-        if idx.ndim != 1:
-            raise ValueError(f"indices must be 1-D, got shape {idx.shape}")
-        if idx.size and not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
-        idx = idx.astype(np.int64)
-        if idx.size and (idx.min() < 0 or idx.max() >= self.capacity):
-            raise ValueError(f"indices must lie in [0, {self.capacity}), got {idx}")
-        return idx
+        F = FANOUT
+        slots = [F * -(-self.capacity // F)]  # per level, from the items up: as many
+        while slots[-1] > F:  # nodes as the level below needs, rounded up to F's
+            slots.append(F * -(-slots[-1] // (F * F)))
+        slots = [1, *slots[::-1]]
+        self._leaves = np.zeros(slots[-1], dtype=np.float64)
+        self._cums = [np.zeros((n, F + 1), dtype=np.float64) for n in slots[:-1]]
+        self._mins = [np.full(n, np.inf, dtype=np.float64) for n in slots]
+        # per level d < D, views [parents, F] of the level below: each node's children's
+        # values (a node's value is its row's total) and minima
+        values = [cums[:, F] for cums in self._cums[1:]] + [self._leaves]
+        self._children = [v.reshape(-1, F) for v in values]
+        self._children_mins = [m.reshape(-1, F) for m in self._mins[1:]]
 
     def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set the priorities of `indices` ([K] int) to `priorities` ([K] float, >= 0).
 
         Duplicate indices: the last value wins (as a sequential loop of writes would do).
         """
-        idx = self._check_indices(indices)
-        values = np.asarray(priorities, dtype=np.float64)
-        if values.shape != idx.shape:
-            raise ValueError(
-                f"priorities shape {values.shape} does not match indices shape {idx.shape}"
-            )
-        if not np.all(np.isfinite(values)) or np.any(values < 0):
-            raise ValueError(f"priorities must be finite and >= 0, got {values}")
+        idx, values, nodes = _updates(indices, priorities, self.capacity)
         if idx.size == 0:
             return
-        # numpy does not promise which duplicate a fancy assignment keeps, so keep the last
-        # occurrence explicitly: np.unique's first index in the reversed array.
-        unique, first_in_reversed = np.unique(idx[::-1], return_index=True)
-        values = values[::-1][first_in_reversed]
-        nodes = unique + self._size
-        self._sums[nodes] = values
+        F = FANOUT
+        self._leaves[idx] = values
         # an item of priority 0 cannot be drawn, so it is never the smallest either
-        self._mins[nodes] = np.where(values > 0, values, np.inf)
+        self._mins[-1][idx] = np.where(values > 0, values, np.inf)
         # Recompute each parent from its children (not by adding deltas), so rounding errors
-        # never accumulate over many updates.
-        for _ in range(self._depth):
-            nodes = np.unique(nodes >> 1)
-            left, right = 2 * nodes, 2 * nodes + 1
-            self._sums[nodes] = self._sums[left] + self._sums[right]
-            self._mins[nodes] = np.minimum(self._mins[left], self._mins[right])
+        # never accumulate over many updates; past a level's worth of parents, the whole
+        # level at once is cheaper.
+        for d in range(len(self._cums) - 1, -1, -1):
+            cums, mins = self._cums[d], self._mins[d]
+            children, below = self._children[d], self._children_mins[d]
+            if nodes.size < len(children):
+                nodes = nodes // F
+                if nodes.size > F:  # many repeat the same parent: drop those
+                    nodes = _distinct(nodes)
+                cums[nodes, 1:] = np.cumsum(children[nodes], axis=1)
+                mins[nodes] = below[nodes].min(axis=1)
+            else:
+                np.cumsum(children, axis=1, out=cums[: len(children), 1:])
+                below.min(axis=1, out=mins[: len(below)])
+                nodes = np.arange(len(children))
 
     def get(self, indices: np.ndarray) -> np.ndarray:
         """The priorities of `indices` ([K] int) as [K] float64 (0 for items never written)."""
-        return self._sums[self._check_indices(indices) + self._size].copy()
+        return self._leaves[_indices(indices, self.capacity)[0]]
 
     @property
     def total(self) -> float:
         """The sum of all priorities."""
-        return float(self._sums[1])
+        return float(self._cums[0][0, FANOUT])
 
     @property
     def min(self) -> float:
         """The smallest positive priority (of the items that can be drawn); +inf if none."""
-        return float(self._mins[1])
+        return float(self._mins[0][0])
 
     def find(self, prefix: np.ndarray) -> np.ndarray:
         """For each cumulative value u of `prefix` ([K] float), the item i with
@@ -107,20 +114,26 @@ class SumTree:
         total = self.total
         if not total > 0:
             raise ValueError("cannot search an empty SumTree (total priority is 0)")
-        if not np.all(np.isfinite(u)) or np.any(u < 0) or np.any(u > total):
+        if not (u.min(initial=0.0) >= 0 and u.max(initial=0.0) <= total):  # False for NaN
             raise ValueError(f"prefix values must lie in [0, total={total}], got {u}")
-        node = np.ones(u.shape, dtype=np.int64)
-        for _ in range(self._depth):
-            left = self._sums[2 * node]
-            right = self._sums[2 * node + 1]
-            # Rounding can leave u >= left with nothing on the right (right edge of the tree,
-            # or items of priority 0 there); stepping right would then return an item of
-            # priority 0. Only step into subtrees with positive mass: since the parent has
-            # positive mass, the other child then has too.
-            go_right = (u >= left) & (right > 0)
-            u = np.where(go_right, u - left, u)
-            node = 2 * node + go_right
-        return node - self._size
+        F = FANOUT
+        start = np.arange(u.size) * (F + 1)  # each row's first entry in `rows.reshape(-1)`
+        node = np.zeros(u.size, dtype=np.int64)
+        for cums in self._cums:
+            rows = cums[node]  # [K, F + 1]: 0, then the running sums of the node's children
+            # the child whose slice holds u: the first whose running sum passes u (one of
+            # priority 0 shares the sum before it, so is never that one); argmin of a bool
+            # row is its first False, and 0 when it has none, which `past` handles
+            child = (rows[:, 1:] <= u[:, None]).argmin(axis=1)
+            # Rounding can leave u at or past the node's total (right edge, or mass summed in
+            # another order above): take the last child with positive mass then.
+            past = u >= rows[:, F]
+            if past.any():
+                positive = np.diff(rows[past], axis=1) > 0
+                child[past] = F - 1 - positive[:, ::-1].argmax(axis=1)
+            u -= rows.reshape(-1)[start + child]
+            node = node * F + child
+        return node
 
     def sample(self, rng: np.random.Generator, batch: int) -> np.ndarray:
         """`batch` items drawn with probability p_i / total, stratified: one uniform value in
@@ -133,6 +146,126 @@ class SumTree:
         u = (np.arange(batch) + rng.random(batch)) * (total / batch)
         # (batch - 1 + r) * total / batch can round up to total itself; stay inside.
         return self.find(np.minimum(u, total))
+
+
+class UniformSet:
+    """The items that can be drawn when every one is as likely (uniform replay): `SumTree`'s
+    `update` and `sample` for priorities that are all 1 or 0, without a tree. Each call
+    costs a few numpy calls over the items it changes or draws, whatever the capacity.
+
+    `_items[:size]` lists the members (the items of priority > 0) in no particular order and
+    `_slot[i]` is item i's place there (-1: not a member); a removal moves members from the
+    list's end into the places it frees. `sample` is stratified over that list as
+    `SumTree.sample` is over the cumulative priorities: one draw in each of `batch` equal
+    slices, so every member is as likely, and while size >= batch none is drawn more than
+    twice in a batch (none at all when size is a multiple of it).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"UniformSet capacity must be at least 1, got {capacity}")
+        self.capacity = int(capacity)
+        self._items = np.zeros(self.capacity, dtype=np.int64)
+        self._slot = np.full(self.capacity, -1, dtype=np.int64)
+        self.size = 0
+
+    def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Items of priority > 0 become members and the others stop being ([K] int, [K]
+        float >= 0; the value of a positive priority does not matter). Duplicate indices:
+        the last value wins."""
+        idx, values, _ = _updates(indices, priorities, self.capacity)
+        member, wanted = self._slot[idx] >= 0, values > 0
+        self._remove(idx[member & ~wanted])
+        self._add(idx[wanted & ~member])
+
+    def _add(self, items: np.ndarray) -> None:
+        end = self.size + items.size
+        self._items[self.size : end] = items
+        self._slot[items] = np.arange(self.size, end)
+        self.size = end
+
+    def _remove(self, items: np.ndarray) -> None:
+        if not items.size:
+            return
+        end = self.size - items.size
+        holes = self._slot[items]
+        self._slot[items] = -1
+        holes = holes[holes < end]  # the places to fill, before the list's new end
+        tail = self._items[end : self.size]
+        movers = tail[self._slot[tail] >= 0]  # the members after it: as many as the holes
+        self._items[holes] = movers
+        self._slot[movers] = holes
+        self.size = end
+
+    def get(self, indices: np.ndarray) -> np.ndarray:
+        """1.0 for the members among `indices` ([K] int), else 0.0, as [K] float64."""
+        return (self._slot[_indices(indices, self.capacity)[0]] >= 0).astype(np.float64)
+
+    @property
+    def total(self) -> float:
+        """The sum of the priorities: the number of members."""
+        return float(self.size)
+
+    @property
+    def min(self) -> float:
+        """1.0, or +inf when there is no member (as `SumTree.min`)."""
+        return 1.0 if self.size else np.inf
+
+    def sample(self, rng: np.random.Generator, batch: int) -> np.ndarray:
+        """`batch` members, each as likely, stratified: one uniform draw in each of `batch`
+        equal slices of the list. Returns [batch] int64."""
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        if not self.size:
+            raise ValueError("cannot sample from an empty UniformSet")
+        u = (np.arange(batch) + rng.random(batch)) * (self.size / batch)
+        # (batch - 1 + r) * size / batch can round up to size itself; stay inside.
+        return self._items[np.minimum(u.astype(np.int64), self.size - 1)]
+
+
+def _indices(indices: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """`indices` as int64 (ValueError unless 1-D integers in [0, capacity)), and sorted."""
+    idx = np.asarray(indices)
+    if idx.ndim != 1:
+        raise ValueError(f"indices must be 1-D, got shape {idx.shape}")
+    if idx.size and idx.dtype.kind not in "iu":  # (np.issubdtype is slower)
+        raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
+    idx = idx.astype(np.int64, copy=False)
+    ordered = np.sort(idx)
+    if idx.size and (ordered[0] < 0 or ordered[-1] >= capacity):
+        raise ValueError(f"indices must lie in [0, {capacity}), got {idx}")
+    return idx, ordered
+
+
+def _updates(
+    indices: np.ndarray, priorities: np.ndarray, capacity: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The checked arguments of an `update`: indices, priorities (float64) and the indices
+    sorted, each index once (ValueError for what `update` does not take)."""
+    idx, ordered = _indices(indices, capacity)
+    values = np.asarray(priorities, dtype=np.float64)
+    if values.shape != idx.shape:
+        raise ValueError(
+            f"priorities shape {values.shape} does not match indices shape {idx.shape}"
+        )
+    if idx.size and not (values.min() >= 0 and values.max() < np.inf):  # False for NaN
+        raise ValueError(f"priorities must be finite and >= 0, got {values}")
+    if idx.size > 1 and (ordered[1:] == ordered[:-1]).any():
+        # numpy does not promise which duplicate a fancy assignment keeps, so keep the last
+        # occurrence explicitly: np.unique's first index in the reversed array.
+        idx, first_in_reversed = np.unique(idx[::-1], return_index=True)
+        return idx, values[::-1][first_in_reversed], idx
+    return idx, values, ordered
+
+
+def _distinct(ordered: np.ndarray) -> np.ndarray:
+    """The distinct values of a sorted array (cheaper than np.unique, which sorts again)."""
+    if ordered.size < 2:
+        return ordered
+    first = np.empty(ordered.size, dtype=bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return ordered[first]
 
 
 def importance_weights(

@@ -1,7 +1,8 @@
 """A replay shard's storage: rings of steps per env column, the n-step transitions over them,
 and uniform or prioritised sampling. Pure numpy over arrays it is given: the replay worker
 hands it the views of a shared-memory block (streams/replay.py), so a restarted worker finds
-every committed step where its previous life left it, and rebuilds only its sum tree.
+every committed step where its previous life left it, and rebuilds only its sampler (a sum
+tree; for uniform sampling, the set of sampleable items: algos/priorities.py).
 
 Layout. Each of the shard's C env columns has a ring of L steps: position p of column c
 holds step t of that column's stream (its observation, the action, the reward, whether the
@@ -10,7 +11,9 @@ R_t = sum_{k<m} gamma^k r_{t+k}, its discount (0 after a termination, else gamma
 The transition's next observation is the one at position p + m of the same ring, or, when
 step t + m - 1 was a truncation, that episode's final observation, kept in a small side
 table. An item is (c, p), flat index c * L + p; it can be sampled while its priority is
-above 0 (uniform sampling gives every complete item priority 1).
+above 0 (uniform sampling gives every complete item priority 1). The per-position arrays
+are also read through [C * L, ...] views (`by_item`), indexed by flat index: one index array
+per read, and a sample writes straight into the arrays it is given (the worker's row).
 
 Images stored as frames (`frames`: an observation field stacked along its first axis, as
 Atari's [4, 84, 84]): only the newest frame of each step is kept, and a step's stack is
@@ -32,11 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.nstep import nstep_targets
-from surge.algos.priorities import SumTree, importance_weights
+from surge.algos.nstep import NStep, nstep_targets
+from surge.algos.priorities import SumTree, UniformSet, importance_weights
 
 Fields = dict[str, tuple[tuple[int, ...], str]]
 """Field name -> (shape, dtype string): what the storage needs in its block."""
+EPISODE_QUEUE = 4096
+"""Finished episodes a shard can hold for the trainer's logs (the oldest go first)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,13 @@ def storage_fields(spec: Spec) -> Fields:
         "start_of": ((C, L), "<i4"),  # side slot of its episode's older frames
         "start_owner": ((S, 2), "<i8"),
         "cursors": ((2,), "<i8"),  # next final slot, next start slot
+        # this run's segments committed per column: a new life of the worker skips a
+        # segment it had committed but not yet acknowledged when it died
+        "segments": ((C,), "<i8"),
+        # episodes that finished in committed segments, not yet reported: (return, length)
+        # in a ring, and how many were queued and taken, ever
+        "episode_queue": ((EPISODE_QUEUE, 2), "<f8"),
+        "episode_counts": ((2,), "<i8"),
     }
     for name, (shape, dtype) in spec.obs.items():
         stored = shape[1:] if name == spec.frames else shape
@@ -130,6 +142,15 @@ class ReplaySetup:
     """A resumed run's shards start from the replay saved with its checkpoint."""
 
 
+POSITION_FIELDS = (
+    *("action", "reward", "terminated", "truncated", "ret", "discount", "horizon"),
+    *("priority", "generation", "episode_step", "final_of", "start_of"),
+)
+"""The arrays of `storage_fields` with a value per position [C, L, ...] (and `obs/<k>`,
+`out/<name>`)."""
+
+INT32_MAX = np.iinfo(np.int32).max
+
 INSERTED, SAMPLED, SIZE, CLOCK = range(4)
 """`counts`: transitions inserted and sampled, items sampleable, segments added (the
 generation of the next segment's items)."""
@@ -152,10 +173,16 @@ class ReplayStore:
         self._check(spec, nstep)
         self.spec, self.a = spec, arrays
         self.gamma, self.nstep = gamma, nstep
-        self.prioritized, self.alpha, self.eps = prioritized, alpha, priority_eps
+        self._prioritized, self.alpha, self.eps = prioritized, alpha, priority_eps
         self.rng = np.random.default_rng(seed)
-        self.tree = SumTree(spec.capacity)
-        self.max_priority = 1.0
+        # [C * L, ...] views of the per-position arrays: an item's flat index reads them
+        # with one index array, cheaper than a (column, position) pair of them
+        C, L = spec.columns, spec.length
+        self.by_item = {
+            k: _flat_view(v, C * L)
+            for k, v in arrays.items()
+            if k in POSITION_FIELDS or k.startswith(("obs/", "out/"))
+        }
         self._rebuild()
 
     @staticmethod
@@ -167,6 +194,16 @@ class ReplayStore:
             )
 
     # ------------------------------------------------------------------ state
+
+    @property
+    def prioritized(self) -> bool:
+        return self._prioritized
+
+    @prioritized.setter
+    def prioritized(self, value: bool) -> None:
+        """Switch between uniform and prioritised sampling (the sampler is rebuilt)."""
+        self._prioritized = value
+        self._rebuild()
 
     @property
     def size(self) -> int:
@@ -192,10 +229,15 @@ class ReplayStore:
         return int(self.a["written"].sum())
 
     def _rebuild(self) -> None:
-        """The sum tree from the stored priorities (a new life, or a restored checkpoint).
-        Positions past a column's committed end may hold half of an interrupted `add`: they
-        are cleared, and `add` writes them again."""
+        """The sampler from the stored priorities (a new life, or a restored checkpoint): a
+        sum tree, or for uniform sampling the set of items that can be drawn (the same draws
+        without a tree to walk or keep up). Positions past a column's committed end may hold
+        half of an interrupted `add`: they are cleared, and `add` writes them again."""
         a = self.a
+        self.tree: SumTree | UniformSet = (SumTree if self.prioritized else UniformSet)(
+            self.spec.capacity
+        )
+        self.max_priority = 1.0
         for c in range(self.spec.columns):
             a["priority"][c, self._invalidated(int(a["pos"][c]))] = 0.0
         flat = a["priority"].reshape(-1)
@@ -215,33 +257,58 @@ class ReplayStore:
 
     # ------------------------------------------------------------------ insert
 
-    def add(self, columns: np.ndarray, steps: dict[str, np.ndarray]) -> int:
+    def add(
+        self,
+        columns: np.ndarray,
+        steps: dict[str, np.ndarray],
+        episodes: np.ndarray | None = None,
+    ) -> int:
         """Append a segment of T steps to each of `columns` (shard-local column indices,
         [G]): `steps` holds `obs/<k>` [T + 1, G, ...] (the last row: the observation after
         the last step), `final_obs/<k>` [T, G, ...], `action` [T, G, ...], `reward`,
         `terminated`, `truncated` [T, G], and the policy outputs `out/<name>` [T, G, ...].
-        Returns the transitions that became complete."""
+        `episodes` [k, 2]: (return, length) of the episodes that finished in it, queued
+        for the trainer's logs with the same commit. Returns the transitions that became
+        complete."""
         a, L = self.a, self.spec.length
         T, most = steps["reward"].shape[0], self.spec.segment
         if most < T:
             raise ValueError(f"a segment of {T} steps; the replay takes at most {most}")
         generation = int(a["counts"][CLOCK])
-        pos = a["pos"][columns].copy()
-        at = (pos[None, :] + np.arange(T + 1)[:, None]) % L  # [T + 1, G] positions
-        cols = np.broadcast_to(columns[None, :], at.shape)
+        pos = a["pos"][columns]  # a copy (fancy indexing)
+        base = columns * L  # the flat index of each column's position 0
         # The oldest items are overwritten (and, past the segment's end, lose the frames
         # their stacks read): they stop being sampleable first.
-        touched = self._invalidated(pos)  # [G, k]
-        self._set_priority(np.broadcast_to(columns[:, None], touched.shape), touched, 0.0)
+        self._set_priority((base[:, None] + self._invalidated(pos)).reshape(-1), 0.0)
         ended_before = self._ended_before(columns, pos)
-        self._write_steps(cols, at, steps, ended_before)
+        self._write_steps(columns, pos, steps, ended_before)
         inserted = self._new_items(columns, pos, T, steps, generation)
-        # commit
+        queued = int(a["episode_counts"][0])
+        if episodes is not None and len(episodes):  # in the ring past the committed end
+            at = (queued + np.arange(len(episodes))) % EPISODE_QUEUE
+            a["episode_queue"][at] = episodes
+            queued += len(episodes)
+        # commit: a handful of scalar stores, the segment's mark among them
         a["pos"][columns] = (pos + T) % L
         a["written"][columns] += T
+        a["segments"][columns] += 1
+        a["episode_counts"][0] = queued
         a["counts"][INSERTED] += inserted
         a["counts"][CLOCK] += 1
         return inserted
+
+    def segments_added(self, columns: np.ndarray) -> int:
+        """Segments this run committed to `columns` (one group's, added together)."""
+        return int(self.a["segments"][columns].min())
+
+    def take_episodes(self, most: int) -> np.ndarray:
+        """Up to `most` queued episodes, oldest first, [k, 2] (return, length), taken."""
+        queued, taken = (int(x) for x in self.a["episode_counts"])
+        taken = max(taken, queued - EPISODE_QUEUE)  # a full ring lost its oldest
+        k = min(most, queued - taken)
+        out = self.a["episode_queue"][(taken + np.arange(k)) % EPISODE_QUEUE].copy()
+        self.a["episode_counts"][1] = taken + k
+        return out
 
     def _new_items(
         self,
@@ -254,36 +321,50 @@ class ReplayStore:
         """Complete the items the segment just written (T steps at `pos` of each column)
         makes whole: the n-step transitions over the previous n - 1 steps and the new T.
         Returns how many, what `replay.ratio` counts as inserts."""
-        a, L, n = self.a, self.spec.length, self.nstep
-        back = min(n - 1, int(a["written"][columns].min()))
-        window = (pos[None, :] + np.arange(-back, T)[:, None]) % L  # [back + T, G]
-        wcols = np.broadcast_to(columns[None, :], window.shape)
-        targets = nstep_targets(
-            a["reward"][wcols, window],
-            a["terminated"][wcols, window],
-            a["truncated"][wcols, window],
-            self.gamma,
-            n,
+        a, f, L = self.a, self.by_item, self.spec.length
+        back = min(self.nstep - 1, int(a["written"][columns].min()))
+        offsets = (pos[None, :] + np.arange(-back, T)[:, None]) % L  # [back + T, G]
+        window = columns * L + offsets  # flat indices
+        targets = self._targets(
+            f["reward"][window], f["terminated"][window], f["truncated"][window]
         )
         # New items: complete now, and not already complete in an earlier segment (those
         # keep their priority and generation).
-        earlier = np.zeros_like(targets.complete)
-        earlier[:back] = a["priority"][wcols[:back], window[:back]] > 0
-        done = targets.complete & ~earlier
-        ci, pi = wcols[done], window[done]
-        a["ret"][ci, pi] = targets.returns[done]
-        a["discount"][ci, pi] = targets.discount[done]
-        a["horizon"][ci, pi] = targets.horizon[done]
-        # a truncated end's bootstrap is that step's final observation (side table)
-        end = (pi + targets.horizon[done] - 1) % L
-        trunc = targets.truncated_end[done]
-        a["final_of"][ci[~trunc], pi[~trunc]] = -1
-        a["final_of"][ci[trunc], pi[trunc]] = a["final_of"][ci[trunc], end[trunc]]
-        a["generation"][ci, pi] = generation
-        end_of = dict(zip(columns.tolist(), ((pos + T) % L).tolist(), strict=True))
-        segment_end = np.array([end_of[c] for c in ci.tolist()], np.int64)
-        self._set_priority(ci, pi, self._first_priorities(ci, pi, segment_end))
-        return int(done.sum())
+        done = targets.complete
+        if back:
+            done = done.copy()
+            done[:back] &= ~(f["priority"][window[:back]] > 0)
+        items, horizon = window[done], targets.horizon[done]
+        f["ret"][items] = targets.returns[done]
+        f["discount"][items] = targets.discount[done]
+        f["horizon"][items] = horizon
+        # a truncated end's bootstrap is that step's final observation (side table), whose
+        # slot `_write_steps` put in the step's own entry (all read before any is written)
+        ci, pi = np.divmod(items, L)
+        end = ci * L + (pi + horizon - 1) % L
+        f["final_of"][items] = np.where(targets.truncated_end[done], f["final_of"][end], -1)
+        f["generation"][items] = generation
+        segment_end = None
+        if self.prioritized:  # each item's column's end (only Q-value priorities read it)
+            segment_end = np.empty(done.shape, np.int64)
+            segment_end[:] = (pos + T) % L
+            segment_end = segment_end[done]
+        self._set_priority(items, self._first_priorities(ci, pi, segment_end))
+        return int(items.size)
+
+    def _targets(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> NStep:
+        """algos/nstep.py's `nstep_targets` over a window [steps, G]. For 1-step returns
+        (the DQN presets), what it gives without its loop over the n steps, most of an
+        add's cost on a segment's short window."""
+        if self.nstep > 1:
+            return nstep_targets(rewards, terminated, truncated, self.gamma, self.nstep)
+        return NStep(
+            returns=rewards.astype(np.float32),
+            discount=np.where(terminated, np.float32(0), np.float32(self.gamma)),
+            horizon=np.ones(rewards.shape, np.int64),
+            complete=np.ones(rewards.shape, bool),
+            truncated_end=truncated & ~terminated,
+        )
 
     def _ended_before(self, columns: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """[G] bool: the step before each column's end ended its episode (or there is none),
@@ -295,45 +376,46 @@ class ReplayStore:
 
     def _write_steps(
         self,
-        cols: np.ndarray,
-        at: np.ndarray,
+        columns: np.ndarray,
+        pos: np.ndarray,
         steps: dict[str, np.ndarray],
         ended_before: np.ndarray,
     ) -> None:
-        a, spec = self.a, self.spec
-        T = at.shape[0] - 1
-        head, body = (cols[:T], at[:T]), (cols, at)
+        a, f, spec, L = self.a, self.by_item, self.spec, self.spec.length
+        T = steps["reward"].shape[0]
+        at = (pos[None, :] + np.arange(T + 1)[:, None]) % L  # [T + 1, G] positions
+        body = columns * L + at  # their flat indices
+        head = body[:T]
         for name in spec.obs:
             obs = steps[f"obs/{name}"]  # [T + 1, G, ...]
-            stored = obs[:, :, -1] if name == spec.frames else obs
-            a[f"obs/{name}"][body] = stored
-        a["action"][head] = steps["action"]
-        a["reward"][head] = steps["reward"]
-        a["terminated"][head] = steps["terminated"]
-        a["truncated"][head] = steps["truncated"]
+            f[f"obs/{name}"][body] = obs[:, :, -1] if name == spec.frames else obs
+        f["action"][head] = steps["action"]
+        f["reward"][head] = steps["reward"]
+        f["terminated"][head] = steps["terminated"]
+        f["truncated"][head] = steps["truncated"]
         for name in spec.outputs:
-            a[f"out/{name}"][head] = steps[f"out/{name}"]
-        # episode positions: 0 at each episode's first observation, counting up
+            f[f"out/{name}"][head] = steps[f"out/{name}"]
+        # episode positions: 0 at each episode's first observation, counting up (from the
+        # step before the segment's, while its episode goes on)
         ended = steps["terminated"] | steps["truncated"]  # [T, G]
         starts = np.concatenate([ended_before[None, :], ended], axis=0)  # [T + 1, G]
-        prev = a["episode_step"][cols[0], (at[0] - 1) % spec.length]
-        counter = np.where(starts[0], 0, prev + 1)
-        episode_step = np.empty(at.shape, np.int32)
-        episode_step[0] = counter
-        for t in range(1, T + 1):
-            counter = np.where(starts[t], 0, counter + 1)
-            episode_step[t] = counter
-        a["episode_step"][body] = np.minimum(episode_step, np.iinfo(np.int32).max)
+        prev = f["episode_step"][columns * L + (pos - 1) % L].astype(np.int64)
+        t = np.arange(T + 1)[:, None]
+        last_start = np.maximum.accumulate(np.where(starts, t, -1), axis=0)
+        episode_step = np.where(last_start >= 0, t - last_start, prev + 1 + t)
+        f["episode_step"][body] = np.minimum(episode_step, INT32_MAX)
         if spec.frames:
+            cols = np.broadcast_to(columns[None, :], at.shape)
             self._keep_starts(cols, at, starts, steps[f"obs/{spec.frames}"])
         # final observations of truncated steps, for their transitions' bootstrap
-        a["final_of"][head] = -1
-        tc, tp = np.nonzero(steps["truncated"] & ~steps["terminated"])
-        for t, g in zip(tc.tolist(), tp.tolist(), strict=True):
-            slot = self._side_slot("final", 0, int(cols[t, g]), int(at[t, g]))
-            for name in spec.obs:
-                a[f"final/{name}"][slot] = steps[f"final_obs/{name}"][t, g]
-            a["final_of"][cols[t, g], at[t, g]] = slot
+        f["final_of"][head] = -1
+        truncations = steps["truncated"] & ~steps["terminated"]
+        if truncations.any():
+            for t_, g in zip(*(v.tolist() for v in np.nonzero(truncations)), strict=True):
+                slot = self._side_slot("final", 0, int(columns[g]), int(at[t_, g]))
+                for name in spec.obs:
+                    a[f"final/{name}"][slot] = steps[f"final_obs/{name}"][t_, g]
+                f["final_of"][head[t_, g]] = slot
 
     def _keep_starts(
         self, cols: np.ndarray, at: np.ndarray, starts: np.ndarray, frames: np.ndarray
@@ -360,7 +442,7 @@ class ReplayStore:
         if owner[1] >= 0:
             c = int(owner[0])
             stale = self._readers(table, slot, c, int(owner[1]))
-            self._set_priority(np.full(stale.shape, c), stale, 0.0)
+            self._set_priority(c * self.spec.length + stale, 0.0)
         a[f"{table}_owner"][slot] = (column, position)
         return slot
 
@@ -373,7 +455,7 @@ class ReplayStore:
         return span[self.a[f"{table}_of"][column, span] == slot]
 
     def _first_priorities(
-        self, ci: np.ndarray, pi: np.ndarray, segment_end: np.ndarray
+        self, ci: np.ndarray, pi: np.ndarray, segment_end: np.ndarray | None
     ) -> np.ndarray | float:
         """New items' priorities: 1 for uniform sampling; with prioritisation the absolute
         TD error under the actors' Q-values (`out/q`, Ape-X), else the largest so far.
@@ -384,6 +466,7 @@ class ReplayStore:
         if "q" not in self.spec.outputs:
             return self.max_priority**self.alpha
         a, L = self.a, self.spec.length
+        assert segment_end is not None
         q = a["out/q"]
         taken = a["action"][ci, pi].astype(np.int64).reshape(-1)
         q_taken = q[ci, pi, taken]
@@ -399,17 +482,20 @@ class ReplayStore:
 
     # ------------------------------------------------------------------ priorities
 
-    def _set_priority(self, cols: np.ndarray, pos: np.ndarray, value: Any) -> None:
-        cols, pos = np.asarray(cols).reshape(-1), np.asarray(pos).reshape(-1)
-        if cols.size == 0:
+    def _set_priority(self, items: np.ndarray, value: Any) -> None:
+        """Set the priorities of `items` ([K] flat indices, each once) to `value` ([K] or
+        one for all), in the storage and the sampler, and count the sampleable items."""
+        if items.size == 0:
             return
-        flat, order = np.unique(cols * self.spec.length + pos, return_index=True)
-        values = np.broadcast_to(np.asarray(value, np.float64), cols.shape)[order]
-        stored = self.a["priority"].reshape(-1)
-        before = int((stored[flat] > 0).sum())
-        stored[flat] = values
-        self.tree.update(flat, values)
-        self.a["counts"][SIZE] += int((values > 0).sum()) - before
+        stored = self.by_item["priority"]
+        before = int(np.count_nonzero(stored[items]))  # priorities are >= 0: nonzero is > 0
+        if isinstance(value, np.ndarray):
+            values, after = value.astype(np.float64, copy=False), int(np.count_nonzero(value))
+        else:
+            values, after = np.full(items.shape, float(value)), items.size if value > 0 else 0
+        stored[items] = values
+        self.tree.update(items, values)
+        self.a["counts"][SIZE] += after - before
 
     def update_priorities(
         self, items: np.ndarray, generations: np.ndarray, td_abs: np.ndarray
@@ -418,53 +504,82 @@ class ReplayStore:
         overwritten since it was sampled has another generation, and is left alone)."""
         if not self.prioritized:
             return
-        flat = self.a["generation"].reshape(-1)
-        alive = (flat[items] == generations) & (self.a["priority"].reshape(-1)[items] > 0)
-        cols, pos = np.divmod(items[alive], self.spec.length)
-        self._set_priority(cols, pos, self._scaled(td_abs[alive]))
+        f = self.by_item
+        alive = (f["generation"][items] == generations) & (f["priority"][items] > 0)
+        scaled = self._scaled(td_abs[alive])
+        # an item drawn twice in the batch: its first TD error counts
+        distinct, first = np.unique(items[alive], return_index=True)
+        self._set_priority(distinct, scaled[first])
 
     # ------------------------------------------------------------------ sample
 
-    def sample(self, batch: int, beta: float) -> dict[str, np.ndarray]:
+    def batch_fields(self) -> Fields:
+        """What `sample` returns, per item: field -> (shape, dtype)."""
+        spec = self.spec
+        fields: Fields = {"action": spec.action}
+        for key in ("reward", "discount", "weight"):
+            fields[key] = ((), "<f4")
+        for key in ("index", "generation"):
+            fields[key] = ((), "<i8")
+        for name, shape_dtype in spec.obs.items():
+            fields[f"obs/{name}"] = fields[f"next_obs/{name}"] = shape_dtype
+        return fields
+
+    def _batch(self, batch: int) -> dict[str, np.ndarray]:
+        """New arrays for a batch of `batch_fields`."""
+        return {
+            k: np.empty((batch, *shape), dtype) for k, (shape, dtype) in self.batch_fields().items()
+        }
+
+    def sample(
+        self, batch: int, beta: float, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """A batch of transitions: `obs/<k>`, `next_obs/<k>`, `action`, `reward` (the
         n-step return), `discount`, `weight` (importance weights; 1 when uniform), `index`
-        and `generation` (to send priorities back)."""
-        a, spec = self.a, self.spec
+        and `generation` (to send priorities back). Written into `out` (arrays of
+        `batch_fields` with `batch` rows: the worker's row of the batches block, so nothing
+        is copied twice) when given, else into new arrays."""
+        a, f, spec = self.a, self.by_item, self.spec
+        out = self._batch(batch) if out is None else out
         items = self.tree.sample(self.rng, batch)
+        out["index"][...] = items
+        # mode="clip": the items are in range, and np.take buffers `out` under "raise"
+        for key, stored in (("action", "action"), ("reward", "ret"), ("discount", "discount")):
+            np.take(f[stored], items, axis=0, out=out[key], mode="clip")
+        np.take(f["generation"], items, out=out["generation"], mode="clip")
         cols, pos = np.divmod(items, spec.length)
-        horizon = a["horizon"][cols, pos]
-        nxt = (pos + horizon) % spec.length
-        final = a["final_of"][cols, pos]
-        out = {
-            "action": a["action"][cols, pos],
-            "reward": a["ret"][cols, pos],
-            "discount": a["discount"][cols, pos],
-            "index": items,
-            "generation": a["generation"][cols, pos],
-        }
+        nxt = cols * spec.length + (pos + f["horizon"][items]) % spec.length
+        final = f["final_of"][items]
+        truncated = final >= 0
         for name in spec.obs:
-            out[f"obs/{name}"] = self._observation(name, cols, pos)
-            next_obs = self._observation(name, cols, nxt)
-            truncated = final >= 0
+            self._observation(name, items, out[f"obs/{name}"])
+            next_obs = out[f"next_obs/{name}"]
+            self._observation(name, nxt, next_obs)
             if truncated.any():
                 next_obs[truncated] = a[f"final/{name}"][final[truncated]]
-            out[f"next_obs/{name}"] = next_obs
         if self.prioritized:
-            probabilities = a["priority"][cols, pos] / self.tree.total
+            probabilities = f["priority"][items] / self.tree.total
             smallest = self.tree.min / self.tree.total
-            out["weight"] = importance_weights(probabilities, self.size, beta, smallest)
+            out["weight"][...] = importance_weights(probabilities, self.size, beta, smallest)
         else:
-            out["weight"] = np.ones(batch, np.float32)
+            out["weight"][...] = 1.0
         a["counts"][SAMPLED] += batch
         return out
 
-    def _observation(self, name: str, cols: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """Observations of field `name` at (cols, pos); a frame stack is rebuilt from the
-        frames before it in its episode and its episode start's older frames."""
+    def _observation(self, name: str, items: np.ndarray, out: np.ndarray) -> None:
+        """Observations of field `name` at `items` (flat indices), into `out`; a frame stack
+        is rebuilt from the frames before it in its episode and its episode start's older
+        frames."""
+        spec = self.spec
+        if name != spec.frames:
+            np.take(self.by_item[f"obs/{name}"], items, axis=0, out=out, mode="clip")
+            return
+        out[...] = self._stacks(name, *np.divmod(items, spec.length))
+
+    def _stacks(self, name: str, cols: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Frame stacks of field `name` at (cols, pos)."""
         a, spec = self.a, self.spec
         stored = a[f"obs/{name}"]
-        if name != spec.frames:
-            return stored[cols, pos]
         S, L = spec.stack, spec.length
         since = np.minimum(a["episode_step"][cols, pos], S - 1)[:, None]  # [B, 1]
         age = (S - 1 - np.arange(S))[None, :]  # [1, S]: how far back each slot is
@@ -478,6 +593,13 @@ class ReplayStore:
 
     def __repr__(self) -> str:  # for debugging
         return f"ReplayStore(size={self.size}, inserted={self.inserted}, sampled={self.sampled})"
+
+
+def _flat_view(array: np.ndarray, items: int) -> np.ndarray:
+    """`array` [C, L, ...] as [C * L, ...], a view (its writes go to `array`)."""
+    view = array.view()
+    view.shape = (items, *array.shape[2:])  # raises rather than copy
+    return view
 
 
 def ring_length(capacity: int, columns: int) -> int:

@@ -33,7 +33,7 @@ import numpy as np
 
 from surge.algos.nstep import nstep_targets
 from surge.algos.priorities import importance_weights
-from surge.algos.replay import SAMPLED, ReplayStore, Spec
+from surge.algos.replay import SAMPLED, Fields, ReplayStore, Spec
 from surge.models.recurrent_state import resets_before
 
 
@@ -61,7 +61,7 @@ class SequenceStore(ReplayStore):
         # starts after it: the next one (its first observation is the segment's last
         # row) and those whose first frames' stacks reach back into the segment
         last = (T + spec.stack - 1) // T
-        offsets = np.arange(first, last + 1) * T
+        offsets = np.unique(np.arange(first, last + 1) * T % spec.length)  # each once
         return (np.asarray(pos)[..., None] + offsets) % spec.length
 
     def _new_items(
@@ -86,7 +86,7 @@ class SequenceStore(ReplayStore):
             pi = (pos[whole] + T - spec.sequence) % L
             a["generation"][ci, pi] = generation
             first = 1.0 if not self.prioritized else self.max_priority**self.alpha
-            self._set_priority(ci, pi, first)
+            self._set_priority(ci * L + pi, first)
         return T * len(columns)
 
     def _readers(self, table: str, slot: int, column: int, position: int) -> np.ndarray:
@@ -96,13 +96,33 @@ class SequenceStore(ReplayStore):
             return np.zeros(0, np.int64)
         T = self.spec.segment
         span = position + np.arange(-self.spec.sequence + 1, self.spec.stack - 1)
-        starts = np.unique(span - span % T)
-        return starts % self.spec.length
+        return np.unique((span - span % T) % self.spec.length)
 
-    def sample(self, batch: int, beta: float) -> dict[str, np.ndarray]:
+    def batch_fields(self) -> Fields:
+        spec, steps = self.spec, (self.spec.sequence,)
+        fields: Fields = {"action": ((*steps, *spec.action[0]), spec.action[1])}
+        for key, dtype in [
+            ("reward", "<f4"),
+            ("discount", "<f4"),
+            ("horizon", "<i8"),
+            ("mask", "|b1"),
+            ("resets", "|b1"),
+        ]:
+            fields[key] = (steps, dtype)
+        fields["core0"] = ((spec.core_size,), "<f4")
+        fields["weight"] = ((), "<f4")
+        fields["index"] = fields["generation"] = ((), "<i8")
+        for name, (shape, dtype) in spec.obs.items():
+            fields[f"obs/{name}"] = ((*steps, *shape), dtype)
+        return fields
+
+    def sample(
+        self, batch: int, beta: float, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """A batch of sequences: `obs/<k>` [B, steps, ...], `action` [B, steps, ...],
         `reward` (n-step returns), `discount`, `horizon`, `mask`, `resets` [B, steps],
-        `core0` [B, S], `weight`, `index`, `generation` [B]."""
+        `core0` [B, S], `weight`, `index`, `generation` [B]; into `out` when given (as
+        `ReplayStore.sample`)."""
         a, spec = self.a, self.spec
         items = self.tree.sample(self.rng, batch)
         cols, pos = np.divmod(items, spec.length)
@@ -117,7 +137,7 @@ class SequenceStore(ReplayStore):
         inside = np.arange(spec.sequence)[:, None] + targets.horizon < spec.sequence
         bootstraps = inside | (targets.discount == 0)
         trains = targets.complete & bootstraps & ~targets.truncated_end
-        out = {
+        result = {
             "action": a["action"][cat, at],
             "reward": targets.returns.T,
             "discount": targets.discount.T,
@@ -128,14 +148,19 @@ class SequenceStore(ReplayStore):
             "index": items,
             "generation": a["generation"][cols, pos],
         }
-        for name in spec.obs:
-            flat = self._observation(name, cat.reshape(-1), at.reshape(-1))
-            out[f"obs/{name}"] = flat.reshape(*at.shape, *flat.shape[1:])
+        for name, (shape, dtype) in spec.obs.items():
+            obs = np.empty((at.size, *shape), dtype)
+            self._observation(name, (cat * spec.length + at).reshape(-1), obs)
+            result[f"obs/{name}"] = obs.reshape(*at.shape, *shape)
         if self.prioritized:
             probabilities = a["priority"][cols, pos] / self.tree.total
             smallest = self.tree.min / self.tree.total
-            out["weight"] = importance_weights(probabilities, self.size, beta, smallest)
+            result["weight"] = importance_weights(probabilities, self.size, beta, smallest)
         else:
-            out["weight"] = np.ones(batch, np.float32)
+            result["weight"] = np.ones(batch, np.float32)
         a["counts"][SAMPLED] += batch * spec.trained
+        if out is None:
+            return result
+        for key, value in result.items():
+            out[key][...] = value
         return out

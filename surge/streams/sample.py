@@ -193,6 +193,10 @@ class SegmentReader:
         """Its groups with a published segment not yet consumed."""
         return [g for g in self.groups if self._published[g] > self._consumed[g]]
 
+    def consumed(self, group: int) -> int:
+        """Segments of `group` consumed so far in this run (the next one's number)."""
+        return int(self._consumed[group])
+
     def segment(self, group: int) -> dict[str, np.ndarray]:
         """Views `[T(+1), G, ...]` of the group's next segment to consume."""
         slot = (self._first + int(self._consumed[group])) % self.depth

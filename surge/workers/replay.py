@@ -5,8 +5,9 @@ A stage worker (surge/workers/stage.py) with three kinds of work, each poll:
 
 - intake: every segment its actors published is added to the shard's storage
   (algos/replay.py: n-step transitions computed at insert, first priorities from the
-  actors' Q-values), then acknowledged, which frees the actor's slot and wakes it; the
-  episodes that finished in it are kept for the trainer's logs;
+  actors' Q-values, the episodes that finished in it queued for the trainer's logs, all in
+  one commit), then acknowledged, which frees the actor's slot and wakes it; a segment a
+  previous life committed but did not acknowledge is not added twice;
 - trained rows of the batches block come back with the trainer's |TD errors|: they become
   the transitions' new priorities (prioritised replay) and the row is free again;
 - free rows, in the order of the batches they hold, are sampled into while the rate limiter
@@ -16,13 +17,12 @@ A stage worker (surge/workers/stage.py) with three kinds of work, each poll:
 The insert half of the limiter is the sample stream's flow policy (streams/flow.py
 `RatioBound`): actors wait for the trainer's versions. Everything the shard keeps is in
 shared memory (streams/replay.py), so a new life after a crash carries on where the old one
-committed; its sum tree is rebuilt from the stored priorities.
+committed; its sampler (sum tree) is rebuilt from the stored priorities.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 
 import numpy as np
 
@@ -79,8 +79,11 @@ class ReplayWorker(StageWorker):
             self.batches.a["saved"][b.index] = -1
             if ctx.replay.restored:  # the files fit: recipes/replay.py checked them
                 load_storage(arrays, saved_replay(ctx.run_dir, b.index))
-            # this run's env steps count from here (a restored replay's are the last run's)
+            # this run's env steps count from here (a restored replay's are the last run's),
+            # and its segments from zero (the sample stream's count)
             self.batches.a["base_steps"][b.index] = int(arrays["written"].sum())
+            arrays["segments"][:] = 0
+            arrays["episode_counts"][1] = arrays["episode_counts"][0]  # the last run's
         self.run_dir, self.save = ctx.run_dir, r.checkpoint
         spec = ctx.replay.shards[b.index]
         self.store = (SequenceStore if spec.sequence else ReplayStore)(
@@ -103,9 +106,9 @@ class ReplayWorker(StageWorker):
         # which shard-local columns each of its groups' envs are
         G = self.samples.group_size
         self.columns = {g: np.arange(k * G, (k + 1) * G) for k, g in enumerate(self.samples.groups)}
-        self.episodes: deque[tuple[float, int]] = deque()  # finished, not yet in a row
         self.held_since: list[float | None] = [None, None]  # insert, sample
         self.waited = [0.0, 0.0]  # seconds the limiter held inserts, samples
+        self.row_views: dict[int, dict[str, np.ndarray]] = {}  # `_row`
         shard = _ShardRows(self.batches, b.index)
         super().__init__(
             b,
@@ -122,16 +125,17 @@ class ReplayWorker(StageWorker):
         saved = self._save()
         pending = self.samples.pending()
         for g in pending:
-            segment = self.samples.segment(g)
-            steps = {k: v for k, v in segment.items() if k != "version"}
-            for name in self.store.spec.outputs:  # the policy's outputs, as the store names them
-                steps[f"out/{name}"] = steps.pop(name)
-            self.store.add(self.columns[g], steps)
-            over = segment["game_over"]
-            if over.any():
-                returns = segment["episode_return"][over].tolist()
-                lengths = segment["episode_length"][over].tolist()
-                self.episodes.extend(zip(returns, lengths, strict=True))
+            # a previous life may have committed this segment and died before its ack
+            if self.store.segments_added(self.columns[g]) <= self.samples.consumed(g):
+                segment = self.samples.segment(g)
+                steps = {k: v for k, v in segment.items() if k != "version"}
+                for name in self.store.spec.outputs:  # the policy's outputs, as stored
+                    steps[f"out/{name}"] = steps.pop(name)
+                over = segment["game_over"]
+                episodes = np.stack(
+                    [segment["episode_return"][over], segment["episode_length"][over]], axis=1
+                )
+                self.store.add(self.columns[g], steps, episodes)
             self.samples.ack(g)  # after every read of the segment: its slot is free
         return bool(pending) or saved
 
@@ -153,7 +157,7 @@ class ReplayWorker(StageWorker):
     def _fill(self, rows: list[int]) -> list[int]:
         """Sample into free rows, in batch order, while the limiter allows."""
         filled = []
-        store, B, a = self.store, self.batch_size, self.batches.a
+        store, B = self.store, self.batch_size
         for row in rows:
             allowed = self.limiter.samples_allowed(store.inserted)
             cost = B * store.per_item  # transitions the batch trains
@@ -166,9 +170,7 @@ class ReplayWorker(StageWorker):
                 break
             self._held(1, False)
             progress = self.shards * store.steps / max(self.cfg.total_env_steps, 1)
-            batch = store.sample(B, annealed_beta(self.cfg.replay.beta0, progress))
-            for key, value in batch.items():
-                a[key][row] = value
+            store.sample(B, annealed_beta(self.cfg.replay.beta0, progress), self._row(row))
             self._counters(row)
             filled.append(row)
         # the insert half: are the actors at their bound? (for the logs)
@@ -176,6 +178,14 @@ class ReplayWorker(StageWorker):
         round_ = self.samples.steps * self.samples.group_size * len(self.samples.groups)
         self._held(0, inserts_left < round_)
         return filled
+
+    def _row(self, row: int) -> dict[str, np.ndarray]:
+        """Views of a row of the batches block, per field a sample writes: it samples
+        straight into them."""
+        if row not in self.row_views:
+            fields = self.store.batch_fields()
+            self.row_views[row] = {k: self.batches.a[k][row] for k in fields}
+        return self.row_views[row]
 
     def _held(self, side: int, held: bool) -> None:
         """Account the wall time the limiter holds one side (0: inserts, 1: samples)."""
@@ -193,9 +203,12 @@ class ReplayWorker(StageWorker):
         a["size"][row] = store.size
         a["insert_wait_s"][row] = self.waited[0]
         a["sample_wait_s"][row] = self.waited[1]
-        n = min(len(self.episodes), EPISODES)
-        for k in range(n):
-            a["episode_return"][row, k], a["episode_length"][row, k] = self.episodes.popleft()
+        # the episodes since the previous row (taken before the row is marked filled: a
+        # crash in between loses those few from the logs, never steps or transitions)
+        episodes = store.take_episodes(EPISODES)
+        n = len(episodes)
+        a["episode_return"][row, :n] = episodes[:, 0]
+        a["episode_length"][row, :n] = episodes[:, 1]
         a["episodes"][row] = n
 
     # ------------------------------------------------------------------ priorities

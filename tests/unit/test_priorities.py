@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from surge.algos.priorities import SumTree, annealed_beta, importance_weights
+from surge.algos.priorities import SumTree, UniformSet, annealed_beta, importance_weights
 
 ALPHA = 0.6
 DRAWS = 100_000
@@ -171,3 +171,65 @@ def test_annealed_beta() -> None:
     assert annealed_beta(0.4, 1.0) == pytest.approx(1.0)
     assert annealed_beta(0.4, 2.0) == pytest.approx(1.0)
     assert annealed_beta(0.4, -1.0) == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("capacity", [1, 31, 33, 1000, 40_000])
+def test_sum_tree_matches_a_brute_force_search(capacity: int) -> None:
+    """Trees of one to four levels (32 children a node), after many updates (zeros and
+    repeated indices among them), against cumsum and searchsorted. Integer priorities keep
+    every sum exact, so the two must agree to the item."""
+    rng = np.random.default_rng(capacity)
+    tree, p = SumTree(capacity), np.zeros(capacity)
+    for k in range(30):
+        size = [1, 11, 128, capacity][k % 4]
+        idx = rng.integers(0, capacity, size)
+        values = rng.integers(0, 4, size).astype(np.float64)  # a quarter are 0
+        tree.update(idx, values)
+        for i, v in zip(idx.tolist(), values.tolist(), strict=True):
+            p[i] = v  # the last write of an index wins
+        assert tree.total == p.sum()
+        assert tree.min == (p[p > 0].min() if (p > 0).any() else np.inf)
+        np.testing.assert_array_equal(tree.get(np.arange(capacity)), p)
+        if not p.sum():
+            continue
+        edges = np.cumsum(p)
+        u = np.concatenate([rng.integers(0, p.sum(), 200) + rng.random(200), [0.0, p.sum()]])
+        want = np.searchsorted(edges, np.minimum(u, np.nextafter(p.sum(), 0)), side="right")
+        np.testing.assert_array_equal(tree.find(u), want)
+        assert (p[tree.sample(rng, 64)] > 0).all()
+
+
+def test_uniform_set_keeps_exactly_the_items_of_positive_priority() -> None:
+    rng = np.random.default_rng(0)
+    capacity = 500
+    members, wanted = UniformSet(capacity), np.zeros(capacity, bool)
+    for k in range(200):
+        idx = rng.integers(0, capacity, [1, 11, 60][k % 3])
+        values = rng.random(idx.size) * (rng.random(idx.size) < 0.6)
+        members.update(idx, values)
+        for i, v in zip(idx.tolist(), values.tolist(), strict=True):
+            wanted[i] = v > 0  # the last write of an index wins
+        assert members.size == members.total == wanted.sum()
+        np.testing.assert_array_equal(members.get(np.arange(capacity)), wanted)
+        if members.size:
+            drawn = members.sample(rng, 32)
+            assert wanted[drawn].all()
+            if members.size >= 32:  # stratified: an item lies in at most two slices
+                assert np.unique(drawn, return_counts=True)[1].max() <= 2
+    with pytest.raises(ValueError, match="indices"):
+        members.update(np.array([capacity]), np.array([1.0]))
+    members.update(np.flatnonzero(wanted), np.zeros(wanted.sum()))
+    assert members.size == 0 and members.min == np.inf
+    with pytest.raises(ValueError, match="empty"):
+        members.sample(rng, 4)
+
+
+def test_uniform_set_draws_every_member_alike_chi_square() -> None:
+    members = UniformSet(200)
+    members.update(np.arange(0, 200, 4), np.ones(50))  # 50 members, spread out
+    rng = np.random.default_rng(0)
+    counts = np.zeros(200, dtype=np.int64)
+    for _ in range(DRAWS // BATCH):
+        counts += np.bincount(members.sample(rng, BATCH), minlength=200)
+    assert counts[np.arange(200) % 4 != 0].sum() == 0
+    assert _chi_square(counts[::4], np.full(50, 1 / 50)) < CHI2_CRITICAL_49_DOF

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from surge.algos.nstep import nstep_targets
+from surge.algos.priorities import SumTree, UniformSet
 from surge.algos.replay import ReplayStore, Spec, storage_fields
 
 
@@ -204,3 +206,88 @@ def test_prioritised_sampling_follows_the_trainers_td_errors() -> None:
     # a priority for an item overwritten since it was sampled (another generation) is ignored
     store.update_priorities(items, generations - 1, np.zeros(8))
     assert np.mean(store.sample(256, beta=0.4)["index"] == 2) > 0.95
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_the_sampler_holds_exactly_the_sampleable_items(prioritized: bool) -> None:
+    """Uniform sampling draws from the set of items of priority > 0 (no tree): overwrites
+    and reused side slots (a truncation every 4 steps fills the 64 final-observation slots
+    well within the ring) must take items out of it, and the size count must follow."""
+    stream = Stream(columns=2, length=2)
+    store = _store(2, 512, segment=7, n=2)
+    store.prioritized = prioritized
+    for _ in range(200):  # 1400 steps per column: the ring wraps, slots are reused
+        store.add(np.arange(2), stream.segment(7))
+        live = store.a["priority"].reshape(-1) > 0
+        np.testing.assert_array_equal(store.tree.get(np.arange(live.size)) > 0, live)
+        assert store.size == live.sum()
+    assert store.a["cursors"][0] > 3 * store.spec.side  # side slots were reused
+    batch = store.sample(512, beta=1.0)
+    assert (store.a["priority"].reshape(-1)[batch["index"]] > 0).all()
+    assert _check_batch(stream, batch, 2) == 512
+
+
+def test_sampling_into_a_row_writes_the_batch_it_would_return() -> None:
+    stream = Stream(columns=2, length=7)
+    twins = [_store(2, 64, segment=5, n=3) for _ in range(2)]
+    for _ in range(12):
+        segment = stream.segment(5)
+        for store in twins:
+            store.add(np.arange(2), segment)
+    fields = twins[0].batch_fields()
+    row = {k: np.full((100, *shape), -7, dtype) for k, (shape, dtype) in fields.items()}
+    assert twins[0].sample(100, beta=1.0, out=row) is row
+    batch = twins[1].sample(100, beta=1.0)
+    assert set(batch) == set(row)
+    for key, value in batch.items():
+        np.testing.assert_array_equal(row[key], value, err_msg=key)
+        assert value.dtype == np.dtype(fields[key][1]) and value.shape[1:] == fields[key][0]
+    assert _check_batch(stream, row, 3) == 100
+
+
+def test_one_step_targets_are_nstep_targets() -> None:
+    store = _store(1, 64, segment=5, n=1)
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(size=(9, 3)).astype(np.float32)
+    terminated, truncated = rng.random((9, 3)) < 0.3, rng.random((9, 3)) < 0.3
+    fast = store._targets(rewards, terminated, truncated)
+    want = nstep_targets(rewards, terminated, truncated, store.gamma, 1)
+    for field in ("returns", "discount", "horizon", "complete", "truncated_end"):
+        got, expected = getattr(fast, field), getattr(want, field)
+        np.testing.assert_array_equal(got, expected, err_msg=field)
+        assert got.dtype == expected.dtype, field
+
+
+def test_switching_the_sampling_rebuilds_the_sampler_from_the_priorities() -> None:
+    stream = Stream(columns=1, length=9)
+    store = _store(1, 64, segment=8, n=1)
+    for _ in range(4):
+        store.add(np.arange(1), stream.segment(8))
+    assert isinstance(store.tree, UniformSet) and store.tree.total == store.size == 32
+    store.prioritized = True
+    assert isinstance(store.tree, SumTree) and store.tree.total == store.size == 32
+    store.prioritized = False
+    assert isinstance(store.tree, UniformSet) and store.tree.total == 32
+
+
+def test_commits_mark_the_segment_and_queue_its_episodes() -> None:
+    """A segment's commit counts it (the worker's new life skips one committed before it
+    died unacknowledged) and queues its finished episodes in the same commit; the queue
+    hands them out once each, oldest first, and a full ring drops its oldest."""
+    from surge.algos.replay import EPISODE_QUEUE
+
+    stream = Stream(columns=2, length=9)
+    store = _store(2, 64, segment=6, n=2)
+    cols = np.arange(2)
+    assert store.segments_added(cols) == 0
+    store.add(cols, stream.segment(6), np.array([[1.0, 9], [2.0, 9]]))
+    store.add(cols, stream.segment(6))
+    assert store.segments_added(cols) == 2
+    store.add(cols, stream.segment(6), np.array([[3.0, 7]]))
+    np.testing.assert_array_equal(store.take_episodes(2), [[1.0, 9], [2.0, 9]])
+    np.testing.assert_array_equal(store.take_episodes(5), [[3.0, 7]])
+    assert len(store.take_episodes(5)) == 0
+    many = np.stack([np.arange(EPISODE_QUEUE + 3.0), np.ones(EPISODE_QUEUE + 3)], axis=1)
+    store.add(cols, stream.segment(6), many)
+    taken = store.take_episodes(EPISODE_QUEUE + 10)
+    assert len(taken) == EPISODE_QUEUE and taken[0, 0] == 3.0 and taken[-1, 0] == many[-1, 0]
