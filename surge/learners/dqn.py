@@ -8,28 +8,23 @@ the shard to turn into priorities. The target network follows the online one eve
 `dqn.target_every` updates (a copy, or Polyak with `dqn.target_tau` < 1).
 
 Env steps and episodes reach the trainer with the rows: each carries its shard's counters
-when it was sampled and the episodes that finished since its previous row.
+when it was sampled and the episodes that finished since its previous row. The update itself
+is the backend's (learners/q_backends.py: numpy for MLP Q-networks, else torch).
 """
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
-from surge.algos.adam import FusedAdam
-from surge.algos.dqn import double_q_target, q_learning_target, td_loss
 from surge.algos.exploration import linear_schedule
-from surge.algos.flat_params import FlatParameters
 from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
+from surge.learners.q_backends import make_q_backend
 from surge.learners.replay import ReplayBatches
-from surge.models.q_network import QNetwork
-from surge.seeds import derive_seed
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
 
@@ -41,26 +36,14 @@ def build(ctx: RunContext, b: Binding) -> TrainerWorker:
 
 
 class DQNLearner:
-    name = "torch"
-
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = self.cfg = ctx.cfg
-        d = cfg.dqn
-        torch.set_num_threads(d.threads)
-        torch.manual_seed(derive_seed(cfg.seed, "model"))
         space = ctx.env.action_space
         assert isinstance(space, gym.spaces.Discrete), "the plug-in checked it"
         self.start_action = int(space.start)
-        self.q = QNetwork(ctx.env.observation_space, int(space.n), cfg.model, d.dueling)
-        self.target = copy.deepcopy(self.q)
-        # One flat buffer for the weights and one for their gradients: zeroing, clipping
-        # and Adam are one kernel each per update, and publishing reads the buffer as it is
-        # (algos/flat_params.py; an update of CartPole's Q-network costs well under 1 ms,
-        # so per-tensor dispatch would be a large share of it).
-        self.flat = FlatParameters(self.q)
-        self.target_flat = FlatParameters(self.target)  # Polyak: one kernel
-        self.target.requires_grad_(False)
-        self.optimizer = FusedAdam(self.flat, lr=d.lr, eps=d.adam_eps)
+        # numpy for the MLP Q-networks it covers, else torch (learners/q_backends.py)
+        self.backend = make_q_backend(ctx)
+        self.name = self.backend.name
         self.batches = ReplayBatches(ctx, b)
         self.wait = self.batches.wait
         self.updates = 0
@@ -73,46 +56,29 @@ class DQNLearner:
         return self.batches.ready(version)
 
     def update(self, version: int) -> Update:
-        d = self.cfg.dqn
         row, f = self.batches.take(version)
-        obs = {k[4:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("obs/")}
-        nxt = {k[9:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("next_obs/")}
-        action = torch.from_numpy(f["action"].astype(np.int64) - self.start_action)
-        returns, discount = torch.from_numpy(f["reward"]), torch.from_numpy(f["discount"])
-        q = self.q(obs)
-        q_taken = q.gather(1, action.reshape(-1, 1)).squeeze(1)
-        with torch.no_grad():
-            q_next = self.target(nxt)
-            if d.double:
-                target = double_q_target(self.q(nxt), q_next, returns, discount)
-            else:
-                target = q_learning_target(q_next, returns, discount)
-        weights = torch.from_numpy(f["weight"]) if self.cfg.replay.prioritized else None
-        loss, td = td_loss(q_taken, target, weights, d.loss)
-        self.optimizer.zero_grad()
-        loss.backward()
-        if d.max_grad_norm is not None:
-            self.flat.clip_grad_norm_(d.max_grad_norm)
-        self.optimizer.step()
-        td_abs = np.abs(td.numpy())
-        if self.cfg.replay.prioritized:
+        prioritized = self.cfg.replay.prioritized
+        loss, q_taken, td = self.backend.update(f, self.start_action, prioritized)
+        td_abs = np.abs(td)
+        if prioritized:
             f["priority"][:] = td_abs
-        self.updates += 1
-        if self.updates % d.target_every == 0:
-            self.sync_target()
-        q_mean = float(q_taken.detach().numpy().mean())
-        self._stats.append({"loss": loss.item(), "q_mean": q_mean, "td_abs": float(td_abs.mean())})
+        self._after_update(
+            {"loss": loss, "q_mean": float(q_taken.mean()), "td_abs": float(td_abs.mean())}
+        )
         update = self.batches.give_back(version, row)
         self.env_steps += update.env_steps
         return update
 
-    def sync_target(self) -> None:
-        """target <- tau * online + (1 - tau) * target (`dqn.target_tau` 1: a copy)."""
-        with torch.no_grad():
-            self.target_flat.data.lerp_(self.flat.data, self.cfg.dqn.target_tau)
+    def _after_update(self, stats: dict[str, float]) -> None:
+        """Count the update, move the target network on its schedule, keep the stats."""
+        d = self.cfg.dqn
+        self.updates += 1
+        if self.updates % d.target_every == 0:
+            self.backend.sync_target(d.target_tau)
+        self._stats.append(stats)
 
     def parameters(self) -> np.ndarray:
-        return self.flat.data.numpy()  # the published layout: `parameters()` order
+        return self.backend.parameters()
 
     def metrics(self, seconds: float) -> dict[str, Any]:
         d = self.cfg.dqn
@@ -143,9 +109,7 @@ class DQNLearner:
         return {
             "format": CHECKPOINT_FORMAT,
             "kind": "dqn",
-            "model": self.q.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            **self.backend.state(),  # model, target, optimizer: the same for both backends
             "updates": self.updates,
         }
 
@@ -155,9 +119,7 @@ class DQNLearner:
                 "this checkpoint was not written by the DQN learner of this surge version",
                 "resume it with the surge version and algo it was trained with",
             )
-        self.q.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
-        self.target.load_state_dict({k: torch.as_tensor(v) for k, v in state["target"].items()})
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.backend.load(state)
         self.updates = int(state["updates"])
         self.env_steps = int(state["env_steps"])
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from surge.algos.dqn import rescale, sequence_priority, unrescale
 from surge.learners.dqn import DQNLearner
+from surge.learners.q_backends import TorchQ
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import TrainerWorker, Update
 
@@ -60,10 +61,15 @@ def sequence_targets(
 
 class R2D2Learner(DQNLearner):
     """`DQNLearner` (networks, optimiser, metrics, checkpoints, evaluation) with the update
-    on sequences."""
+    on sequences, on the torch backend (a recurrent core)."""
+
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        super().__init__(ctx, b)
+        assert isinstance(self.backend, TorchQ), "a recurrent Q-network trains in torch"
+        self.torch = self.backend
 
     def update(self, version: int) -> Update:
-        d = self.cfg.dqn
+        d, net = self.cfg.dqn, self.torch
         row, f = self.batches.take(version)
         burn = d.burn_in
 
@@ -75,9 +81,9 @@ class R2D2Learner(DQNLearner):
         action = steps("action")[burn:].long() - self.start_action
         returns, discount = steps("reward")[burn:], steps("discount")[burn:]
         horizon, mask = steps("horizon")[burn:], steps("mask")[burn:]
-        q = self.q.unroll(obs, core0, resets, burn)  # [T - burn, B, A]
+        q = net.q.unroll(obs, core0, resets, burn)  # [T - burn, B, A]
         with torch.no_grad():
-            q_target = self.target.unroll(obs, core0, resets, burn)
+            q_target = net.target.unroll(obs, core0, resets, burn)
             target = sequence_targets(
                 q.detach(), q_target, returns, discount, horizon, d.double, d.value_rescale
             )
@@ -90,18 +96,15 @@ class R2D2Learner(DQNLearner):
         if self.cfg.replay.prioritized:
             weight = weight * torch.from_numpy(f["weight"]).unsqueeze(0)
         loss = (per_step * weight).sum() / mask.sum().clamp(min=1)
-        self.optimizer.zero_grad()
+        net.optimizer.zero_grad()
         loss.backward()
         if d.max_grad_norm is not None:
-            self.flat.clip_grad_norm_(d.max_grad_norm)
-        self.optimizer.step()
+            net.flat.clip_grad_norm_(d.max_grad_norm)
+        net.optimizer.step()
         td = (target - q_taken).detach()
         f["priority"][:] = sequence_priority(td, mask, d.priority_eta).numpy()
-        self.updates += 1
-        if self.updates % d.target_every == 0:
-            self.sync_target()
         counted = mask.sum().clamp(min=1)
-        self._stats.append(
+        self._after_update(
             {
                 "loss": loss.item(),
                 "q_mean": float((q_taken.detach() * mask).sum() / counted),

@@ -16,6 +16,7 @@ import numpy as np
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError, UserError
+from surge.learners.q_backends import q_backend_name
 from surge.models.q_policy import count_q_params, q_params
 from surge.models.recurrent_state import state_size
 from surge.recipes.base import Algorithm
@@ -64,6 +65,7 @@ class DQNFamily(Algorithm):
                 "use algo=sac for Box actions (or algo=ppo)",
             )
         n_actions = int(env.action_space.n)
+        q_backend_name(cfg, env)  # model.backend=numpy on a model it does not cover: say so
         if checkpoint is not None:
             _check_fit(cfg, env.observation_space, n_actions, checkpoint)
         outputs = q_outputs(cfg, n_actions)
@@ -103,7 +105,8 @@ class DQNFamily(Algorithm):
             if d.exploration == "linear"
             else "Ape-X epsilons per env"
         )
-        return describe_replay(ctx, graph, f"torch ({kind}, {d.nstep}-step, {explore})")
+        backend = q_backend_name(ctx.cfg, ctx.env)
+        return describe_replay(ctx, graph, f"{backend} ({kind}, {d.nstep}-step, {explore})")
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
         from surge.evaluation.checkpoint import evaluate_with, parse_options
