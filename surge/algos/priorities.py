@@ -155,10 +155,8 @@ class UniformSet:
 
     `_items[:size]` lists the members (the items of priority > 0) in no particular order and
     `_slot[i]` is item i's place there (-1: not a member); a removal moves members from the
-    list's end into the places it frees. `sample` is stratified over that list as
-    `SumTree.sample` is over the cumulative priorities: one draw in each of `batch` equal
-    slices, so every member is as likely, and while size >= batch none is drawn more than
-    twice in a batch (none at all when size is a multiple of it).
+    list's end into the places it frees. `sample` is stratified over the items' indices as
+    `SumTree.sample` is over the cumulative priorities (see there).
     """
 
     def __init__(self, capacity: int) -> None:
@@ -212,15 +210,24 @@ class UniformSet:
         return 1.0 if self.size else np.inf
 
     def sample(self, rng: np.random.Generator, batch: int) -> np.ndarray:
-        """`batch` members, each as likely, stratified: one uniform draw in each of `batch`
-        equal slices of the list. Returns [batch] int64."""
+        """`batch` members, each as likely in expectation, stratified over the items'
+        indices: one uniform draw in each of `batch` equal slices of [0, capacity), and a
+        draw that lands on a non-member is replaced by a uniform draw from the members.
+        So a batch of a full replay spreads evenly over the ring's positions, i.e. over the
+        transitions' ages, as the sum tree's stratified draws did (lower variance than
+        independent draws), and each member's expected count is batch / size exactly
+        (1 / slice + (capacity - size) / (slice * size)). Returns [batch] int64."""
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
         if not self.size:
             raise ValueError("cannot sample from an empty UniformSet")
-        u = (np.arange(batch) + rng.random(batch)) * (self.size / batch)
-        # (batch - 1 + r) * size / batch can round up to size itself; stay inside.
-        return self._items[np.minimum(u.astype(np.int64), self.size - 1)]
+        u = (np.arange(batch) + rng.random(batch)) * (self.capacity / batch)
+        # (batch - 1 + r) * capacity / batch can round up to capacity itself; stay inside.
+        drawn = np.minimum(u.astype(np.int64), self.capacity - 1)
+        missed = self._slot[drawn] < 0
+        if missed.any():
+            drawn[missed] = self._items[rng.integers(0, self.size, int(missed.sum()))]
+        return drawn
 
 
 def _indices(indices: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:

@@ -214,14 +214,19 @@ def test_uniform_set_keeps_exactly_the_items_of_positive_priority() -> None:
         if members.size:
             drawn = members.sample(rng, 32)
             assert wanted[drawn].all()
-            if members.size >= 32:  # stratified: an item lies in at most two slices
-                assert np.unique(drawn, return_counts=True)[1].max() <= 2
     with pytest.raises(ValueError, match="indices"):
         members.update(np.array([capacity]), np.array([1.0]))
     members.update(np.flatnonzero(wanted), np.zeros(wanted.sum()))
     assert members.size == 0 and members.min == np.inf
     with pytest.raises(ValueError, match="empty"):
         members.sample(rng, 4)
+
+
+def test_uniform_set_spreads_a_batch_over_the_positions_of_a_full_replay() -> None:
+    members = UniformSet(200)
+    members.update(np.arange(200), np.ones(200))
+    drawn = members.sample(np.random.default_rng(0), 50)
+    np.testing.assert_array_equal(drawn // 4, np.arange(50))  # one in each slice of 4
 
 
 def test_uniform_set_draws_every_member_alike_chi_square() -> None:
