@@ -574,22 +574,31 @@ class ReplayStore:
         if name != spec.frames:
             np.take(self.by_item[f"obs/{name}"], items, axis=0, out=out, mode="clip")
             return
-        out[...] = self._stacks(name, *np.divmod(items, spec.length))
+        self._stacks(name, *np.divmod(items, spec.length), out=out)
 
-    def _stacks(self, name: str, cols: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """Frame stacks of field `name` at (cols, pos)."""
+    def _stacks(
+        self, name: str, cols: np.ndarray, pos: np.ndarray, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Frame stacks of field `name` at (cols, pos), [B, S, *frame] (into `out` if
+        given). Slot k of a stack is the frame S - 1 - k steps back; the slots from before
+        the episode's first observation come from its start's older frames (few: only the
+        first S - 1 steps of an episode have any), so every frame is gathered from the ring
+        in one take and those few are patched."""
         a, spec = self.a, self.spec
-        stored = a[f"obs/{name}"]
         S, L = spec.stack, spec.length
-        since = np.minimum(a["episode_step"][cols, pos], S - 1)[:, None]  # [B, 1]
-        age = (S - 1 - np.arange(S))[None, :]  # [1, S]: how far back each slot is
-        own = stored[cols[:, None], (pos[:, None] - np.minimum(age, since)) % L]
-        start = a["start_frames"][a["start_of"][cols, pos]]  # [B, S - 1, *frame]
-        frame = (1,) * (start.ndim - 2)  # the frame's own axes, for broadcasting
-        offset = np.minimum(np.arange(S)[None, :] + since, S - 2)
-        padded = np.take_along_axis(start, offset.reshape(offset.shape + frame), axis=1)
-        own_frame = np.broadcast_to(age <= since, (len(pos), S)).reshape((len(pos), S, *frame))
-        return np.where(own_frame, own, padded)
+        age = S - 1 - np.arange(S)  # [S]: how far back each slot is
+        at = cols[:, None] * L + (pos[:, None] - age[None, :]) % L  # [B, S] flat positions
+        stored = self.by_item[f"obs/{name}"]  # [C * L, *frame]
+        if out is None:
+            out = np.empty((len(pos), S, *stored.shape[1:]), stored.dtype)
+        np.take(stored, at.reshape(-1), axis=0, out=out.reshape(-1, *stored.shape[1:]))
+        since = a["episode_step"][cols, pos]  # steps since the episode's first observation
+        rows, slots = np.nonzero(age[None, :] > since[:, None])
+        if rows.size:
+            start = a["start_frames"][a["start_of"][cols[rows], pos[rows]]]  # [n, S-1, *f]
+            older = np.minimum(slots + since[rows], S - 2)
+            out[rows, slots] = start[np.arange(rows.size), older]
+        return out
 
     def __repr__(self) -> str:  # for debugging
         return f"ReplayStore(size={self.size}, inserted={self.inserted}, sampled={self.sampled})"

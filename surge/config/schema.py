@@ -276,15 +276,16 @@ class ModelConfig:
     image with more than 4 channels."""
 
     backend: Backend = "auto"
-    """What the trainer computes with. `numpy`: the MLP's forward and backward, the PPO loss
-    and Adam written out in numpy (models/numpy_net.py, algos/numpy_ppo.py); the trainer
-    never imports torch (about 1.3 s less start-up) and a small-MLP update costs a fraction
-    of torch's (per-op dispatch dominates there). Covers feed-forward models on the `flat`
-    encoder with any hidden sizes and Discrete, MultiDiscrete and Box actions; one BLAS
-    thread (a recurrent `core` trains in torch, and acts in numpy). `torch`: the torch
-    model and autograd (any model, `workers.trainer_threads` threads). `auto`: `numpy` for
-    the models it covers, else `torch`. Checkpoints hold the same torch state dict either
-    way; a run resumes with the backend it started with."""
+    """What the trainer computes with. `numpy`: the MLP's forward and backward, the loss
+    (PPO's, or DQN's TD loss) and Adam written out in numpy (models/numpy_net.py,
+    algos/numpy_ppo.py, algos/numpy_dqn.py): a small-MLP update costs a fraction of torch's
+    (per-op dispatch dominates there), and PPO's trainer never imports torch (about 1.3 s
+    less start-up). Covers feed-forward models on the `flat` encoder with any hidden sizes
+    (PPO: Discrete, MultiDiscrete and Box actions; DQN: Q-networks, dueling or not); one BLAS
+    thread (a recurrent `core` trains in torch, and acts in numpy). `torch`: the torch model
+    and autograd (any model). `auto`: `numpy` for the models it covers, else `torch`.
+    Checkpoints hold the same torch state dict either way; a PPO run resumes with the
+    backend it started with, a DQN run with either."""
 
     actor_inputs: list[str] = field(default_factory=list)
     """Observation fields the policy reads (the keys of a Dict observation, as in
