@@ -93,6 +93,23 @@ TASKS: dict[str, Task] = {
         2,
         "Atari PPO, Nature CNN (opt-in: longer)",
     ),
+    "spread-mappo": Task(
+        "spread-mappo",
+        tuple(UNTIL_STOPPED),
+        45,
+        10,
+        1,
+        "multi-agent: MAPPO on MPE spread, agents as rows (opt-in)",
+    ),
+    "arith-grpo": Task(
+        "arith-grpo",
+        tuple(UNTIL_STOPPED),
+        120,
+        45,
+        1,
+        "LLM RL: asynchronous GRPO on the built-in model, completions per second after its "
+        "cached warm start (opt-in: longer)",
+    ),
 }
 DEFAULT_TASKS = ("cartpole-ppo", "cartpole-appo")
 

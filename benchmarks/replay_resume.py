@@ -23,12 +23,14 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine  # noqa: E402  (benchmarks/, next to this file)
 
 ROOT = Path(__file__).resolve().parents[1]
 SURGE = [sys.executable, "-m", "surge"]
@@ -122,12 +124,13 @@ def main() -> int:
     after = later[0]
     ratio = after["episode_return_mean"] / before
     ok = abs(ratio - 1.0) <= args.tolerance
-    cpu = platform.processor() or platform.machine()
     lines = [
         "# Trainer killed, run resumed with its replay",
         "",
         f"`python benchmarks/replay_resume.py --preset {args.preset} --kill-after "
-        f"{args.kill_after}` ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, {cpu}).",
+        f"{args.kill_after}` ({time.strftime('%Y-%m-%d')}).",
+        "",
+        machine.summary(),
         "",
         f"- checkpoint: {newest.name} at {steps:,} env steps; trainer SIGKILLed after it",
         f"- replay restored on resume: {'yes' if restored else 'no'}",
