@@ -76,7 +76,10 @@ class EpsilonGreedy:
         rows = len(actions)
         explore = self.rng.random(rows) < self.epsilons(first_column, rows, env_steps)
         if explore.any():
-            actions[explore] = self.rng.integers(0, self.n, int(explore.sum())) + self.start
+            # floor(u * n) rather than rng.integers, whose bounds checks cost ~4 us a call: an
+            # actor stepping one env explores at most steps
+            uniform = self.rng.random(int(explore.sum())) * self.n
+            actions[explore] = uniform.astype(np.int64) + self.start
 
 
 class RandomStart:

@@ -57,3 +57,15 @@ def test_random_start_until_the_replay_may_be_sampled() -> None:
     kept = np.full((3, 2), 9.0, np.float32)
     explorer(kept, 0, env_steps=100)
     assert np.all(kept == 9.0)  # the policy's own actions from min_size on
+
+
+def test_random_actions_are_uniform_over_the_space_with_its_start() -> None:
+    cfg, _ = load_config("cartpole-dqn", ["total_env_steps=1000"])
+    space = gym.spaces.Discrete(4, start=2)
+    explorer = EpsilonGreedy(cfg, EnvInfo(OBS, space), columns=8, seed=0)
+    actions = np.zeros((5000, 8), np.int64)
+    for row in actions:
+        explorer(row, 0, 0)  # epsilon 1: every action random
+    values, counts = np.unique(actions, return_counts=True)
+    assert values.tolist() == [2, 3, 4, 5]
+    assert counts / actions.size == pytest.approx([0.25] * 4, abs=0.01)
