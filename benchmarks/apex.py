@@ -102,7 +102,7 @@ def learning() -> dict[str, Any]:
         "steps_per_s": round(last["env_steps"] / last["wall_time_s"], 1) if last else None,
         "peak_pss_mb": mem.get("peak_pss_mb"),
         "foreign": mem.get("foreign_cores"),
-        "met_return": final is not None and final >= 10,
+        "met_return": final is not None and final >= 10 and last["env_steps"] >= 1_000_000,
         "met_memory": (mem.get("peak_pss_mb") or 0) <= 8 * 1024,
         "curve": [
             (r["env_steps"], r.get("episode_return_mean")) for r in rows[:: max(1, len(rows) // 20)]
