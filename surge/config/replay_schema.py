@@ -40,10 +40,10 @@ class ReplayConfig:
 
     error_buffer: float = 0.0
     """How far, in samples, the ratio may drift either way before one side waits. 0: the
-    largest of 10 * ratio, two batches (in transitions: a batch of R2D2 sequences counts
-    each sequence's trained steps) and twice the floor below which the actors and the
-    replay could wait for each other forever (docs/replay.md, rate limiting); a value set
-    below that floor is an error."""
+    largest of 0.1 * min_size * ratio (Acme's tolerance), 10 * ratio, two batches (in
+    transitions: a batch of R2D2 sequences counts each sequence's trained steps) and twice
+    the floor below which the actors and the replay could wait for each other forever
+    (docs/replay.md, rate limiting); a value set below that floor is an error."""
 
     prefetch: int = 2
     """Batches each shard keeps sampled ahead of the trainer."""

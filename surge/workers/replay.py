@@ -220,12 +220,23 @@ class ReplayWorker(StageWorker):
             a["batch"][row] += self.shards * self.batches.prefetch  # the row's next batch
 
 
+TOLERANCE = 0.1
+"""The default error buffer's share of `min_size` inserts' samples (Acme's
+`samples_per_insert_tolerance_rate`)."""
+
+
 def error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1) -> float:
-    """`replay.error_buffer`, or its default (`min_error_buffer` twice over, at least ten
-    inserts' worth of samples and two batches)."""
+    """`replay.error_buffer`, or its default: the samples of TOLERANCE x `min_size` inserts, as
+    Acme sizes Reverb's limiter, and at least `min_error_buffer` twice over, ten inserts'
+    worth of samples and two batches.
+
+    Why that large: with only a few batches of slack the actors and the learner run in
+    lockstep, each waiting for the other's next step; cartpole-dqn (1 env) ran at 9.4-10.1k
+    steps/s with 256 samples of slack, 12.0-12.4k with 12,800, at the same measured ratio."""
     r = cfg.replay
     floor = 2 * min_error_buffer(cfg, nstep, per_item)
-    return r.error_buffer or max(10 * r.ratio, 2 * r.batch_size * per_item, floor)
+    tolerance = TOLERANCE * r.min_size * r.ratio
+    return r.error_buffer or max(tolerance, 10 * r.ratio, 2 * r.batch_size * per_item, floor)
 
 
 def min_error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1) -> float:
