@@ -152,7 +152,7 @@ def report(results: dict, seconds: float, lag: int, model: str, out: Path) -> No
     target = last_mean(results["TRL GRPOTrainer"]["evals"])
     trl_time = time_to(results["TRL GRPOTrainer"]["evals"], target)
     lines = [
-        "# LLM RL side by side: surge and TRL (issue 14)",
+        "# LLM RL side by side: surge and TRL",
         "",
         f"Machine: {summary()}. Command: `.venv/bin/python benchmarks/llm.py --seconds "
         f"{seconds:g} --async-lag {lag}`. Warm start: {model}, held-out "

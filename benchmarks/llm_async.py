@@ -281,7 +281,7 @@ def main() -> int:
     base_acc = accuracy_at(base["evals"], equal)
 
     lines = [
-        "# Asynchronous against synchronous LLM RL on countdown (issue 14)",
+        "# Asynchronous against synchronous LLM RL on countdown",
         "",
         f"Machine: {summary()}. Command: `.venv/bin/python benchmarks/llm_async.py --seconds "
         f"{args.seconds:g} --lags {args.lags} --sync-threads {args.sync_threads} --caches "

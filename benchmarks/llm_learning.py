@@ -1,4 +1,4 @@
-"""The arith-grpo learning check (issue 14): for each seed, `surge train arith-grpo` from a fresh
+"""The arith-grpo learning check: for each seed, `surge train arith-grpo` from a fresh
 warm start, then RL; reports the warm start's held-out accuracy and when RL first raised it by
 40 points.
 
@@ -87,7 +87,7 @@ def main() -> int:
         print(line, flush=True)
         lines.append(line)
     header = [
-        "# arith-grpo: warm start, then RL (issue 14)",
+        "# arith-grpo: warm start, then RL",
         "",
         f"Machine: {summary()}. Command: `.venv/bin/python benchmarks/llm_learning.py "
         f"--seeds {args.seeds} --completions {args.completions}`.",

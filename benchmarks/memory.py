@@ -4,7 +4,7 @@ beside it, the same preset with a feed-forward model (`model.core=none`), per se
     .venv/bin/python benchmarks/memory.py                      # seeds 1 2 3, 1M steps each
     .venv/bin/python benchmarks/memory.py --seeds 1 --steps 300000
 
-The check (issue 15): the recurrent policy reaches a mean return (last 20 episodes) of at
+The check: the recurrent policy reaches a mean return (last 20 episodes) of at
 least 400 within 1M env steps on every seed, and the feed-forward one stays below 200 (its
 best logged mean over the run). Both run the full budget (`stop_return=null`), one at a time,
 each a fresh `surge train` process under peers/memmon.py, which also measures the CPU other

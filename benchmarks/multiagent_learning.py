@@ -1,4 +1,4 @@
-"""Learning checks of the multi-agent presets (issue 15), each seed a fresh run with a time
+"""Learning checks of the multi-agent presets, each seed a fresh run with a time
 budget, one at a time:
 
     .venv/bin/python benchmarks/multiagent_learning.py --task spread [--seeds 1 2 3] [--minutes 30]
@@ -144,7 +144,7 @@ def report(
     task: str, presets: list[str], seeds: list[int], minutes: float, stop_at_target: bool = False
 ) -> str:
     lines = [
-        f"# Multi-agent learning check: {task} (issue 15)",
+        f"# Multi-agent learning check: {task}",
         "",
         f"Machine: {summary()}.",
         f"Command: `.venv/bin/python benchmarks/multiagent_learning.py --task {task} --seeds "

@@ -1,4 +1,4 @@
-"""The maths of LLM RL (issue 14): group advantages, token-level policy losses, their
+"""The maths of LLM RL: group advantages, token-level policy losses, their
 aggregation, the off-policy corrections for asynchronous data, and the staleness rule.
 
 Pure functions of token tensors, each pinned by hand-computed values in

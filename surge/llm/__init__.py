@@ -1,2 +1,2 @@
-"""LLM RL on the worker graph (issue 14): tasks and their verifiers so far; generation,
+"""LLM RL on the worker graph: tasks and their verifiers so far; generation,
 reward and trainer workers come next."""
