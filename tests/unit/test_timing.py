@@ -56,7 +56,9 @@ def test_timers_attribute_busy_cpu_and_wall_waits(monkeypatch: pytest.MonkeyPatc
     assert row[LEARN] == 0.0
 
 
-def test_rows_are_converted_once_per_window() -> None:
+def test_rows_are_converted_once_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a window long enough that a busy machine's stall cannot end it early
+    monkeypatch.setattr(timing, "FLUSH_EVERY_S", 0.5)
     timers = Timers()
     timers.flush()  # the first converts at once
     t = timers.now()
