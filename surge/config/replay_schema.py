@@ -183,4 +183,7 @@ class SACConfig:
     """None: -dim(A)."""
 
     threads: int = 1
-    """torch threads of the learner."""
+    """Threads of the learner. With MLP networks the twin critics run side by side on 2
+    (numpy releases the GIL in their matmuls: models/layers.py `parallel_mlps`) and torch
+    keeps one thread; with a CNN encoder these are torch's intra-op threads. 2 pays on 2
+    cores when the actors leave a core mostly idle (one MuJoCo env: `halfcheetah-sac`)."""

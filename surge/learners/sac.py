@@ -61,11 +61,13 @@ class SACLearner:
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = self.cfg = ctx.cfg
         s = cfg.sac
-        torch.set_num_threads(s.threads)
         torch.manual_seed(derive_seed(cfg.seed, "model"))
         obs_space, space = ctx.env.observation_space, ctx.env.action_space
         self.actor = SACActor(obs_space, space, cfg.model)
-        self.critic = TwinQ(obs_space, space, cfg.model)
+        self.critic = TwinQ(obs_space, space, cfg.model, threads=s.threads)
+        # MLP critics take the threads side by side (models/layers.py `parallel_mlps`) and
+        # torch keeps one; a CNN's large operations are torch's to spread.
+        torch.set_num_threads(1 if self.critic.shared_input else s.threads)
         self.target = copy.deepcopy(self.critic)
         # Each network's weights and gradients in two flat buffers: zeroing, Adam and the
         # Polyak average are one kernel each (algos/flat_params.py, algos/adam.py), and

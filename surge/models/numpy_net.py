@@ -70,12 +70,14 @@ def mlp_backward(
     linear_last: bool,
     grads: list[tuple[np.ndarray, np.ndarray]] | None = None,
     input_grad: bool = False,
+    weight_grads: bool = True,
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
     """Backward of `mlp_forward` given g = dL/dh_L: ([(dW_k, db_k)], dL/dx or None).
 
     The chain rule: g_k = g'_{k+1} * act'(h_{k+1}), dW_k = g_k^T h_k, db_k = sum_rows g_k,
     g'_k = g_k W_k. With `grads` (arrays of the parameters' shapes) the results are written
-    there instead of allocated."""
+    there instead of allocated. Without `weight_grads` (a network held constant, only
+    dL/dx wanted) no (dW_k, db_k) is computed and the list comes back empty."""
     out: list[tuple[np.ndarray, np.ndarray]] = [None] * len(weights)  # type: ignore[list-item]
     for k in range(len(weights) - 1, -1, -1):
         h = hidden[k + 1]
@@ -85,7 +87,9 @@ def mlp_backward(
             g = g * (h > 0)
         else:
             g = g * (1.0 - h * h)
-        if grads is None:
+        if not weight_grads:
+            pass
+        elif grads is None:
             out[k] = (np.matmul(g.T, hidden[k]), g.sum(0))
         else:
             dw, db = grads[k]
@@ -94,7 +98,7 @@ def mlp_backward(
             out[k] = (dw, db)
         if k > 0 or input_grad:
             g = np.matmul(g, weights[k])
-    return out, (g if input_grad else None)
+    return (out if weight_grads else []), (g if input_grad else None)
 
 
 def orthogonal(rng: np.random.Generator, shape: tuple[int, int], gain: float) -> np.ndarray:

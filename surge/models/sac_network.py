@@ -24,12 +24,11 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from surge.config.schema import ModelConfig
 from surge.models.encoders import make_encoder
-from surge.models.layers import mlp, orthogonal_linear
+from surge.models.layers import MLP, mlp, orthogonal_linear, parallel_mlps
 from surge.models.numpy_net import POLICY_GAIN, VALUE_GAIN
 
 
@@ -75,35 +74,52 @@ class SoftQ(nn.Module):
 
     def held(self, obs: dict[str, Tensor], action: Tensor) -> Tensor:
         """Q-values [B] with this network held constant: gradients reach `action` only (the
-        actor's loss). Plain torch layers on detached weights, so the backward skips the
-        weights' gradients, which the numpy torso (models/layers.py `MLP`) would compute
-        anyway: about a fifth of an actor step."""
+        actor's loss), and the backward computes no weight gradient (models/layers.py
+        `MLP`, `held`): about a fifth of an actor step."""
         with torch.no_grad():
             features = self.encoder(obs)
-        h = torch.cat([features, action.to(torch.float32)], dim=-1)
-        for layer in self.torso:
-            if isinstance(layer, nn.Linear):
-                h = F.linear(h, layer.weight.detach(), layer.bias.detach())
-            else:
-                h = layer(h)
-        return F.linear(h, self.head.weight.detach(), self.head.bias.detach()).squeeze(-1)
+        x = torch.cat([features, action.to(torch.float32)], dim=-1)
+        q: Tensor = self.torso(x, self.head, held=True)
+        return q.squeeze(-1)
 
 
 class TwinQ(nn.Module):
-    """The critic: two independent Q-networks (Q1, Q2)."""
+    """The critic: two independent Q-networks (Q1, Q2). On flat observations, whose encoders
+    have no weights, both read one [observation, action] input and run side by side on
+    `threads` threads (models/layers.py `parallel_mlps`); a CNN encoder runs each alone."""
 
     def __init__(
-        self, obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
+        self,
+        obs_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        cfg: ModelConfig,
+        threads: int = 1,
     ) -> None:
         super().__init__()
         dims = math.prod(action_space.shape or ())
         self.q1 = SoftQ(obs_space, dims, cfg)
         self.q2 = SoftQ(obs_space, dims, cfg)
+        self.threads = threads
+        self.shared_input = not any(True for _ in self.q1.encoder.parameters())
+        """Whether both networks read one input (flat observations: no encoder weights)."""
 
     def forward(self, obs: dict[str, Tensor], action: Tensor) -> tuple[Tensor, Tensor]:
         """(Q1 [B], Q2 [B])."""
-        return self.q1(obs, action), self.q2(obs, action)
+        if not self.shared_input:
+            return self.q1(obs, action), self.q2(obs, action)
+        x = torch.cat([self.q1.encoder(obs), action.to(torch.float32)], dim=-1)
+        q1, q2 = parallel_mlps(x, self._networks(), self.threads)
+        return q1.squeeze(-1), q2.squeeze(-1)
 
     def held(self, obs: dict[str, Tensor], action: Tensor) -> tuple[Tensor, Tensor]:
         """(Q1 [B], Q2 [B]) with the critics held constant (`SoftQ.held`)."""
-        return self.q1.held(obs, action), self.q2.held(obs, action)
+        if not self.shared_input:
+            return self.q1.held(obs, action), self.q2.held(obs, action)
+        with torch.no_grad():
+            features = self.q1.encoder(obs)
+        x = torch.cat([features, action.to(torch.float32)], dim=-1)
+        q1, q2 = parallel_mlps(x, self._networks(), self.threads, held=True)
+        return q1.squeeze(-1), q2.squeeze(-1)
+
+    def _networks(self) -> list[tuple[MLP, nn.Linear | None]]:
+        return [(self.q1.torso, self.q1.head), (self.q2.torso, self.q2.head)]

@@ -17,7 +17,7 @@ from surge.errors import EnvSpecError
 from surge.models.actor_critic import ActorCritic
 from surge.models.distributions import GaussianHead, categorical_sample
 from surge.models.encoders import Encoder, FlatEncoder
-from surge.models.layers import mlp
+from surge.models.layers import mlp, parallel_mlps
 from tests.numerics import assert_float32_close
 
 pytestmark = pytest.mark.numerics  # also run under the narrowest kernels (tests/numerics.py)
@@ -286,3 +286,62 @@ def test_evaluate_runs_each_head_in_its_torso_node() -> None:
         ref_value = model.value_head(plain(model.critic_torso, x))[:, 0]
     torch.testing.assert_close(logp.detach(), ref_logp)
     torch.testing.assert_close(value.detach(), ref_value)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("held", [False, True])
+def test_parallel_mlps_match_plain_autograd(threads: int, held: bool) -> None:
+    """Two networks on one input in one node (layers.py `parallel_mlps`, a SAC learner's twin
+    critics), on one thread or two, against each network run by float64 autograd: outputs,
+    the input's gradient (the sum of both networks') and every weight's gradient; `held`
+    networks get none, and their weights stay untouched by the backward."""
+    torch.manual_seed(1)
+    nets = [(mlp(7, [32, 24], "relu"), torch.nn.Linear(24, 1)) for _ in range(2)]
+    refs = [copy.deepcopy(torch.nn.Sequential(*torso, head)).double() for torso, head in nets]
+    x = torch.randn(96, 7)
+    upstream = [torch.randn(96, 1) for _ in nets]
+
+    inp = x.clone().requires_grad_(True)
+    outs = parallel_mlps(inp, nets, threads=threads, held=held)
+    sum((o * u).sum() for o, u in zip(outs, upstream, strict=True)).backward()  # type: ignore[union-attr]
+
+    ref_in = x.double().requires_grad_(True)
+    ref_outs = [ref(ref_in) for ref in refs]
+    sum((o * u.double()).sum() for o, u in zip(ref_outs, upstream, strict=True)).backward()  # type: ignore[union-attr]
+    accumulations = 7 + 32 + 24 + 96
+    for out, ref_out in zip(outs, ref_outs, strict=True):
+        assert_float32_close(out.detach(), ref_out.detach(), accumulations, "output")
+    assert_float32_close(inp.grad, ref_in.grad, 2 * accumulations, "input gradient")
+    for (torso, head), ref in zip(nets, refs, strict=True):
+        params = [p for layer in (*torso, head) for p in layer.parameters()]
+        if held:
+            assert all(p.grad is None for p in params)
+        else:
+            for i, (p, r) in enumerate(zip(params, ref.parameters(), strict=True)):
+                assert_float32_close(p.grad, r.grad, accumulations, f"gradient {i}")
+
+
+def test_parallel_mlps_threads_give_the_same_numbers() -> None:
+    """Each network's pass is the same arithmetic on any thread: two threads reproduce one
+    thread's outputs and gradients bit for bit."""
+    torch.manual_seed(2)
+    nets = [(mlp(5, [16], "tanh"), torch.nn.Linear(16, 2)) for _ in range(3)]
+    x = torch.randn(40, 5)
+    results = []
+    for threads in (1, 2):
+        for torso, head in nets:
+            torso.zero_grad()
+            head.zero_grad()
+        inp = x.clone().requires_grad_(True)
+        outs = parallel_mlps(inp, nets, threads=threads)
+        sum(o.square().sum() for o in outs).backward()  # type: ignore[union-attr]
+        grads = [
+            p.grad.clone()
+            for torso, head in nets
+            for p in (*torso.parameters(), *head.parameters())
+        ]  # type: ignore[union-attr]
+        results.append(([o.detach() for o in outs], inp.grad, grads))
+    (o1, g1, w1), (o2, g2, w2) = results
+    assert all(torch.equal(a, b) for a, b in zip(o1, o2, strict=True))
+    assert torch.equal(g1, g2)  # type: ignore[arg-type]
+    assert all(torch.equal(a, b) for a, b in zip(w1, w2, strict=True))
