@@ -29,7 +29,7 @@ from surge.algos.grpo_update import grpo_update
 from surge.errors import UserError
 from surge.learners.state import load_optimizer_state, optimizer_state
 from surge.llm.lean import LeanLlama
-from surge.llm.model import load_model
+from surge.llm.model import load_model, save_model_dir
 from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
 from surge.threads import limit_torch_threads
 from surge.workers.base import Binding, RunContext
@@ -198,9 +198,8 @@ class GRPOLearner:
 
     def export(self, run_dir: Path, version: int, wait: bool) -> bool:
         """run_dir/model: the weights as a Hugging Face directory, loadable by plain
-        transformers."""
-        self.model.save_pretrained(run_dir / HF_DIR)
-        self.tokenizer.save_pretrained(run_dir / HF_DIR)
+        transformers (`generate` with the run's completion length and stops)."""
+        save_model_dir(self.model, self.tokenizer, run_dir / HF_DIR, self.cfg.rollout)
         return True
 
     def close(self) -> None:

@@ -38,6 +38,11 @@ class FileTask:
         if not self.splits["heldout"]:  # a tiny file: evaluate on training rows rather than none
             self.splits["heldout"] = self.splits["train"]
 
+    def problems(self) -> list[Problem]:
+        """Every row, training rows first (the built-in model's text sample)."""
+        train, heldout = self.splits["train"], self.splits["heldout"]
+        return train if heldout is train else train + heldout
+
     def sample(self, split: Split, n: int, rng: random.Random) -> list[Problem]:
         rows = self.splits[split]
         return [rows[rng.randrange(len(rows))] for _ in range(n)]

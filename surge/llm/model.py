@@ -9,9 +9,12 @@ tied weights once: surge/models/weights.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from surge.config.llm_schema import RolloutConfig
 
 
 def load_model(directory: str | Path) -> tuple[Any, Any]:
@@ -52,3 +55,47 @@ def stop_sequences(tokenizer: Any, stop: list[str]) -> tuple[tuple[int, ...], ..
 
 def max_prompt_tokens(tokenizer: Any, prompts: list[str]) -> int:
     return max(len(encode_prompt(tokenizer, p)) for p in prompts)
+
+
+def save_model_dir(
+    model: Any, tokenizer: Any, directory: str | Path, rollout: RolloutConfig | None = None
+) -> None:
+    """The model and tokenizer as `save_pretrained` writes them, with a generation config
+    that generates as surge does: the special tokens' ids, and with `rollout` its completion
+    length (`max_new_tokens`) and stops (end-of-sequence, then each stop string: one-token
+    stops as extra end ids, longer ones as `stop_strings` where transformers can match them
+    with this tokenizer: its `StopStringCriteria` cannot with the built-in character
+    tokenizer, whose stop strings are all longer than a token). `generate` then needs no
+    arguments beyond the prompt's ids (`tokenizer(prompt)`, which starts with <bos> where
+    surge's prompts do)."""
+    from transformers import GenerationConfig
+
+    eos: list[int] = [tokenizer.eos_token_id]
+    settings: dict[str, Any] = {}
+    if rollout is not None:
+        stops = list(zip(rollout.stop, stop_sequences(tokenizer, rollout.stop), strict=True))
+        eos += [ids[0] for _, ids in stops if len(ids) == 1 and ids[0] not in eos]
+        longer = [text for text, ids in stops if len(ids) > 1]
+        settings["max_new_tokens"] = rollout.max_new_tokens
+        if longer and _stop_strings_work(tokenizer, longer):
+            settings["stop_strings"] = longer
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=eos[0] if len(eos) == 1 else eos,
+        pad_token_id=tokenizer.pad_token_id,
+        **settings,
+    )
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def _stop_strings_work(tokenizer: Any, stops: list[str]) -> bool:
+    """Whether transformers' `StopStringCriteria` accepts `stops` with this tokenizer (it
+    reads token strings the way byte-level BPE vocabularies spell them)."""
+    from transformers import StopStringCriteria
+
+    try:
+        StopStringCriteria(tokenizer, stops)
+    except (ValueError, KeyError, IndexError):
+        return False
+    return True

@@ -15,9 +15,10 @@ procedurally: entry i of a dataset is a dict with a `question`, a reference `ans
 - an entry is held out when the hash of its question says so (tasks.py `split_of`), so no run
   trains on a held-out question whatever its seed, even when two entries share a question;
 - the built-in model's character tokenizer gets the characters of a fixed sample of entries
-  (`text_sample`). A character outside them (a word or symbol the sample never showed) becomes
-  the unknown token <unk>, not an error: a generator's character set is open-ended, and a
-  problem with a new character found hours into a run should cost that problem (the model
+  (`sample_problems`, surge/llm/text_sample.py). A character outside them (a word or
+  symbol the sample never showed) becomes the unknown token <unk>, not an error: a
+  generator's character set is open-ended, and a problem with a new character found hours
+  into a run should cost that problem (the model
   cannot write the character), not stop the run.
 """
 
@@ -25,14 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
-import json
-import math
 import random
-from dataclasses import dataclass
 from typing import Any
 
-from surge.errors import ConfigError, UserError
+from surge.errors import UserError
 from surge.llm.problems import REASONING_GYM, Problem, Split, split_of
 
 DATASET_SEED = 0
@@ -40,13 +37,8 @@ DATASET_SEED = 0
 DATASET_SIZE = 20_000
 """Entries in the problem space unless task.kwargs sets `size`: the largest word_ladder
 accepts, and small enough for datasets that build something per entry up front (acre)."""
-TEXT_SAMPLE = 1000
-"""Entries whose characters make the built-in tokenizer's alphabet."""
 DRAWS_PER_PROBLEM = 100
 """Draws allowed per problem asked for before giving up (1 in 10 questions is held out)."""
-MAX_POSITIONS = 512
-"""Most positions the built-in model is given: its KV cache grows with them (per slot and
-layer), and a 1M-parameter model learns little from longer problems anyway."""
 INSTALL = "pip install -e '.[reasoning-gym]' in a clone of surge (or 'surge-rl[reasoning-gym]')"
 
 
@@ -127,61 +119,9 @@ class ReasoningGymTask:
         return min(max(score, 0.0), 1.0)
 
 
-@dataclass(frozen=True)
-class TextSample:
-    """What the built-in model needs to know of a task's text, from entries 0 .. TEXT_SAMPLE-1."""
-
-    alphabet: str
-    longest_prompt: int
-    """Characters (one token each with the built-in tokenizer)."""
-    longest_answer: int
-    all_answered: bool
-    """Every sampled entry has a reference answer (the warm start imitates them)."""
-
-
-def text_sample(name: str, kwargs: dict[str, Any]) -> TextSample:
-    """The `TextSample` of the reasoning-gym task `name` made with `kwargs` (deterministic:
-    the first entries of its problem space)."""
-    return _text_sample(name, json.dumps(kwargs, sort_keys=True, default=repr))
-
-
-@functools.lru_cache(maxsize=8)  # setup asks several times; a sample can take a second or two
-def _text_sample(name: str, kwargs_json: str) -> TextSample:
-    task = ReasoningGymTask(name.removeprefix(REASONING_GYM), **json.loads(kwargs_json))
-    problems = [task.entry(i) for i in range(min(TEXT_SAMPLE, task.size))]
-    chars = {c for p in problems for c in p.prompt + p.answer}
-    return TextSample(
-        alphabet="".join(sorted(chars)),
-        longest_prompt=max(len(p.prompt) for p in problems),
-        longest_answer=max(len(p.answer) for p in problems),
-        all_answered=all(p.meta.get("answer") is not None for p in problems),
-    )
-
-
-def tiny_model_positions(name: str, kwargs: dict[str, Any], max_new_tokens: int, least: int) -> int:
-    """Positions the built-in model needs for a reasoning-gym task, in multiples of 64 and at
-    least `least`: its longest sampled prompt and <bos> plus a quarter (the prompt rows'
-    margin, setup.task_shapes), then the longer of `max_new_tokens` and the longest sampled
-    answer with <eos> (the warm start's examples). A ConfigError above MAX_POSITIONS."""
-    s = text_sample(name, kwargs)
-    need = math.ceil((s.longest_prompt + 1) * 1.25) + max(max_new_tokens, s.longest_answer + 1)
-    if need > MAX_POSITIONS:
-        raise ConfigError(
-            f"task.name={name!r}: its problems need {need} positions (prompts of up to "
-            f"{s.longest_prompt} characters, answers of up to {s.longest_answer}, "
-            f"rollout.max_new_tokens={max_new_tokens}); the built-in model takes at most "
-            f"{MAX_POSITIONS}",
-            "choose task.kwargs that make shorter problems, lower rollout.max_new_tokens, or "
-            "set model.path to a Hugging Face model with a longer context",
-        )
-    return max(least, -(-need // 64) * 64)
-
-
-def check_warm_start(name: str, kwargs: dict[str, Any]) -> None:
-    """A ConfigError if the task has problems without a reference answer to imitate."""
-    if not text_sample(name, kwargs).all_answered:
-        raise ConfigError(
-            f"task.name={name!r} has problems without a reference answer (its verifier accepts "
-            "any valid solution), so the supervised warm start has nothing to imitate",
-            "set sft.steps=0, or model.path to a model that already solves some problems",
-        )
+def sample_problems(name: str, kwargs: dict[str, Any], n: int) -> list[Problem]:
+    """Entries 0 .. n-1 of the reasoning-gym task `name` made with `kwargs` (fewer if its
+    space is smaller): the fixed sample whose text the built-in model is sized and spelled
+    from (surge/llm/text_sample.py)."""
+    task = ReasoningGymTask(name.removeprefix(REASONING_GYM), **kwargs)
+    return [task.entry(i) for i in range(min(n, task.size))]

@@ -25,12 +25,12 @@ from gymnasium import spaces
 from surge.config.schema import ExperimentConfig
 from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError
-from surge.llm.problems import REASONING_GYM
-from surge.llm.tasks import Task, alphabet_of, heldout_set, task_of
+from surge.llm.tasks import ALPHABETS, Task, heldout_set, task_of
+from surge.llm.text_sample import TextSample, check_warm_start, text_sample, tiny_model_positions
 
 MAX_LENGTH = 64
-"""Positions of the built-in model: prompt and completion together (more for a reasoning-gym
-task's longer prompts: `tiny_positions`)."""
+"""Positions of the built-in model: prompt and completion together (more for other tasks'
+longer prompts: `tiny_positions`)."""
 PROMPT_SAMPLE = 2000
 """Problems sampled to size the prompt rows; longer prompts found later are an error."""
 
@@ -64,24 +64,17 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
                 "config.json and the tokenizer files)",
             )
         return path
-    if alphabet_of(cfg.task.name, cfg.task.kwargs) is None:
-        raise ConfigError(
-            f"task.name={cfg.task.name!r} has no built-in tokenizer: the built-in model "
-            "knows only the built-in and reasoning-gym tasks' characters",
-            "set model.path to your Hugging Face model directory",
-        )
     if cfg.sft.steps > 0:
         from surge.llm.sft import WarmStartSettings, warm_start
 
-        if cfg.task.name.startswith(REASONING_GYM):
-            from surge.llm.reasoning_gym_task import check_warm_start
-
-            check_warm_start(cfg.task.name, cfg.task.kwargs)
+        if cfg.task.name not in ALPHABETS:
+            check_warm_start(_sample(cfg), cfg.task.name)
 
         t = cfg.tiny_model
         settings = WarmStartSettings(
             task=cfg.task.name,
             task_kwargs=dict(cfg.task.kwargs),
+            reward_fn=cfg.task.reward_fn,
             hidden=t.hidden,
             layers=t.layers,
             heads=t.heads,
@@ -102,6 +95,7 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
 def _initial_model(cfg: ExperimentConfig, directory: Path) -> Path:
     from transformers.utils import logging
 
+    from surge.llm.model import save_model_dir
     from surge.llm.tiny import char_tokenizer, tiny_llama
 
     logging.disable_progress_bar()
@@ -109,27 +103,32 @@ def _initial_model(cfg: ExperimentConfig, directory: Path) -> Path:
     t = cfg.tiny_model
     positions = tiny_positions(cfg)
     model = tiny_llama(len(tokenizer), t.hidden, t.layers, t.heads, positions, seed=cfg.seed)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    save_model_dir(model, tokenizer, directory, cfg.rollout)
     return directory
 
 
 def tiny_positions(cfg: ExperimentConfig) -> int:
-    """Positions of the built-in model: MAX_LENGTH, or what a reasoning-gym task's sampled
-    prompts and answers need (a ConfigError when they do not fit the built-in model)."""
-    if not cfg.task.name.startswith(REASONING_GYM):
+    """Positions of the built-in model: MAX_LENGTH for a built-in task, or what a sample of
+    the task's prompts and answers needs (a ConfigError when they do not fit the built-in
+    model: surge/llm/text_sample.py)."""
+    if cfg.task.name in ALPHABETS:
         return MAX_LENGTH
-    from surge.llm.reasoning_gym_task import tiny_model_positions
+    return tiny_model_positions(_sample(cfg), cfg.task.name, cfg.rollout.max_new_tokens, MAX_LENGTH)
 
-    return tiny_model_positions(
-        cfg.task.name, cfg.task.kwargs, cfg.rollout.max_new_tokens, MAX_LENGTH
-    )
+
+def _sample(cfg: ExperimentConfig) -> TextSample:
+    """The task's text sample; a ConfigError naming the task when it cannot be made."""
+    try:
+        return text_sample(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
+    except (TypeError, ValueError):
+        task_of(cfg)  # raises the ConfigError that names the setting
+        raise
 
 
 def _alphabet(cfg: ExperimentConfig) -> str:
-    alphabet = alphabet_of(cfg.task.name, cfg.task.kwargs)
-    assert alphabet is not None  # model_directory checked it
-    return alphabet
+    if cfg.task.name in ALPHABETS:
+        return ALPHABETS[cfg.task.name]
+    return _sample(cfg).alphabet
 
 
 def task_shapes(cfg: ExperimentConfig, task: Task, tokenizer: Any, positions: int) -> EnvInfo:

@@ -26,10 +26,11 @@ from typing import Any
 
 import torch
 
-from surge.llm.model import encode_prompt
-from surge.llm.tasks import Task, alphabet_of, heldout_set, make_task
+from surge.llm.model import encode_prompt, save_model_dir
+from surge.llm.tasks import ALPHABETS, Task, heldout_set, make_task
+from surge.llm.text_sample import alphabet_of, text_sample
 
-FORMAT = 1
+FORMAT = 2  # 2: the tokenizer adds <bos> itself; a generation config
 """Bumped when the warm start's recipe changes, so old cache entries are not reused."""
 HELDOUT = 500
 
@@ -38,6 +39,7 @@ HELDOUT = 500
 class WarmStartSettings:
     task: str
     task_kwargs: dict[str, Any] = field(default_factory=dict)
+    reward_fn: str | None = None
     hidden: int = 128
     layers: int = 4
     heads: int = 4
@@ -54,15 +56,14 @@ class WarmStartSettings:
         fields.pop("threads")  # changes the speed, not the result
         fields["format"] = FORMAT
         fields["alphabet"] = self.alphabet()
+        if self.task not in ALPHABETS:  # the data itself: a changed file trains anew
+            fields["text"] = text_sample(self.task, self.task_kwargs, self.reward_fn).digest
         text = json.dumps(fields, sort_keys=True)
         return hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
 
     def alphabet(self) -> str:
         """The built-in tokenizer's characters for the task."""
-        alphabet = alphabet_of(self.task, self.task_kwargs)
-        if alphabet is None:
-            raise ValueError(f"task {self.task!r}: the built-in model has no tokenizer for it")
-        return alphabet
+        return alphabet_of(self.task, self.task_kwargs, self.reward_fn)
 
 
 def cache_root() -> Path:
@@ -159,7 +160,7 @@ def warm_start(
         started = time.monotonic()
         tokenizer = char_tokenizer(s.alphabet())
         model = tiny_llama(len(tokenizer), s.hidden, s.layers, s.heads, s.max_length, s.seed)
-        task = make_task(s.task, s.task_kwargs)
+        task = make_task(s.task, s.task_kwargs, s.reward_fn)
         losses = train_sft(
             model, tokenizer, task, s.steps, s.batch_size, s.lr, s.seed, s.target_accuracy
         )
@@ -170,8 +171,7 @@ def warm_start(
     log(f"warm start: held-out accuracy {accuracy:.1%} after {len(losses)} steps, {seconds:.0f} s")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
+    save_model_dir(model, tokenizer, staging)  # the run's stops are the run's to add
     record = {
         "settings": dataclasses.asdict(settings),
         "format": FORMAT,

@@ -153,19 +153,6 @@ ALPHABETS = {"arithmetic": ARITHMETIC_ALPHABET, "countdown": COUNTDOWN_ALPHABET}
 """The characters of each built-in task's prompts and solutions (the built-in tokenizer's)."""
 
 
-def alphabet_of(name: str, kwargs: dict[str, Any]) -> str | None:
-    """The built-in tokenizer's characters for task `name`: a built-in task's, or those of a
-    fixed sample of a reasoning-gym task's problems; None for other tasks (they need
-    `model.path`)."""
-    if name in ALPHABETS:
-        return ALPHABETS[name]
-    if name.startswith(REASONING_GYM):
-        from surge.llm.reasoning_gym_task import text_sample
-
-        return text_sample(name, kwargs).alphabet
-    return None
-
-
 class _UserReward:
     """A task whose verifier is the user's `reward_fn(prompt, completion, **meta) -> float`."""
 

@@ -23,8 +23,11 @@ COUNTDOWN_ALPHABET = "0123456789+-*/() >:"
 
 def char_tokenizer(alphabet: str) -> Any:
     """A `PreTrainedTokenizerFast` with one token per character of `alphabet` (after the
-    special tokens <pad> <bos> <eos> <unk>); decoding joins characters back without spaces."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    special tokens <pad> <bos> <eos> <unk>); decoding joins characters back without spaces.
+    Encoding with special tokens (the default of `tokenizer(text)`) starts with <bos>, as
+    Llama's tokenizers do: the model always saw <bos> first (surge/llm/model.py
+    `encode_prompt`), so a saved run's tokenizer gives plain transformers the same inputs."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     chars = list(dict.fromkeys(alphabet))
@@ -33,6 +36,9 @@ def char_tokenizer(alphabet: str) -> Any:
     # One piece per character, newlines too ("." skips them, so "\n\n" was one unknown piece).
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
+    core.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, vocab[BOS])]
+    )
     return PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS, unk_token=UNK
     )

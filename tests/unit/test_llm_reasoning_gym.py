@@ -14,14 +14,15 @@ pytest.importorskip("reasoning_gym")
 from surge.config.load import load_config  # noqa: E402
 from surge.errors import ConfigError, UserError  # noqa: E402
 from surge.llm.problems import split_of
-from surge.llm.reasoning_gym_task import (  # noqa: E402
+from surge.llm.tasks import heldout_set, make_task  # noqa: E402
+from surge.llm.text_sample import (  # noqa: E402
     MAX_POSITIONS,
     TEXT_SAMPLE,
+    alphabet_of,
     check_warm_start,
     text_sample,
     tiny_model_positions,
 )
-from surge.llm.tasks import alphabet_of, heldout_set, make_task  # noqa: E402
 
 SMALL_SUMS = {"min_terms": 2, "max_terms": 2, "max_digits": 1}  # "4 + 2 =", answers -9..18
 
@@ -105,23 +106,24 @@ def test_the_alphabet_covers_the_sample_and_the_tokenizer_round_trips_it() -> No
 
 def test_the_built_in_model_gets_positions_for_the_longer_prompts() -> None:
     sample = text_sample("reasoning-gym:chain_sum", {})
-    positions = tiny_model_positions("reasoning-gym:chain_sum", {}, 8, 64)
+    positions = tiny_model_positions(sample, "reasoning-gym:chain_sum", 8, 64)
     assert positions % 64 == 0 and positions >= 1.25 * (sample.longest_prompt + 1) + 8
     with pytest.raises(ConfigError, match=f"at most {MAX_POSITIONS}"):
-        tiny_model_positions("reasoning-gym:chain_sum", {}, MAX_POSITIONS, 64)
+        tiny_model_positions(sample, "reasoning-gym:chain_sum", MAX_POSITIONS, 64)
     # The settings a run's setup computes it from, and the error it raises there.
     from surge.llm.setup import tiny_positions
 
     cfg, _ = load_config("arith-grpo", ["task.name=reasoning-gym:chain_sum", "task.kwargs={}"])
-    assert tiny_positions(cfg) == tiny_model_positions("reasoning-gym:chain_sum", {}, 4, 64)
+    assert tiny_positions(cfg) == tiny_model_positions(sample, "reasoning-gym:chain_sum", 4, 64)
     builtin, _ = load_config("arith-grpo", [])
     assert tiny_positions(builtin) == 64
 
 
 def test_a_dataset_without_reference_answers_has_no_warm_start() -> None:
-    check_warm_start("reasoning-gym:chain_sum", SMALL_SUMS)
+    check_warm_start(text_sample("reasoning-gym:chain_sum", SMALL_SUMS), "chain_sum")
+    logic = text_sample("reasoning-gym:propositional_logic", {})
     with pytest.raises(ConfigError, match="sft.steps=0"):
-        check_warm_start("reasoning-gym:propositional_logic", {})
+        check_warm_start(logic, "reasoning-gym:propositional_logic")
 
 
 def test_the_warm_start_trains_on_a_reasoning_gym_task(tmp_path) -> None:
@@ -130,7 +132,8 @@ def test_the_warm_start_trains_on_a_reasoning_gym_task(tmp_path) -> None:
 
     from surge.llm.sft import WarmStartSettings, warm_start
 
-    positions = tiny_model_positions("reasoning-gym:chain_sum", SMALL_SUMS, 4, 64)
+    small = text_sample("reasoning-gym:chain_sum", SMALL_SUMS)
+    positions = tiny_model_positions(small, "reasoning-gym:chain_sum", 4, 64)
     settings = WarmStartSettings(
         "reasoning-gym:chain_sum", SMALL_SUMS, hidden=64, layers=1, heads=2,
         max_length=positions, steps=4, batch_size=8,
