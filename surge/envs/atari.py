@@ -1,7 +1,8 @@
 """Atari (`ALE/*` ids): the standard preprocessing, as env groups for two backends.
 
 Both backends give the same observations and signals (`env.atari` configures them):
-no-op starts, FIRE on reset for games that need it, each action repeated `frame_skip`
+no-op starts, FIRE on reset (and, with episodic life, at the start of each life:
+`fire_after_life_loss`) for games that need it, each action repeated `frame_skip`
 frames with the last two max-pooled, 84x84 greyscale, the last `frame_stack` frames stacked
 into uint8 [frame_stack, 84, 84] (a new episode's stack repeats its first frame), sticky
 actions, and the games' minimal action set.
@@ -21,6 +22,7 @@ the group does both, so it can report both signals.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from typing import Any
 
@@ -132,6 +134,8 @@ class VectorAtariGroup:
         self.truncated = np.zeros(self.size, bool)
         self.game_over = np.zeros(self.size, bool)
         self._lives = np.zeros(self.size, np.int32)
+        self._fire = fire_after_life_loss(cfg)
+        self._fire_next = np.zeros(self.size, bool)  # envs whose next step starts a life
 
     def _reset_all(self) -> tuple[np.ndarray, np.ndarray]:
         """Reset every env: (frames [G, 1, H, W], lives [G])."""
@@ -145,8 +149,11 @@ class VectorAtariGroup:
         frames, lives = self._reset_all()
         self._obs[:] = frames  # [G, 1, H, W]: every slot of the stack holds the first frame
         self._lives[:] = lives
+        self._fire_next[:] = False  # a reset presses FIRE itself (`fire_reset`)
 
     def step(self, actions: np.ndarray) -> None:
+        if self._fire is not None and self._fire_next.any():  # a life's first step: FIRE
+            actions = np.where(self._fire_next, self._fire, actions)
         frames, reward, terminated, truncated, info = self.env.step(actions)
         np.copyto(self.score, reward)
         if self.rewards is not self.score:
@@ -154,7 +161,9 @@ class VectorAtariGroup:
         np.logical_or(terminated, truncated, out=self.game_over)
         lives = info["lives"]
         if self.cfg.atari.episodic_life:
-            np.logical_or(terminated, lives < self._lives, out=self.terminated)
+            life_lost = lives < self._lives
+            np.logical_or(terminated, life_lost, out=self.terminated)
+            np.logical_and(life_lost, ~self.game_over, out=self._fire_next)
         else:
             np.copyto(self.terminated, terminated)
         np.copyto(self.truncated, truncated)
@@ -215,6 +224,35 @@ class AleGroup(VectorAtariGroup):
 
 
 # --- backend `gymnasium` --------------------------------------------------------------------
+
+
+def fire_after_life_loss(cfg: EnvConfig) -> int | None:
+    """The action that starts each new life, or None.
+
+    Games such as Breakout wait for FIRE after a lost life as after a reset: an agent that
+    has not learned to press it stands still until the episode's frame limit (measured:
+    Breakout under NOOPs lost its first life after 23 steps and no other in 3,000). When
+    `episodic_life` ends a training episode at a lost life, the next one starts as a reset
+    does with `fire_reset`: its first step presses FIRE whatever the agent chose (the
+    recorded action stays the agent's; the game ignores actions there), as the
+    EpisodicLifeEnv + FireResetEnv wrappers of SB3 and CleanRL do through a reset. The
+    index is FIRE's in the game's action set; None without `fire_reset`, without
+    `episodic_life`, or for a game with no FIRE."""
+    a = cfg.atari
+    if not (a.fire_reset and a.episodic_life):
+        return None
+    meanings = _action_meanings(cfg.id, a.full_action_space)
+    return meanings.index("FIRE") if "FIRE" in meanings else None
+
+
+@functools.lru_cache(maxsize=16)
+def _action_meanings(env_id: str, full_action_space: bool) -> tuple[str, ...]:
+    register_ale()
+    env = gym.make(env_id, full_action_space=full_action_space)
+    try:
+        return tuple(env.unwrapped.get_action_meanings())  # type: ignore[attr-defined]
+    finally:
+        env.close()
 
 
 class FireOnReset(gym.Wrapper[Any, Any, Any, Any]):

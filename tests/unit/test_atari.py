@@ -143,3 +143,30 @@ def test_backend_resolution() -> None:
         resolve_backend(EnvConfig(id="CartPole-v1", backend="ale"))
     assert resolve_backend(EnvConfig(id="ALE/Pong-v5", backend="envpool")) == "envpool"
     assert resolve_backend(EnvConfig(id="CartPole-v1", backend="envpool")) == "envpool"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_life_starts_with_fire(backend: str) -> None:
+    """Breakout waits for FIRE after a lost life: with episodic life and `fire_reset` the
+    group presses it for the life's first step, so an agent that only ever chooses NOOP still
+    loses every life and ends its games (without it, the first lost life would stall the
+    game until the frame limit)."""
+    group, _ = _group("Breakout", backend, envs=2)
+    noop = np.zeros(group.size, np.int64)
+    lives_ended = games = 0
+    for _ in range(1500):
+        group.step(noop)
+        lives_ended += int(group.terminated.sum())
+        games += int(group.game_over.sum())
+    group.close()
+    assert games >= 2 and lives_ended >= 5 * games, (games, lives_ended)
+
+    # Without episodic life a lost life starts no episode and nothing presses FIRE: the
+    # NOOP agent's games stall after their first lost life (the reason for the rule).
+    stalled, _ = _group("Breakout", backend, envs=2, atari={"episodic_life": False})
+    stalled_games = 0
+    for _ in range(1500):
+        stalled.step(noop)
+        stalled_games += int(stalled.game_over.sum())
+    stalled.close()
+    assert stalled_games == 0
