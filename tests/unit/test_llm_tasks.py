@@ -72,3 +72,38 @@ def test_countdown_problems_have_the_reference_solution_rewarded() -> None:
 def test_countdown_verifier(completion: str, reward: float) -> None:
     p = Problem("3 7 25 50 2 -> 81:", "", {"numbers": [3, 7, 25, 50, 2], "target": 81})
     assert Countdown.reward(p, completion) == reward
+
+
+class Greetings:
+    """A `module:function` task for the built-in model's text sample: names to greet."""
+
+    def __init__(self, longest: int = 5) -> None:
+        self.longest = longest
+
+    def sample(self, split: str, n: int, rng: random.Random) -> list[Problem]:
+        out = []
+        for _ in range(n):
+            name = "".join(rng.choice("xyzw") for _ in range(rng.randint(2, self.longest)))
+            out.append(Problem(f"hi {name}!", name.upper()))
+        return out
+
+    @staticmethod
+    def reward(problem: Problem, completion: str) -> float:
+        return float(completion == problem.answer)
+
+
+def test_any_task_gets_the_built_in_tokenizers_text_sample() -> None:
+    """A `module:function` task (no model.path) gets an alphabet, lengths and a digest from
+    fixed samples of its problems, the same in every process; other kwargs, other text."""
+    from surge.llm.text_sample import _text_sample, alphabet_of, text_sample
+
+    name = f"{__name__}:Greetings"
+    sample = text_sample(name, {})
+    assert set(sample.alphabet) == set("hi !xyzwXYZW")
+    assert sample.longest_prompt == len("hi wwwww!") and sample.longest_answer == 5
+    assert sample.all_answered and alphabet_of(name, {}) == sample.alphabet
+    _text_sample.cache_clear()
+    assert text_sample(name, {}) == sample  # drawn with a fixed seed, not remembered
+    assert alphabet_of("arithmetic", {}) == "0123456789+="  # built-in tasks keep theirs
+    shorter = text_sample(name, {"longest": 3})
+    assert shorter.longest_answer == 3 and shorter.digest != sample.digest
