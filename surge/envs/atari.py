@@ -235,8 +235,9 @@ def fire_after_life_loss(cfg: EnvConfig) -> int | None:
     `episodic_life` ends a training episode at a lost life, the next one starts as a reset
     does with `fire_reset`: its first step presses FIRE whatever the agent chose (the
     recorded action stays the agent's; the game ignores actions there), as the
-    EpisodicLifeEnv + FireResetEnv wrappers of SB3 and CleanRL do through a reset. The
-    index is FIRE's in the game's action set; None without `fire_reset`, without
+    EpisodicLifeEnv + FireResetEnv wrappers of SB3 and CleanRL do through a reset; the
+    evaluation env, which plays whole games, does the same (`FireOnLifeLoss`), so a policy
+    evaluates in the game it trained in. The index is FIRE's in the game's action set; None without `fire_reset`, without
     `episodic_life`, or for a game with no FIRE."""
     a = cfg.atari
     if not (a.fire_reset and a.episodic_life):
@@ -253,6 +254,32 @@ def _action_meanings(env_id: str, full_action_space: bool) -> tuple[str, ...]:
         return tuple(env.unwrapped.get_action_meanings())  # type: ignore[attr-defined]
     finally:
         env.close()
+
+
+class FireOnLifeLoss(gym.Wrapper[Any, Any, Any, Any]):
+    """The first step after a lost life presses `fire`, whatever the action
+    (`fire_after_life_loss`): the single-env form of what `VectorAtariGroup` does, for the
+    gymnasium backend and the evaluation env, which plays whole games."""
+
+    def __init__(self, env: gym.Env[Any, Any], fire: int) -> None:
+        super().__init__(env)
+        self.fire = fire
+        self._lives = 0
+        self._fire_next = False
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, info = self.env.reset(**kwargs)
+        self._lives, self._fire_next = info["lives"], False
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        if self._fire_next:
+            action = self.fire
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = info["lives"]
+        self._fire_next = lives < self._lives and not (terminated or truncated)
+        self._lives = lives
+        return obs, reward, terminated, truncated, info
 
 
 class FireOnReset(gym.Wrapper[Any, Any, Any, Any]):
@@ -295,7 +322,9 @@ def make_atari_env(cfg: EnvConfig) -> gym.Env[Any, Any]:
         terminal_on_life_loss=False,  # the group ends training episodes on lives
         grayscale_obs=True,
     )
-    return FrameStackObservation(env, a.frame_stack)
+    stacked = FrameStackObservation(env, a.frame_stack)
+    fire = fire_after_life_loss(cfg)
+    return stacked if fire is None else FireOnLifeLoss(stacked, fire)
 
 
 def register_ale() -> None:

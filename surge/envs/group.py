@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from surge.config.schema import EnvConfig
-from surge.envs.atari import AleGroup, fire_after_life_loss, is_atari_id, resolve_backend
+from surge.envs.atari import AleGroup, is_atari_id, resolve_backend
 from surge.envs.make import make_env
 from surge.envs.selfplay import OpponentSource, SelfPlayGroup, is_selfplay_id
 from surge.envs.spaces import action_converter, check_observation, split_obs
@@ -100,26 +100,22 @@ class GymAtariGroup(EnvGroup):
             self.rewards = np.zeros(self.size, np.float32)  # score stays the raw reward
         self._lives = np.zeros(self.size, np.int64)
         self._obs, self._final = self.obs_out["obs"], self.final_obs["obs"]
-        self._fire = fire_after_life_loss(cfg)
-        self._fire_next = np.zeros(self.size, bool)  # envs whose next step starts a life
 
     def reset(self) -> None:
         for i, (env, seed) in enumerate(zip(self.envs, self.seeds, strict=True)):
             self._obs[i], info = env.reset(seed=seed)
             self._lives[i] = info["lives"]
-        self._fire_next[:] = False  # a reset presses FIRE itself (`fire_reset`)
 
     def step(self, actions: np.ndarray) -> None:
         episodic_life = self.cfg.atari.episodic_life
         for i, env in enumerate(self.envs):
-            action = self._fire if self._fire_next[i] else int(actions[i])
-            obs, reward, terminated, truncated, info = env.step(action)
+            # a life's first step presses FIRE in the env (atari.py `FireOnLifeLoss`)
+            obs, reward, terminated, truncated, info = env.step(int(actions[i]))
             self.score[i] = reward
             life_lost = info["lives"] < self._lives[i]
             self._lives[i] = info["lives"]
             self.game_over[i] = terminated or truncated
             self.terminated[i] = terminated or (episodic_life and life_lost)
-            self._fire_next[i] = self._fire is not None and life_lost and not self.game_over[i]
             self.truncated[i] = truncated
             if self.terminated[i] or truncated:
                 self._final[i] = obs

@@ -170,3 +170,19 @@ def test_each_life_starts_with_fire(backend: str) -> None:
         stalled_games += int(stalled.game_over.sum())
     stalled.close()
     assert stalled_games == 0
+
+
+def test_the_evaluation_env_also_fires_after_a_lost_life() -> None:
+    """`make_atari_env` (the gymnasium backend's and the evaluation's env) plays whole games:
+    a NOOP agent trained with FIRE-started lives finishes its game there too."""
+    from surge.envs.atari import make_atari_env
+
+    env = make_atari_env(EnvConfig(id="ALE/Breakout-v5"))
+    env.reset(seed=3)
+    steps = 0
+    terminated = truncated = False
+    while not (terminated or truncated) and steps < 3000:
+        _, _, terminated, truncated, info = env.step(0)
+        steps += 1
+    env.close()
+    assert terminated and info["lives"] == 0, (steps, info)
