@@ -9,9 +9,11 @@ off the critical path (`replay.ratio` 0.05: a batch of 64 per 1,280 inserts), ea
 between the first metrics record past `--warmup` (60) trainer seconds and the last one.
 Target: 2 actors insert >= 1.6x one's transitions per second.
 
-learning: `breakout-apex` for its 1M env steps under peers/memmon.py: the mean raw score of
-the last 20 games when it ends (target >= 10; a random policy scores about 1.5), the peak
-PSS of the run's process tree (target <= 8 GB), its wall time and steps/s.
+learning: `breakout-apex` for its 1M env steps under peers/memmon.py, then `surge eval` of its
+newest checkpoint (10 whole games, greedy: the learner's policy, as Ape-X reports it; target
+>= 10, a random policy scores about 1.5); also the mean raw score of the last 20 training
+games (all 16 envs, exploration included), the peak PSS of the run's process tree (target
+<= 8 GB), its wall time and steps/s. `--part evaluate` redoes only the evaluation.
 
 Each part writes its section of benchmarks/results/apex.md (and apex.json), keeping the
 other's. Run files: benchmarks/results/replay_runs/apex-* (not committed).
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +40,7 @@ import memmon  # noqa: E402  (benchmarks/peers, standard library only)
 RUNS = ROOT / "benchmarks" / "results" / "replay_runs"
 OUT = ROOT / "benchmarks" / "results"
 COMMON = ["log.progress=false", "log.interval_s=2"]
+EVAL_EPISODES = 10
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
@@ -92,21 +96,42 @@ def scaling(secs: float, warmup: float) -> dict[str, Any]:
 def learning() -> dict[str, Any]:
     started = time.time()
     run_dir, mem = run("apex-learning", [], 4 * 3600)
+    result = learning_result(run_dir, mem, round(time.time() - started, 1))
+    return result | evaluation(run_dir)
+
+
+def learning_result(run_dir: Path, mem: dict[str, Any], wall_s: float) -> dict[str, Any]:
     rows = records(run_dir)
     last = rows[-1] if rows else {}
     final = last.get("episode_return_mean")
     return {
         "env_steps": last.get("env_steps"),
         "final_return": final,
-        "wall_s": round(time.time() - started, 1),
+        "wall_s": wall_s,
         "steps_per_s": round(last["env_steps"] / last["wall_time_s"], 1) if last else None,
         "peak_pss_mb": mem.get("peak_pss_mb"),
         "foreign": mem.get("foreign_cores"),
-        "met_return": final is not None and final >= 10 and last["env_steps"] >= 1_000_000,
         "met_memory": (mem.get("peak_pss_mb") or 0) <= 8 * 1024,
         "curve": [
             (r["env_steps"], r.get("episode_return_mean")) for r in rows[:: max(1, len(rows) // 20)]
         ],
+    }
+
+
+def evaluation(run_dir: Path, episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+    """`surge eval` of the run's newest checkpoint: whole games, greedy, the learner's policy
+    (the training score mixes in the actors' exploration, up to epsilon 0.4)."""
+    cmd = [sys.executable, "-m", "surge", "eval", str(run_dir), f"episodes={episodes}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    print(f"[apex] evaluating: {' '.join(cmd[2:])}", flush=True)
+    subprocess.run(cmd, env=env, cwd=ROOT, check=True, capture_output=True, text=True)
+    played = json.loads((run_dir / "eval.json").read_text())
+    return {
+        "eval_return": played["return_mean"],
+        "eval_std": played["return_std"],
+        "eval_episodes": played["episodes"],
+        "eval_env_steps": played["env_steps"],
+        "met_return": played["return_mean"] >= 10 and played["env_steps"] >= 1_000_000,
     }
 
 
@@ -140,8 +165,12 @@ def report(results: dict[str, Any]) -> str:
             "",
             f"- env steps {ll['env_steps']:,}, wall {ll['wall_s']:,.0f} s "
             f"({ll['steps_per_s']} steps/s)",
-            f"- mean raw score of the last 20 games: **{ll['final_return']:.1f}** (target >= 10: "
+            f"- greedy evaluation of the newest checkpoint ({ll['eval_env_steps']:,} env "
+            f"steps; `surge eval RUN episodes={ll['eval_episodes']}`, whole games): "
+            f"**{ll['eval_return']:.1f} +- {ll['eval_std']:.1f}** (target >= 10 at 1M steps: "
             f"{'met' if ll['met_return'] else 'not met'}; random play about 1.5)",
+            f"- mean raw score of the last 20 training games, over all 16 envs (their "
+            f"epsilons run up to 0.4): {ll['final_return']:.1f}",
             f"- peak PSS of the process tree: **{ll['peak_pss_mb']:,.0f} MB** (target <= 8 GB: "
             f"{'met' if ll['met_memory'] else 'not met'})",
             "",
@@ -155,13 +184,23 @@ def report(results: dict[str, Any]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--part", choices=["scaling", "learning"], required=True)
+    p.add_argument(
+        "--part",
+        choices=["scaling", "learning", "evaluate"],
+        required=True,
+        help="evaluate: only the greedy evaluation of the last learning run's checkpoint",
+    )
     p.add_argument("--secs", type=float, default=150.0)
     p.add_argument("--warmup", type=float, default=60.0)
     args = p.parse_args()
     store = OUT / "apex.json"
     results = json.loads(store.read_text()) if store.exists() else {}
-    results[args.part] = scaling(args.secs, args.warmup) if args.part == "scaling" else learning()
+    if args.part == "scaling":
+        results["scaling"] = scaling(args.secs, args.warmup)
+    elif args.part == "learning":
+        results["learning"] = learning()
+    else:
+        results["learning"] |= evaluation(RUNS / "apex-learning" / "run")
     store.write_text(json.dumps(results, indent=1))
     text = report(json.loads(store.read_text()))
     (OUT / "apex.md").write_text(text + "\n")
