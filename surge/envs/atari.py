@@ -237,8 +237,8 @@ def fire_after_life_loss(cfg: EnvConfig) -> int | None:
     recorded action stays the agent's; the game ignores actions there), as the
     EpisodicLifeEnv + FireResetEnv wrappers of SB3 and CleanRL do through a reset; the
     evaluation env, which plays whole games, does the same (`FireOnLifeLoss`), so a policy
-    evaluates in the game it trained in. The index is FIRE's in the game's action set; None without `fire_reset`, without
-    `episodic_life`, or for a game with no FIRE."""
+    evaluates in the game it trained in. The index is FIRE's in the game's action set; None
+    without `fire_reset`, without `episodic_life`, or for a game with no FIRE."""
     a = cfg.atari
     if not (a.fire_reset and a.episodic_life):
         return None
