@@ -163,7 +163,8 @@ class VectorAtariGroup:
         if self.cfg.atari.episodic_life:
             life_lost = lives < self._lives
             np.logical_or(terminated, life_lost, out=self.terminated)
-            np.logical_and(life_lost, ~self.game_over, out=self._fire_next)
+            if self._fire is not None:  # games without FIRE (Pong) skip it in the step loop
+                np.logical_and(life_lost, ~self.game_over, out=self._fire_next)
         else:
             np.copyto(self.terminated, terminated)
         np.copyto(self.truncated, truncated)
