@@ -276,12 +276,13 @@ def _distinct(ordered: np.ndarray) -> np.ndarray:
 
 
 def importance_weights(
-    probabilities: np.ndarray, size: int, beta: float, min_probability: float
+    probabilities: np.ndarray, size: int, beta: float, min_probability: float | None = None
 ) -> np.ndarray:
     """Importance-sampling weights of sampled items, normalised so that the largest is 1.
 
     `probabilities`: [K] float, P(i) of each sampled item; `size`: the number of items in the
-    replay (N); `min_probability`: the smallest P over the whole replay (tree.min / total).
+    replay (N); `min_probability`: the P that gets weight 1, the smallest over the whole
+    replay (tree.min / total), or None for the smallest in the batch (`replay.weight_norm`).
 
         w_i = (N * P(i)) ** -beta / (N * min_probability) ** -beta   in (0, 1]
 
@@ -292,6 +293,8 @@ def importance_weights(
         raise ValueError(f"size must be at least 1, got {size}")
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta}")
+    if min_probability is None:
+        min_probability = float(p.min(initial=np.inf))
     if not min_probability > 0:
         raise ValueError(f"min_probability must be > 0, got {min_probability}")
     if np.any(p < min_probability):

@@ -169,8 +169,10 @@ class ReplayStore:
         alpha: float,
         priority_eps: float,
         seed: int,
+        weight_norm: str = "batch",
     ) -> None:
         self._check(spec, nstep)
+        self.weight_norm = weight_norm
         self.spec, self.a = spec, arrays
         self.gamma, self.nstep = gamma, nstep
         self._prioritized, self.alpha, self.eps = prioritized, alpha, priority_eps
@@ -511,6 +513,13 @@ class ReplayStore:
         distinct, first = np.unique(items[alive], return_index=True)
         self._set_priority(distinct, scaled[first])
 
+    def _weights(self, priorities: np.ndarray, beta: float) -> np.ndarray:
+        """Importance weights of sampled items of these priorities (`replay.weight_norm`:
+        the largest in the batch is 1, or the least likely item's in the replay would be)."""
+        total = self.tree.total
+        smallest = self.tree.min / total if self.weight_norm == "replay" else None
+        return importance_weights(priorities / total, self.size, beta, smallest)
+
     # ------------------------------------------------------------------ sample
 
     def batch_fields(self) -> Fields:
@@ -558,9 +567,7 @@ class ReplayStore:
             if truncated.any():
                 next_obs[truncated] = a[f"final/{name}"][final[truncated]]
         if self.prioritized:
-            probabilities = f["priority"][items] / self.tree.total
-            smallest = self.tree.min / self.tree.total
-            out["weight"][...] = importance_weights(probabilities, self.size, beta, smallest)
+            out["weight"][...] = self._weights(f["priority"][items], beta)
         else:
             out["weight"][...] = 1.0
         a["counts"][SAMPLED] += batch

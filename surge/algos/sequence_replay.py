@@ -32,7 +32,6 @@ from __future__ import annotations
 import numpy as np
 
 from surge.algos.nstep import nstep_targets
-from surge.algos.priorities import importance_weights
 from surge.algos.replay import SAMPLED, Fields, ReplayStore, Spec
 from surge.models.recurrent_state import resets_before
 
@@ -153,9 +152,7 @@ class SequenceStore(ReplayStore):
             self._observation(name, (cat * spec.length + at).reshape(-1), obs)
             result[f"obs/{name}"] = obs.reshape(*at.shape, *shape)
         if self.prioritized:
-            probabilities = a["priority"][cols, pos] / self.tree.total
-            smallest = self.tree.min / self.tree.total
-            result["weight"] = importance_weights(probabilities, self.size, beta, smallest)
+            result["weight"] = self._weights(a["priority"][cols, pos], beta)
         else:
             result["weight"] = np.ones(batch, np.float32)
         a["counts"][SAMPLED] += batch * spec.trained

@@ -94,6 +94,7 @@ class ReplayWorker(StageWorker):
             prioritized=r.prioritized,
             alpha=r.alpha,
             priority_eps=r.priority_eps,
+            weight_norm=r.weight_norm,
             seed=derive_seed(cfg.seed, "replay", ctx.resumes, b.index, b.life),
         )
         # each shard holds its share of the run's limits

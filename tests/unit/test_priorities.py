@@ -163,6 +163,9 @@ def test_importance_weights_hand_values() -> None:
     w1 = importance_weights(np.array([0.1, 0.4]), 4, 1.0, 0.1)
     np.testing.assert_allclose(w1, [1.0, 0.25], rtol=1e-6)
     np.testing.assert_array_equal(importance_weights(np.array([0.2, 0.4]), 4, 0.0, 0.1), [1, 1])
+    # no min P (`replay.weight_norm: batch`): the batch's smallest P, 0.2, gets weight 1
+    wb = importance_weights(np.array([0.4, 0.2, 0.3]), 4, 1.0)
+    np.testing.assert_allclose(wb, [0.5, 1.0, 2 / 3], rtol=1e-6)
 
 
 def test_annealed_beta() -> None:

@@ -198,6 +198,16 @@ def test_prioritised_sampling_follows_the_trainers_td_errors() -> None:
     np.testing.assert_allclose(store.a["priority"][0, :8], (np.arange(8) + 1e-6) ** 0.6)
     batch = store.sample(7, beta=0.4)
     assert np.all((batch["weight"] > 0) & (batch["weight"] <= 1.0))
+    # weights normalised in the batch: its least likely item weighs 1, the rest
+    # (P_min / P_i) ** beta; over the replay (item 0's priority 1e-6 ** 0.6) they are tiny
+    p = store.a["priority"][0, batch["index"]]
+    assert batch["weight"].max() == 1.0
+    np.testing.assert_allclose(batch["weight"], (p.min() / p) ** 0.4, rtol=1e-6)
+    store.weight_norm = "replay"
+    batch = store.sample(64, beta=1.0)
+    p = store.a["priority"][0, batch["index"]]
+    np.testing.assert_allclose(batch["weight"], 1e-6**0.6 / p, rtol=1e-5)
+    store.weight_norm = "batch"
     # item 2 gets a TD error of 100, the others 0: it is then (nearly) all that is drawn
     generations = store.a["generation"][0, :8]
     errors = np.where(items == 2, 100.0, 0.0)
