@@ -30,7 +30,7 @@ from surge.errors import UserError
 from surge.learners.state import load_optimizer_state, optimizer_state
 from surge.llm.lean import LeanLlama
 from surge.llm.model import load_model, save_model_dir
-from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
+from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows, trained_width
 from surge.threads import limit_torch_threads
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
@@ -46,20 +46,19 @@ def build(ctx: RunContext, b: Binding) -> TrainerWorker:
 
 def grouped_batch(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """A batch's rows as tensors for `LeanLlama.forward_groups`: `prompts` [groups, P] and
-    `prompt_lens`; per completion (group-major, S = groups x G), over its N token positions:
-    `completions` [S, N], `mask` (1 on real tokens), `behav` (behaviour log-probs),
-    `versions`; and `reward` [S]. P and N are trimmed to this batch's longest."""
+    `prompt_lens`; per episode (group-major, S = groups x G), over its N token positions
+    after the prompt: `completions` [S, N] (the policy's tokens and any env tokens between
+    them), `mask` (1 on the policy's tokens), `behav` (behaviour log-probs), `versions`;
+    and `reward` [S]. P and N are trimmed to this batch's longest."""
     plen = batch["prompt_len"].astype(np.int64)
-    length = batch["length"].reshape(-1)
-    P, N = int(plen.max()), max(int(length.max()), 1)
+    P, N = int(plen.max()), trained_width(batch["mask"])
     groups, g, _ = batch["tokens"].shape
     S = groups * g
-    mask = np.arange(N)[None, :] < length[:, None]
     return {
         "prompts": torch.from_numpy(batch["prompt"][:, :P].astype(np.int64)),
         "prompt_lens": torch.from_numpy(plen),
         "completions": torch.from_numpy(batch["tokens"].reshape(S, -1)[:, :N].astype(np.int64)),
-        "mask": torch.from_numpy(mask.astype(np.float32)),
+        "mask": torch.from_numpy(batch["mask"].reshape(S, -1)[:, :N].astype(np.float32)),
         "behav": torch.from_numpy(batch["logprobs"].reshape(S, -1)[:, :N].copy()),
         "versions": torch.from_numpy(batch["versions"].reshape(S, -1)[:, :N].astype(np.int64)),
         "reward": torch.from_numpy(batch["reward"].reshape(-1).astype(np.float32)),
@@ -97,6 +96,7 @@ class GRPOLearner:
         self._tokens_at_log = 0
         self._learned_tokens = 0.0  # since the last log: tokens with a loss weight
         self._window: list[dict[str, float]] = []  # per-update stats since the last log
+        self._dropped = 0  # episodes the generation workers dropped and ran again, ditto
         self._staleness = np.zeros(cfg.max_policy_lag + 1, np.int64)
         self._evaluation: tuple[Any, Any] | None = None  # (task, held-out problems), made once
 
@@ -104,7 +104,9 @@ class GRPOLearner:
         return self.rows.batch_ready(version)
 
     def update(self, version: int) -> Update:
-        data = grouped_batch(self.rows.batch(version))
+        batch = self.rows.batch(version)
+        data = grouped_batch(batch)
+        self._dropped += int(batch["dropped"].sum())
         self._check_staleness(data, version)
         stats = grpo_update(self.lean, self.optimizer, data, self.cfg.grpo, self.group_size)
         rewards = data["reward"]
@@ -142,12 +144,14 @@ class GRPOLearner:
             "trained_tokens_per_s": round(self._learned_tokens / seconds, 1),
             "policy_lag_mean": float((np.arange(len(self._staleness)) * self._staleness).sum())
             / seen,
+            "episodes_dropped": self._dropped,
             **means,
         }
         for lag, count in enumerate(self._staleness):
             record[f"staleness/{lag}"] = float(count) / seen  # share of tokens `lag` behind
         self._tokens_at_log = self.tokens
         self._learned_tokens = 0.0
+        self._dropped = 0
         self._window = []
         self._staleness[:] = 0
         return record

@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from surge.llm.lean import KVCache, LeanLlama
@@ -248,17 +247,3 @@ def nucleus(logp: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def _ends_with(tokens: list[int], suffix: tuple[int, ...]) -> bool:
     return len(tokens) >= len(suffix) and tuple(tokens[-len(suffix) :]) == suffix
-
-
-def completion_arrays(c: Completion, width: int) -> dict[str, np.ndarray]:
-    """A completion as fixed-width rows (zero-padded), for a stream block."""
-    n = len(c.tokens)
-    out = {
-        "tokens": np.zeros(width, np.int32),
-        "logprobs": np.zeros(width, np.float32),
-        "versions": np.zeros(width, np.int32),
-    }
-    out["tokens"][:n] = c.tokens
-    out["logprobs"][:n] = c.logprobs
-    out["versions"][:n] = c.versions
-    return out

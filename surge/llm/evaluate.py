@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.llm.engine import Engine, Request
+from surge.llm.engine import Engine
+from surge.llm.episodes import EpisodeRunner, episode_of
 from surge.llm.model import decode_completion, encode_prompt, stop_sequences
 from surge.llm.tasks import Problem, Task
 
@@ -25,7 +26,7 @@ class Scores:
     rewards: np.ndarray
     """[problems, samples]"""
     lengths: np.ndarray
-    """[problems, samples] completion tokens"""
+    """[problems, samples] the policy's tokens in each episode"""
 
     @property
     def accuracy(self) -> float:
@@ -80,6 +81,9 @@ def decode_and_score(
     on_step: Callable[[], None] = lambda: None,
     slots: int = 512,
 ) -> Scores:
+    """Run `samples` episodes of each problem (the task's episode, as training runs it:
+    surge/llm/episodes.py) and score each: its own reward, or the task's verifier on the
+    policy's text. An episode that ends without a trajectory scores 0."""
     prompts = [tuple(encode_prompt(tokenizer, p.prompt)) for p in problems]
     n = len(prompts)
     engine = Engine(
@@ -93,14 +97,20 @@ def decode_and_score(
         stop=stop,
         seed=seed,
     )
-    engine.submit([Request(i, prompts[i // samples]) for i in range(n * samples)])
+    runner = EpisodeRunner(engine, tokenizer, episode_of(task))
+    for i in range(n * samples):
+        runner.start(i, problems[i // samples], np.random.default_rng([seed, i]))
     rewards, lengths = np.zeros(n * samples), np.zeros(n * samples)
-    while not engine.idle():
+    while not runner.idle():
         on_step()
-        for c in engine.step():
-            problem = problems[c.key // samples]
-            rewards[c.key] = task.reward(problem, decode_completion(tokenizer, c.tokens))
-            lengths[c.key] = len(c.tokens)
+        for key, trajectory in runner.step():
+            if trajectory is None:
+                continue
+            policy = trajectory.policy_tokens()
+            reward = trajectory.reward
+            if reward is None:
+                reward = task.reward(problems[key // samples], decode_completion(tokenizer, policy))
+            rewards[key], lengths[key] = reward, len(policy)
     return Scores(rewards.reshape(n, samples), lengths.reshape(n, samples))
 
 

@@ -18,6 +18,12 @@ Hand-over is a state per row, written only by the row's current owner:
     EMPTY -> GENERATING (generation worker) -> GENERATED (it) -> SCORED (reward worker)
           [-> REFERENCED (reference worker, when the loss has a KL term)]
 
+A row holds its group's prompt and, per member, one episode's trajectory after it
+(surge/llm/episodes.py): its tokens, a loss mask over the policy's own tokens (env and tool
+tokens stay in context with weight 0), behaviour log-probs and versions. A member's reward
+is the episode's own (`rewarded`) or the reward worker's. `dropped` counts the episodes the
+generation worker ran again because they ended without a trajectory.
+
 A row's `group` says which group it holds. A generation worker sets GENERATED only after the
 last write of the group's last completion, and the reward worker reads only GENERATED rows;
 so a generation worker killed mid-group leaves a GENERATING row that nobody reads, and its
@@ -26,6 +32,9 @@ the reader; the states are the truth, so a lost or repeated record loses nothing
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -48,12 +57,40 @@ def rollout_layout(rows: int, group_size: int, prompt_len: int, new_tokens: int)
             "tokens": Field((rows, g, n), "<i4"),
             "logprobs": Field((rows, g, n), "<f4"),  # behaviour log-probs
             "versions": Field((rows, g, n), "<i4"),  # the version that drew each token
-            "length": Field((rows, g), "<i4"),
+            "mask": Field((rows, g, n), "|b1"),  # the policy's tokens: those that train
             "finish": Field((rows, g), "<i1"),
             "reward": Field((rows, g), "<f4"),
+            "rewarded": Field((rows, g), "|b1"),  # the episode gave its reward
+            "dropped": Field((rows,), "<i4"),  # episodes dropped and run again
             "ref_logprobs": Field((rows, g, n), "<f4"),  # under the frozen reference model
         }
     )
+
+
+class EpisodeRecord(Protocol):
+    """What a row keeps of an episode (surge/llm/episodes.py `Trajectory`)."""
+
+    @property
+    def prompt(self) -> Sequence[int]: ...
+    @property
+    def tokens(self) -> Sequence[int]: ...
+    @property
+    def mask(self) -> Sequence[bool]: ...
+    @property
+    def logprobs(self) -> Sequence[float]: ...
+    @property
+    def versions(self) -> Sequence[int]: ...
+    @property
+    def reward(self) -> float | None: ...
+    @property
+    def finish(self) -> str: ...
+
+
+def trained_width(mask: np.ndarray) -> int:
+    """Token positions up to the last policy token of any episode in `mask` [..., width]
+    (at least 1): where a forward over the rows may stop, since nothing after it trains."""
+    used = np.flatnonzero(mask.reshape(-1, mask.shape[-1]).any(axis=0))
+    return int(used[-1]) + 1 if used.size else 1
 
 
 def may_start(group: int, version: int, batch_groups: int, flow: FlowPolicy) -> bool:
@@ -82,34 +119,51 @@ class RolloutRows:
         r = self.row(group)
         return int(self.a["group"][r]) == group and int(self.a["state"][r]) >= at_least
 
-    def begin(self, group: int, prompt: list[int], life: int) -> int:
+    def begin(self, group: int, life: int) -> int:
         """Claim the row for `group` (a generation worker starting it)."""
         r = self.row(group)
         a = self.a
         a["state"][r] = GENERATING  # first: the row's old contents are no longer readable
         a["group"][r] = group
         a["life"][r] = life
-        a["prompt"][r] = 0
-        a["prompt"][r, : len(prompt)] = prompt
-        a["prompt_len"][r] = len(prompt)
+        a["prompt_len"][r] = 0  # the first trajectory brings the group's prompt
+        a["dropped"][r] = 0
         return r
 
-    def put(
-        self,
-        r: int,
-        member: int,
-        tokens: list[int],
-        logprobs: list[float],
-        versions: list[int],
-        finish: str,
-    ) -> None:
-        a, n = self.a, len(tokens)
+    def put(self, r: int, member: int, trajectory: EpisodeRecord) -> None:
+        """Write one episode's trajectory as member `member` of row `r`. Every episode of a
+        group starts from the group's prompt (the first one written sets it)."""
+        a, t = self.a, trajectory
+        n, width = len(t.tokens), a["tokens"].shape[2]
+        prompt = np.asarray(t.prompt, np.int32)
+        if not 0 < prompt.size <= a["prompt"].shape[1]:
+            raise ValueError(
+                f"a prompt of {prompt.size} tokens; the rollout rows hold 1 to "
+                f"{a['prompt'].shape[1]}"
+            )
+        if n > width:
+            raise ValueError(
+                f"an episode of {n} tokens after its prompt; the rollout rows hold "
+                f"{width} (rollout.max_new_tokens)"
+            )
+        plen = int(a["prompt_len"][r])
+        if plen == 0:
+            a["prompt"][r] = 0
+            a["prompt"][r, : prompt.size] = prompt
+            a["prompt_len"][r] = prompt.size
+        elif plen != prompt.size or not np.array_equal(a["prompt"][r, :plen], prompt):
+            raise ValueError("the episodes of a group must start from the same prompt")
         a["tokens"][r, member] = 0
-        a["tokens"][r, member, :n] = tokens
-        a["logprobs"][r, member, :n] = logprobs
-        a["versions"][r, member, :n] = versions
-        a["length"][r, member] = n
-        a["finish"][r, member] = FINISH[finish]
+        a["tokens"][r, member, :n] = t.tokens
+        a["mask"][r, member] = False
+        a["mask"][r, member, :n] = t.mask
+        a["logprobs"][r, member] = 0.0
+        a["logprobs"][r, member, :n] = t.logprobs
+        a["versions"][r, member, :n] = t.versions
+        a["finish"][r, member] = FINISH[t.finish]
+        a["rewarded"][r, member] = t.reward is not None
+        if t.reward is not None:
+            a["reward"][r, member] = t.reward
 
     def set_state(self, r: int, state: int) -> None:
         self.a["state"][r] = state

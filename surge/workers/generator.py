@@ -1,9 +1,13 @@
 """The generation worker of LLM RL: SRL's policy worker and actor in one, for a language model.
 
-It starts groups (a prompt, `rollout.group_size` samples) as the rollout stream's version
-bound allows (streams/rollouts.py), decodes them with continuous batching (surge/llm/engine.py)
-and writes each finished group to its row, then wakes the reward worker. Generation worker i
-of n takes the groups with k % n == i.
+It starts groups (a problem, `rollout.group_size` episodes of it) as the rollout stream's
+version bound allows (streams/rollouts.py). Each episode is the task's episode function
+(surge/llm/episodes.py: one completion by default, or a multi-turn loop); their generation
+requests decode together with continuous batching (surge/llm/engine.py). Each trajectory is
+written to its member of the group's row; once the group is whole the row is handed to the
+reward worker. An episode that ends without a trajectory (None, or it raised) is counted in
+the row and run again, at most `MAX_DROPS` times in a row. Generation worker i of n takes the
+groups with k % n == i.
 
 New parameters are loaded between decode steps. With `rollout.interrupt` the in-flight
 sequences continue under them (their cache recomputed, or kept with `rollout.keep_cache`);
@@ -21,8 +25,9 @@ import time
 
 import numpy as np
 
-from surge.llm.engine import Completion, Engine, Request
-from surge.llm.model import encode_prompt, load_model, stop_sequences
+from surge.llm.engine import Engine
+from surge.llm.episodes import EpisodeRunner, Trajectory, episode_of
+from surge.llm.model import load_model, stop_sequences
 from surge.llm.tasks import make_task, problem_at
 from surge.models.weights import flat_to_model
 from surge.seeds import derive_seed
@@ -31,6 +36,10 @@ from surge.streams.rollouts import GENERATED, RolloutRows, may_start
 from surge.threads import limit_torch_threads
 from surge.tracking.timing import COPY, INFERENCE
 from surge.workers.base import Binding, RunContext
+
+MAX_DROPS = 8
+"""Episodes of one group member that may end without a trajectory in a row before the worker
+fails (a task whose episodes always fail would otherwise loop forever)."""
 
 
 def build(ctx: RunContext, b: Binding) -> GenerationWorker:
@@ -72,11 +81,14 @@ class GenerationWorker:
             stop=stop_sequences(self.tokenizer, r.stop),
             seed=derive_seed(cfg.seed, "generate", b.index, ctx.resumes, b.life),
         )
+        self.runner = EpisodeRunner(self.engine, self.tokenizer, episode_of(self.task))
         self.index, self.workers = b.index, r.workers
         self.group_size = r.group_size
         self.version = NONE  # the version in the engine
-        # Groups in flight: group -> (row, completions so far).
+        # Groups in flight: group -> (row, episodes written so far); and each running
+        # member's episodes dropped in a row.
         self.open: dict[int, tuple[int, int]] = {}
+        self.drops: dict[int, int] = {}
         first = ctx.start_version * r.prompts_per_batch
         self.next = self._mine(first)
 
@@ -92,16 +104,16 @@ class GenerationWorker:
             self.inbox.recv(timeout)
             return False
         self._admit(latest)
-        if self.engine.idle():
+        if self.runner.idle():
             waited = time.perf_counter()
             self.inbox.recv(timeout)  # a new version wakes it
             self.timers.add_wait(waited)
             return False
         clock = self.timers.now()
-        done = self.engine.step()
+        ended = self.runner.step()
         self.timers.add(INFERENCE, clock)
-        for c in done:
-            self._collect(c)
+        for key, trajectory in ended:
+            self._collect(key, trajectory)
         return True
 
     def _load(self) -> None:
@@ -128,16 +140,38 @@ class GenerationWorker:
             self.next = self._mine(k + 1)
             if self.rows.holds(k, GENERATED):
                 continue  # a previous life finished it
-            problem = problem_at(self.task, "train", self.cfg.seed, k)
-            prompt = encode_prompt(self.tokenizer, problem.prompt)
-            row = self.rows.begin(k, prompt, self.life)
-            self.open[k] = (row, 0)
-            self.engine.submit([Request(k * G + m, tuple(prompt)) for m in range(G)])
+            self.open[k] = (self.rows.begin(k, self.life), 0)
+            for m in range(G):
+                self._start(k * G + m, attempt=0)
 
-    def _collect(self, c: Completion) -> None:
-        k, member = divmod(c.key, self.group_size)
+    def _start(self, key: int, attempt: int) -> None:
+        """Episode `attempt` of member `key` (group x group_size + member): the group's
+        problem, and an env seed of the member and attempt (the run's data, whoever runs it)."""
+        k, member = divmod(key, self.group_size)
+        problem = problem_at(self.task, "train", self.cfg.seed, k)
+        rng = np.random.default_rng(derive_seed(self.cfg.seed, "episode", k, member, attempt))
+        self.runner.start(key, problem, rng)
+
+    def _collect(self, key: int, trajectory: Trajectory | None) -> None:
+        k, member = divmod(key, self.group_size)
         row, count = self.open[k]
-        self.rows.put(row, member, c.tokens, c.logprobs, c.versions, c.finish)
+        if trajectory is not None:
+            try:
+                self.rows.put(row, member, trajectory)
+            except ValueError as e:
+                self.runner.log_dropped(key, e)
+                trajectory = None
+        if trajectory is None:
+            self.rows.a["dropped"][row] += 1
+            drops = self.drops[key] = self.drops.get(key, 0) + 1
+            if drops > MAX_DROPS:
+                raise RuntimeError(
+                    f"{drops} episodes of problem {k} in a row ended without a trajectory "
+                    f"(the log above says why): the task's episode fails"
+                )
+            self._start(key, attempt=drops)
+            return
+        self.drops.pop(key, None)
         count += 1
         if count < self.group_size:
             self.open[k] = (row, count)
@@ -147,4 +181,4 @@ class GenerationWorker:
         self.rewarder.send(row)
 
     def close(self) -> None:
-        self.engine.drop_all()
+        self.runner.drop_all()

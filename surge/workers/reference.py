@@ -20,7 +20,7 @@ import torch
 
 from surge.llm.lean import LeanLlama
 from surge.llm.model import load_model
-from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows
+from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows, trained_width
 from surge.threads import limit_torch_threads
 from surge.tracking.timing import INFERENCE
 from surge.workers.base import Binding, RunContext
@@ -54,7 +54,7 @@ class ReferenceWorker(StageWorker):
 
     def _reference(self, rows: list[int]) -> None:
         a = self.a
-        groups = {k: a[k][rows] for k in ("prompt", "prompt_len", "tokens", "length")}
+        groups = {k: a[k][rows] for k in ("prompt", "prompt_len", "tokens", "mask")}
         a["ref_logprobs"][rows] = reference_logprobs(self.lean, *groups.values())
 
 
@@ -63,13 +63,13 @@ def reference_logprobs(
     prompts: np.ndarray,
     prompt_lens: np.ndarray,
     tokens: np.ndarray,
-    lengths: np.ndarray,
+    mask: np.ndarray,
 ) -> np.ndarray:
-    """Log-probs `[rows, G, width]` of groups' completion tokens (`tokens [rows, G, width]`,
-    real lengths `lengths [rows, G]`) after their prompts (`prompts [rows, P]`, real lengths
-    `prompt_lens`); zero past each completion's end."""
+    """Log-probs `[rows, G, width]` of groups' episode tokens (`tokens [rows, G, width]`)
+    after their prompts (`prompts [rows, P]`, real lengths `prompt_lens`), at the policy's
+    tokens (`mask [rows, G, width]`), zero elsewhere."""
     rows, g, width = tokens.shape
-    P, N = int(prompt_lens.max()), max(int(lengths.max()), 1)
+    P, N = int(prompt_lens.max()), trained_width(mask)
     completions = torch.from_numpy(tokens[:, :, :N].reshape(rows * g, N).astype(np.int64))
     with torch.inference_mode():
         logits = lean.forward_groups(
@@ -79,6 +79,5 @@ def reference_logprobs(
         )
         logp = torch.log_softmax(logits.float(), -1).gather(2, completions[..., None])[..., 0]
     out = np.zeros(tokens.shape, np.float32)
-    real = np.arange(N)[None, None, :] < lengths[:, :, None]
-    out[:, :, :N] = logp.numpy().reshape(rows, g, N) * real
+    out[:, :, :N] = logp.numpy().reshape(rows, g, N) * mask[:, :, :N]
     return out

@@ -1,14 +1,18 @@
 """The reward worker of LLM RL: the environment's verifier, as its own stage.
 
-It scores every completion of each group a generation worker finished (state GENERATED,
-streams/rollouts.py), writes the rewards, marks the row SCORED and wakes the next stage (the
-trainer, or the reference worker when the loss has a KL term). Scoring
+It scores every episode of each group a generation worker finished (state GENERATED,
+streams/rollouts.py) that did not bring its own reward, with the task's verifier on the
+policy's text (the tokens under the loss mask), writes the rewards, marks the row SCORED
+and wakes the next stage (the trainer, or the reference worker when the loss has a KL
+term). Scoring
 may be slow (a verifier, a sandbox, a reward model); generation never waits for it, since
 the generation workers only write rows and move on. Stateless: a new life scans the block for
 GENERATED rows and carries on, so a crash loses no group.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from surge.llm.model import decode_completion
 from surge.llm.tasks import make_task, problem_at
@@ -44,6 +48,6 @@ class RewardWorker(StageWorker):
         a = self.a
         for r in rows:
             problem = problem_at(self.task, "train", self.cfg.seed, int(a["group"][r]))
-            for m in range(a["tokens"].shape[1]):
-                text = decode_completion(self.tokenizer, a["tokens"][r, m, : a["length"][r, m]])
+            for m in np.flatnonzero(~a["rewarded"][r]).tolist():
+                text = decode_completion(self.tokenizer, a["tokens"][r, m][a["mask"][r, m]])
                 a["reward"][r, m] = self.task.reward(problem, text)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -89,10 +90,9 @@ def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(tmp_path: P
         if rows["state"][r] < SCORED:
             continue
         group = int(rows["group"][r])
-        assert (rows["length"][r] > 0).all(), f"group {group} has an empty completion"
-        for m in range(rows["length"].shape[1]):
-            n = int(rows["length"][r, m])
-            assert (rows["versions"][r, m, :n] >= 0).all()
+        mask = rows["mask"][r]
+        assert mask.any(axis=1).all(), f"group {group} has an empty episode"
+        assert (rows["versions"][r][mask] >= 0).all()
         if group in done_by_first_life:
             assert rows["life"][r] == 0, "a finished group was generated again"
         if group == victim_group:
@@ -134,7 +134,8 @@ def test_the_reference_worker_gives_the_starting_models_log_probs(tmp_path: Path
             continue
         p = int(rows["prompt_len"][r])
         for m in range(rows["tokens"].shape[1]):
-            n = int(rows["length"][r, m])
+            n = int(rows["mask"][r, m].sum())  # single-turn: the policy's tokens come first
+            assert rows["mask"][r, m, :n].all()
             seq = np.concatenate([rows["prompt"][r, :p], rows["tokens"][r, m, :n]])
             with torch.no_grad():
                 logits = start(torch.from_numpy(seq[None].astype(np.int64))).logits[0]
@@ -161,6 +162,47 @@ def test_dynamic_sampling_drops_uninformative_groups_from_the_trained_tokens(
     rows = [r for r in metrics_so_far(tmp_path) if "trained_tokens_per_s" in r]
     assert rows and all(r["tokens_per_s"] > 0 for r in rows)
     assert all(r["trained_tokens_per_s"] == 0 and r["informative_groups"] == 0 for r in rows)
+
+
+class SometimesDroppedArithmetic:
+    """Arithmetic with its own episode: a third of the episodes end without a trajectory
+    (by their env seed), the others score themselves."""
+
+    def __init__(self, **kwargs: object) -> None:
+        from surge.llm.tasks import Arithmetic
+
+        self.inner = Arithmetic(**kwargs)  # type: ignore[arg-type]
+        self.sample = self.inner.sample
+        self.reward = self.inner.reward
+
+    async def run_episode(self, engine: Any, problem: Any, rng: np.random.Generator) -> Any:
+        from surge.llm.episodes import single_turn
+
+        trajectory = await single_turn(engine, problem, rng)
+        if rng.random() < 1 / 3:
+            return None
+        assert trajectory is not None
+        trajectory.reward = 2.0 + self.reward(problem, engine.decode(trajectory.tokens))
+        return trajectory
+
+
+def test_dropped_episodes_are_run_again_and_counted_and_own_rewards_are_kept(
+    tmp_path: Path,
+) -> None:
+    task = "task.name=tests.integration.test_llm_workers:SometimesDroppedArithmetic"
+    ctx, graph, transport = _graph_in_process(tmp_path, task, "task.kwargs={digits: 2}")
+    names = [w.name for w in graph.workers]  # type: ignore[attr-defined]
+    workers = [start_worker(ctx, graph, names.index(n), transport)[2] for n in names]  # type: ignore[arg-type]
+    while workers[0].version < 3:  # type: ignore[attr-defined]
+        for w in workers:
+            w.poll(0)
+    rows = transport.block("rollouts")
+    scored = rows["state"] >= SCORED
+    assert scored.sum() >= 4 and rows["rewarded"][scored].all()
+    assert (rows["reward"][scored] >= 2.0).all(), "the reward worker overwrote an episode's reward"
+    dropped = sum(r.get("episodes_dropped", 0) for r in metrics_so_far(tmp_path))
+    trained = 3 * ctx.cfg.rollout.prompts_per_batch * ctx.cfg.rollout.group_size
+    assert 0.15 * trained < dropped < 1.0 * trained  # about half an episode per trained one
 
 
 def test_sigkilled_generation_and_reward_workers_are_restarted_and_the_run_finishes(
