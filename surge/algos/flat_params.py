@@ -8,7 +8,8 @@ CartPole MLP (12 tensors) this takes the clip from about 160 us to 10 us per min
 PyTorch's DDP does the same for its gradient buckets (`gradient_as_bucket_view`).
 
 Each view keeps its parameter's shape and strides, so channels-last convolution weights stay
-channels-last. Gradients stay views because autograd accumulates in place into a `.grad`
+channels-last: `data` then holds them in memory order, not in the logical order other
+processes read weights in (`published`). Gradients stay views because autograd accumulates in place into a `.grad`
 that already exists; so they are zeroed, never set to None.
 """
 
@@ -67,6 +68,19 @@ class FlatParameters:
                 view.copy_(p)
                 p.data = view
                 p.grad = _view_like(self.grad, offset, p)
+
+        # every parameter laid out as its logical (row-major) order: `data` is the published
+        # vector as it is
+        self.logical = all(p.is_contiguous() for p in self.params)
+
+    def published(self) -> Tensor:
+        """The parameters in `model.parameters()` order, each row-major: the layout the
+        parameter service publishes and `models/weights.py` `flat_to_model` reads. `data`
+        itself when every parameter is row-major; a copy when some are channels-last, whose
+        memory order would otherwise reach the readers as scrambled weights."""
+        if self.logical:
+            return self.data
+        return torch.cat([p.detach().reshape(-1) for p in self.params])
 
     def zero_grad(self) -> None:
         self.grad.zero_()

@@ -181,7 +181,7 @@ class TorchQ:
             self.target_flat.data.lerp_(self.flat.data, tau)
 
     def parameters(self) -> np.ndarray:
-        return self.flat.data.numpy()  # `parameters()` order: the published layout
+        return self.flat.published().numpy()  # `parameters()` order, each row-major
 
     def state(self) -> dict[str, Any]:
         return {

@@ -171,7 +171,7 @@ class SACLearner:
         return stats
 
     def parameters(self) -> np.ndarray:
-        return self.actor_flat.data.numpy()  # `parameters()` order: the published layout
+        return self.actor_flat.published().numpy()  # `parameters()` order, each row-major
 
     def metrics(self, seconds: float) -> dict[str, Any]:
         keys = {k for s in self._stats for k in s}
