@@ -9,8 +9,8 @@ PyTorch's DDP does the same for its gradient buckets (`gradient_as_bucket_view`)
 
 Each view keeps its parameter's shape and strides, so channels-last convolution weights stay
 channels-last: `data` then holds them in memory order, not in the logical order other
-processes read weights in (`published`). Gradients stay views because autograd accumulates in place into a `.grad`
-that already exists; so they are zeroed, never set to None.
+processes read weights in (`published`). Gradients stay views because autograd accumulates
+in place into a `.grad` that already exists; so they are zeroed, never set to None.
 """
 
 from __future__ import annotations
