@@ -110,6 +110,14 @@ TASKS: dict[str, Task] = {
         "LLM RL: asynchronous GRPO on the built-in model, completions per second after its "
         "cached warm start (opt-in: longer)",
     ),
+    "countdown-grpo": Task(
+        "countdown-grpo",
+        tuple(UNTIL_STOPPED),
+        120,
+        45,
+        1,
+        "LLM RL: GRPO on Countdown, longer completions than arith-grpo (opt-in: longer)",
+    ),
 }
 DEFAULT_TASKS = ("cartpole-ppo", "cartpole-appo")
 
