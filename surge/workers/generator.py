@@ -28,6 +28,7 @@ import numpy as np
 from surge.llm.engine import Engine
 from surge.llm.episodes import EpisodeRunner, Trajectory, episode_of
 from surge.llm.model import load_model, stop_sequences
+from surge.llm.problems import Problem
 from surge.llm.tasks import make_task, problem_at
 from surge.models.weights import flat_to_model
 from surge.seeds import derive_seed
@@ -85,9 +86,9 @@ class GenerationWorker:
         self.index, self.workers = b.index, r.workers
         self.group_size = r.group_size
         self.version = NONE  # the version in the engine
-        # Groups in flight: group -> (row, episodes written so far); and each running
-        # member's episodes dropped in a row.
-        self.open: dict[int, tuple[int, int]] = {}
+        # Groups in flight: group -> (row, episodes written so far, its problem); and each
+        # running member's episodes dropped in a row.
+        self.open: dict[int, tuple[int, int, Problem]] = {}
         self.drops: dict[int, int] = {}
         first = ctx.start_version * r.prompts_per_batch
         self.next = self._mine(first)
@@ -140,21 +141,22 @@ class GenerationWorker:
             self.next = self._mine(k + 1)
             if self.rows.holds(k, GENERATED):
                 continue  # a previous life finished it
-            self.open[k] = (self.rows.begin(k, self.life), 0)
+            problem = problem_at(self.task, "train", self.cfg.seed, k)
+            self.open[k] = (self.rows.begin(k, self.life), 0, problem)
             for m in range(G):
-                self._start(k * G + m, attempt=0)
+                self._start(k * G + m, problem, attempt=0)
 
-    def _start(self, key: int, attempt: int) -> None:
-        """Episode `attempt` of member `key` (group x group_size + member): the group's
-        problem, and an env seed of the member and attempt (the run's data, whoever runs it)."""
+    def _start(self, key: int, problem: Problem, attempt: int) -> None:
+        """Episode `attempt` of member `key` (group x group_size + member), with an env
+        seed of the run, the member and the attempt (the run's data, whoever runs it)."""
         k, member = divmod(key, self.group_size)
-        problem = problem_at(self.task, "train", self.cfg.seed, k)
-        rng = np.random.default_rng(derive_seed(self.cfg.seed, "episode", k, member, attempt))
+        # a seed sequence of the four (a derived seed would cost as much again, per episode)
+        rng = np.random.default_rng([self.cfg.seed % 2**63, k, member, attempt])
         self.runner.start(key, problem, rng)
 
     def _collect(self, key: int, trajectory: Trajectory | None) -> None:
         k, member = divmod(key, self.group_size)
-        row, count = self.open[k]
+        row, count, problem = self.open[k]
         if trajectory is not None:
             try:
                 self.rows.put(row, member, trajectory)
@@ -169,12 +171,12 @@ class GenerationWorker:
                     f"{drops} episodes of problem {k} in a row ended without a trajectory "
                     f"(the log above says why): the task's episode fails"
                 )
-            self._start(key, attempt=drops)
+            self._start(key, problem, attempt=drops)
             return
         self.drops.pop(key, None)
         count += 1
         if count < self.group_size:
-            self.open[k] = (row, count)
+            self.open[k] = (row, count, problem)
             return
         del self.open[k]
         self.rows.set_state(row, GENERATED)  # after every write of the group

@@ -67,7 +67,7 @@ def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(tmp_path: P
     # Life 0 decodes until some groups are complete and one is half done, then "dies".
     for _ in range(200):
         generator.poll(0)
-        half = [k for k, (_, n) in generator.open.items() if n > 0]  # type: ignore[attr-defined]
+        half = [k for k, (_, n, _) in generator.open.items() if n > 0]  # type: ignore[attr-defined]
         if half and (rows["state"] == GENERATED).sum() >= 2:
             break
     else:

@@ -126,7 +126,7 @@ def test_groups_cross_nodes_whole_and_a_generator_killed_mid_group_is_not_shippe
     # Life 0 runs until the trainer has moved on and a group is half done, then "dies".
     for _ in range(2000):
         step(generator)
-        half = [k for k, (_, n) in generator.open.items() if n > 0]  # type: ignore[attr-defined]
+        half = [k for k, (_, n, _) in generator.open.items() if n > 0]  # type: ignore[attr-defined]
         if half and trainer.version >= 3:  # type: ignore[attr-defined]
             break
     else:
