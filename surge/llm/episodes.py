@@ -30,6 +30,8 @@ from surge.llm.model import decode_completion, encode_prompt
 from surge.llm.problems import Problem
 
 log = logging.getLogger(__name__)
+PROMPT_CACHE = 4096
+"""Encoded prompts an `EpisodeEngine` keeps (then it starts over)."""
 
 
 @dataclass
@@ -64,11 +66,11 @@ class Trajectory:
 
 
 def completion_trajectory(prompt: Sequence[int], c: Completion) -> Trajectory:
-    """One completion of `prompt` as a trajectory: every token is the policy's."""
+    """One completion of `prompt` as a trajectory: every token is the policy's (it takes
+    over the completion's lists)."""
     return Trajectory(
-        list(prompt), list(c.tokens), [True] * len(c.tokens), list(c.logprobs),
-        list(c.versions), finish=c.finish,
-    )  # fmt: skip
+        list(prompt), c.tokens, [True] * len(c.tokens), c.logprobs, c.versions, finish=c.finish
+    )
 
 
 class _Generate:
@@ -87,6 +89,9 @@ class EpisodeEngine:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
+        # A group's G episodes encode the same prompt one after the other: a tokenizer call
+        # costs more than the rest of starting an episode.
+        self._prompts: dict[str, tuple[int, ...]] = {}
 
     def generate(self, context: Sequence[int]) -> _Generate:
         """`await engine.generate(tokens)`: the policy's completion of `context`."""
@@ -94,7 +99,12 @@ class EpisodeEngine:
 
     def encode_prompt(self, text: str) -> list[int]:
         """A prompt's tokens as training and evaluation see them (with `<bos>`)."""
-        return encode_prompt(self.tokenizer, text)
+        tokens = self._prompts.get(text)
+        if tokens is None:
+            if len(self._prompts) >= PROMPT_CACHE:
+                self._prompts.clear()
+            tokens = self._prompts[text] = tuple(encode_prompt(self.tokenizer, text))
+        return list(tokens)
 
     def encode(self, text: str) -> list[int]:
         """Text an env adds to the context (no special tokens)."""

@@ -135,10 +135,9 @@ class RolloutRows:
         group starts from the group's prompt (the first one written sets it)."""
         a, t = self.a, trajectory
         n, width = len(t.tokens), a["tokens"].shape[2]
-        prompt = np.asarray(t.prompt, np.int32)
-        if not 0 < prompt.size <= a["prompt"].shape[1]:
+        if not 0 < len(t.prompt) <= a["prompt"].shape[1]:
             raise ValueError(
-                f"a prompt of {prompt.size} tokens; the rollout rows hold 1 to "
+                f"a prompt of {len(t.prompt)} tokens; the rollout rows hold 1 to "
                 f"{a['prompt'].shape[1]}"
             )
         if n > width:
@@ -149,9 +148,9 @@ class RolloutRows:
         plen = int(a["prompt_len"][r])
         if plen == 0:
             a["prompt"][r] = 0
-            a["prompt"][r, : prompt.size] = prompt
-            a["prompt_len"][r] = prompt.size
-        elif plen != prompt.size or not np.array_equal(a["prompt"][r, :plen], prompt):
+            a["prompt"][r, : len(t.prompt)] = t.prompt
+            a["prompt_len"][r] = len(t.prompt)
+        elif a["prompt"][r, :plen].tolist() != list(t.prompt):
             raise ValueError("the episodes of a group must start from the same prompt")
         a["tokens"][r, member] = 0
         a["tokens"][r, member, :n] = t.tokens

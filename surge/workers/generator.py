@@ -90,6 +90,7 @@ class GenerationWorker:
         # running member's episodes dropped in a row.
         self.open: dict[int, tuple[int, int, Problem]] = {}
         self.drops: dict[int, int] = {}
+        self.episode_seed = derive_seed(cfg.seed, "episode") << 64
         first = ctx.start_version * r.prompts_per_batch
         self.next = self._mine(first)
 
@@ -149,9 +150,9 @@ class GenerationWorker:
     def _start(self, key: int, problem: Problem, attempt: int) -> None:
         """Episode `attempt` of member `key` (group x group_size + member), with an env
         seed of the run, the member and the attempt (the run's data, whoever runs it)."""
-        k, member = divmod(key, self.group_size)
-        # a seed sequence of the four (a derived seed would cost as much again, per episode)
-        rng = np.random.default_rng([self.cfg.seed % 2**63, k, member, attempt])
+        # one integer per (key, attempt) above the run's own: a list seed or a derived one
+        # costs twice as much, per episode
+        rng = np.random.default_rng(self.episode_seed + key * (MAX_DROPS + 1) + attempt)
         self.runner.start(key, problem, rng)
 
     def _collect(self, key: int, trajectory: Trajectory | None) -> None:
