@@ -17,6 +17,7 @@ decode together in the engine's continuous batch. A task picks its episode with 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Coroutine, Generator, Sequence
@@ -31,7 +32,7 @@ from surge.llm.problems import Problem
 
 log = logging.getLogger(__name__)
 PROMPT_CACHE = 4096
-"""Encoded prompts an `EpisodeEngine` keeps (then it starts over)."""
+"""Encoded prompts an `EpisodeEngine` keeps (the least recently used go first)."""
 
 
 @dataclass
@@ -91,7 +92,9 @@ class EpisodeEngine:
         self.tokenizer = tokenizer
         # A group's G episodes encode the same prompt one after the other: a tokenizer call
         # costs more than the rest of starting an episode.
-        self._prompts: dict[str, tuple[int, ...]] = {}
+        self._encoded = functools.lru_cache(maxsize=PROMPT_CACHE)(
+            lambda text: tuple(encode_prompt(tokenizer, text))
+        )
 
     def generate(self, context: Sequence[int]) -> _Generate:
         """`await engine.generate(tokens)`: the policy's completion of `context`."""
@@ -99,12 +102,7 @@ class EpisodeEngine:
 
     def encode_prompt(self, text: str) -> list[int]:
         """A prompt's tokens as training and evaluation see them (with `<bos>`)."""
-        tokens = self._prompts.get(text)
-        if tokens is None:
-            if len(self._prompts) >= PROMPT_CACHE:
-                self._prompts.clear()
-            tokens = self._prompts[text] = tuple(encode_prompt(self.tokenizer, text))
-        return list(tokens)
+        return list(self._encoded(text))
 
     def encode(self, text: str) -> list[int]:
         """Text an env adds to the context (no special tokens)."""
