@@ -46,21 +46,28 @@ def grpo_update(
     skip_zero_advantage: bool = True,
 ) -> dict[str, float]:
     """Train on one batch (`surge.learners.grpo.grouped_batch`'s tensors) with the
-    settings `g` (GRPOConfig) and return its statistics. `skip_zero_advantage=False` computes
-    every group (the reference the tests compare the skipping with)."""
+    settings `g` (GRPOConfig) and return its statistics. A multi-turn batch has several
+    sequences (segments) per episode: `completions` [episodes x segments, N] against
+    `reward` [episodes]; each segment takes its episode's advantage.
+    `skip_zero_advantage=False` computes every group (the reference the tests compare the
+    skipping with)."""
     completions, rewards = data["completions"], data["reward"]
     S, N = completions.shape
+    segments = S // rewards.numel()  # sequences per episode (multi-turn: its contexts)
+    per_group = group_size * segments
     mask = data["mask"]
-    adv = advantages(rewards, group_size, g.advantage)
+    if "overlong" in data:
+        mask = L.overlong_mask(mask, data["overlong"], segments)
+    adv = L.to_segments(advantages(rewards, group_size, g.advantage), segments)
     informative = L.informative_groups(rewards, group_size)
     if g.dynamic_sampling:
-        mask = mask * informative.repeat_interleave(group_size)[:, None].to(mask.dtype)
+        mask = mask * informative.repeat_interleave(per_group)[:, None].to(mask.dtype)
     groups = (
         computed_groups(rewards, group_size, g.kl_coef)
         if skip_zero_advantage
         else torch.ones_like(informative)
     )
-    rows = groups.repeat_interleave(group_size).nonzero()[:, 0]
+    rows = groups.repeat_interleave(per_group).nonzero()[:, 0]
     picked = groups.nonzero()[:, 0]
     tokens = completions[rows]
     logits = lean.forward_groups(data["prompts"][picked], data["prompt_lens"][picked], tokens)
@@ -97,7 +104,7 @@ def grpo_update(
             "loss": float(loss),
             "reward_mean": float(rewards.mean()),
             "accuracy": float((rewards >= 1.0).float().mean()),
-            "response_length_mean": float(data["mask"].sum(1).mean()),
+            "response_length_mean": float(data["mask"].sum(1).sum() / rewards.numel()),
             "entropy": float((entropy * m).sum() / n),
             "kl": float(kl),
             "clip_fraction": float((clipped * m).sum() / n),

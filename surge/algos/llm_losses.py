@@ -63,6 +63,22 @@ def rloo_advantages(rewards: Tensor, group_size: int) -> Tensor:
     return (g - others).reshape(-1)
 
 
+def to_segments(values: Tensor, segments: int) -> Tensor:
+    """[B] per-episode values as [B x segments] per-sequence ones: every segment of a
+    multi-turn episode whose context restarted (a summary) takes its episode's value (ReSum
+    and SUPO's advantage broadcasting: the rollout's gradient is the sum of its segments')."""
+    return values if segments == 1 else values.repeat_interleave(segments)
+
+
+def overlong_mask(mask: Tensor, overlong: Tensor, segments: int) -> Tensor:
+    """The loss mask [B x segments, T] with every token of an overlong episode (`overlong`
+    [B], 1.0 where it ran past its tool-call, turn or summary limits) at weight 0: SUPO's
+    overlong masking. Its reward still enters its group's advantage statistics, so the
+    policy is not taught to summarise forever and not rewarded for it either."""
+    keep = to_segments(1.0 - overlong.to(mask.dtype), segments)
+    return mask * keep[:, None]
+
+
 def informative_groups(rewards: Tensor, group_size: int) -> Tensor:
     """[B / G] bool: groups whose rewards are not all equal (DAPO's dynamic sampling keeps
     only these: an all-equal group has zero advantage everywhere)."""

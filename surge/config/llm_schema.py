@@ -13,6 +13,7 @@ from typing import Any, Literal
 AdvantageName = Literal["grpo", "dr_grpo", "rloo"]
 LossName = Literal["decoupled", "aipo"]
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+ContextModeName = Literal["none", "truncate", "summarize"]
 
 
 @dataclass
@@ -77,11 +78,52 @@ class RolloutConfig:
     Saves a prefill of every in-flight prompt and completion at each new version, which on a
     CPU costs about as much as decoding them."""
 
+    max_tool_calls: int = 100
+    """Multi-turn tasks (text envs): tool calls in one episode (SUPO's H); an episode that
+    reaches them without finishing is overlong: its reward counts in its group's
+    statistics, its tokens get loss weight 0."""
+
+    max_turns: int = 100
+    """Multi-turn tasks: policy turns in one episode (summaries included); past them an
+    episode is overlong, as for `max_tool_calls`."""
+
     workers: int = 1
     """Generation workers (each its own process and engine)."""
 
     threads: int = 1
     """torch threads of each generation worker."""
+
+
+@dataclass
+class ContextConfig:
+    """The working context of multi-turn tasks (text envs, docs/agents.md): what happens when
+    an episode's history outgrows `window` tokens (surge/llm/context.py)."""
+
+    mode: ContextModeName = "none"
+    """`none`: an episode that needs more than `window` tokens ends with reward 0;
+    `truncate`: the oldest exchanges leave the context; `summarize`: SUPO, the policy
+    summarises its history and the context restarts as prompt + summary."""
+
+    window: int = 256
+    """The working context W in tokens (prompt included): the policy never sees more."""
+
+    threshold: float = 0.95
+    """The context is full at threshold x window (minus `summary_tokens` when summarising)."""
+
+    summary_tokens: int = 0
+    """`summarize`: room kept for the instruction and the summary; the trigger fires at
+    threshold x window minus it, so the context never exceeds the window."""
+
+    max_summaries: int = 0
+    """Summaries (or, truncating, restarts) an episode may make in training (SUPO's S); past
+    them it is overlong (zero loss weight, its reward still in its group's statistics)."""
+
+    eval_max_summaries: int | None = None
+    """Summaries allowed in evaluation (SUPO found more at test time than in training helps);
+    None: `max_summaries`."""
+
+    instruction: str = "S:"
+    """Appended to the context to ask the policy for its summary."""
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from surge.config.llm_schema import (
+    ContextConfig,
     GRPOConfig,
     RolloutConfig,
     SFTConfig,
@@ -600,6 +601,9 @@ class ExperimentConfig:
 
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """LLM RL: the generation workers."""
+
+    context: ContextConfig = field(default_factory=ContextConfig)
+    """LLM RL, multi-turn tasks: the working context and how it is managed (SUPO)."""
 
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     """LLM RL: advantages, loss and optimiser."""

@@ -19,6 +19,7 @@ workers' held-out accuracy.
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,13 @@ from surge.errors import UserError
 from surge.learners.state import load_optimizer_state, optimizer_state
 from surge.llm.lean import LeanLlama
 from surge.llm.model import load_model, save_model_dir
-from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows, trained_width
+from surge.streams.rollouts import (
+    EPISODE_STATS,
+    REFERENCED,
+    SCORED,
+    RolloutRows,
+    trained_width,
+)
 from surge.threads import limit_torch_threads
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
@@ -49,11 +56,12 @@ def grouped_batch(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     `prompt_lens`; per episode (group-major, S = groups x G), over its N token positions
     after the prompt: `completions` [S, N] (the policy's tokens and any env tokens between
     them), `mask` (1 on the policy's tokens), `behav` (behaviour log-probs), `versions`;
-    and `reward` [S]. P and N are trimmed to this batch's longest."""
+    and per episode `reward` and `overlong` (a multi-turn episode is several sequences, its
+    segments: surge/streams/rollouts.py). P and N are trimmed to this batch's longest."""
     plen = batch["prompt_len"].astype(np.int64)
     P, N = int(plen.max()), trained_width(batch["mask"])
-    groups, g, _ = batch["tokens"].shape
-    S = groups * g
+    groups, q, _ = batch["tokens"].shape  # q: episodes x segments per group
+    S = groups * q
     return {
         "prompts": torch.from_numpy(batch["prompt"][:, :P].astype(np.int64)),
         "prompt_lens": torch.from_numpy(plen),
@@ -62,8 +70,25 @@ def grouped_batch(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         "behav": torch.from_numpy(batch["logprobs"].reshape(S, -1)[:, :N].copy()),
         "versions": torch.from_numpy(batch["versions"].reshape(S, -1)[:, :N].astype(np.int64)),
         "reward": torch.from_numpy(batch["reward"].reshape(-1).astype(np.float32)),
+        "overlong": torch.from_numpy(batch["overlong"].reshape(-1).astype(np.float32)),
         "ref": torch.from_numpy(batch["ref_logprobs"].reshape(S, -1)[:, :N].copy()),
     }
+
+
+def episode_metrics(stats: np.ndarray) -> dict[str, float]:
+    """Means of multi-turn episodes' numbers (`EPISODE_STATS`, then overlong) over the
+    episodes since the last log, and the longest context any of them showed the policy."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value: NaN
+        means = np.nanmean(stats, axis=0)
+    names = (*EPISODE_STATS, "overlong")
+    record = {
+        f"episode/{k}": float(v) for k, v in zip(names, means, strict=True) if not np.isnan(v)
+    }
+    record["episode/context_max_max"] = float(
+        np.nanmax(stats[:, EPISODE_STATS.index("context_max")])
+    )
+    return record
 
 
 class GRPOLearner:
@@ -99,6 +124,8 @@ class GRPOLearner:
         self._dropped = 0  # episodes the generation workers dropped and ran again, ditto
         self._staleness = np.zeros(cfg.max_policy_lag + 1, np.int64)
         self._evaluation: tuple[Any, Any] | None = None  # (task, held-out problems), made once
+        self.multi_turn = self.rows.segments > 1 or cfg.context != type(cfg.context)()
+        self._episodes: list[np.ndarray] = []  # multi-turn: per-episode stats since the log
 
     def ready(self, version: int) -> bool:
         return self.rows.batch_ready(version)
@@ -107,6 +134,16 @@ class GRPOLearner:
         batch = self.rows.batch(version)
         data = grouped_batch(batch)
         self._dropped += int(batch["dropped"].sum())
+        if self.multi_turn:
+            self._episodes.append(
+                np.concatenate(
+                    [
+                        batch["stats"].reshape(-1, len(EPISODE_STATS)),
+                        batch["overlong"].reshape(-1, 1),
+                    ],
+                    axis=1,
+                )
+            )
         self._check_staleness(data, version)
         stats = grpo_update(self.lean, self.optimizer, data, self.cfg.grpo, self.group_size)
         rewards = data["reward"]
@@ -149,6 +186,9 @@ class GRPOLearner:
         }
         for lag, count in enumerate(self._staleness):
             record[f"staleness/{lag}"] = float(count) / seen  # share of tokens `lag` behind
+        if self._episodes:
+            record.update(episode_metrics(np.concatenate(self._episodes)))
+            self._episodes = []
         self._tokens_at_log = self.tokens
         self._learned_tokens = 0.0
         self._dropped = 0

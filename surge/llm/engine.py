@@ -1,9 +1,9 @@
 """The generation engine: batched sampling with a KV cache and continuous batching.
 
 A fixed number of slots decode together, one token each per `step`. A sequence that ends
-(end-of-sequence token, a stop string, or `max_new_tokens`) frees its slot, and the next queued
-prompt is prefilled into it before the following step, so the batch never waits for its
-longest sequence. Every sampled token comes with its behaviour log-prob (under the
+(end-of-sequence token, a stop string, or its new-token limit) frees its slot, and the next
+queued prompt is prefilled into it before the following step, so the batch never waits for
+its longest sequence. Every sampled token comes with its behaviour log-prob (under the
 distribution it was drawn from, after temperature and top-p) and the parameter version that
 drew it.
 
@@ -14,6 +14,13 @@ weights computed (PipelineRL's in-flight weight update): no prefill, at the pric
 tokens attending to slightly stale keys and values. The generation worker chooses between
 these and finishing in-flight sequences under the old weights first (`rollout.interrupt`,
 `rollout.keep_cache`).
+
+Multi-turn episodes continue a sequence instead of prefilling its whole context again each
+turn: a request with `keep` parks its slot when it finishes (the cache stays; parked slots
+count as free, and a new sequence that finds no empty slot evicts the least recently parked
+one), and a later request that `follows` it, whose prompt starts with the parked tokens,
+runs only the tokens after them. A follower whose predecessor was evicted or whose prompt
+does not start with its tokens is prefilled in full: the result is the same, only slower.
 
 This is the seam an engine such as vLLM would fill (`Engine`): submit, step, set_version.
 The built-in one runs the Hugging Face model's own weights through surge/llm/lean.py.
@@ -34,6 +41,13 @@ class Request:
     key: int
     """The caller's id for it (a generation worker: group x group_size + member)."""
     prompt: tuple[int, ...]
+    max_new: int | None = None
+    """Its own cap on new tokens (the engine's `max_new_tokens` caps it); None: the engine's."""
+    follows: int | None = None
+    """The key of an earlier request whose sequence this one continues (its prompt starts
+    with that request's prompt and completion): that slot's cache is reused if parked."""
+    keep: bool = False
+    """Park the slot when the sequence ends, for a request that `follows` it."""
 
 
 @dataclass
@@ -51,6 +65,19 @@ class _Slot:
     request: Request
     out: Completion
     position: int  # where the last sampled token goes in the cache
+    limit: int  # new tokens at most
+
+
+@dataclass
+class _Parked:
+    """A finished sequence left in its slot: the cache holds every token but the last."""
+
+    row: int
+    tokens: tuple[int, ...]  # prompt and completion
+
+    def continued_by(self, prompt: tuple[int, ...]) -> bool:
+        n = len(self.tokens)
+        return len(prompt) >= n and tuple(prompt[:n]) == self.tokens
 
 
 class Engine:
@@ -65,10 +92,19 @@ class Engine:
         top_p: float = 1.0,
         stop: tuple[tuple[int, ...], ...] = (),
         seed: int = 0,
+        max_length: int | None = None,
     ) -> None:
+        """`max_length`: the positions of a sequence, prompt and completion (default
+        `max_prompt + max_new_tokens`); a multi-turn caller whose contexts and turns never
+        exceed a window W together passes W, and each request must fit it."""
         self.lean = LeanLlama(model)
         self.slots: list[_Slot | None] = [None] * slots
-        self.cache = self.lean.new_cache(slots, max_prompt + max_new_tokens)
+        self.parked: dict[int, _Parked] = {}  # by request key, least recently parked first
+        self.max_length = max_length or max_prompt + max_new_tokens
+        self.cache = self.lean.new_cache(slots, self.max_length)
+        # No sequence writes the cache's last position (its last token is never run through
+        # the model): idle rows decode there, harmlessly.
+        self.scratch = self.max_length - 1
         self.max_prompt, self.max_new_tokens = max_prompt, max_new_tokens
         self.eos_id = eos_id
         self.temperature, self.top_p = temperature, top_p
@@ -77,6 +113,8 @@ class Engine:
         self.version = 0
         self.rng = torch.Generator().manual_seed(seed)
         self.tokens_generated = 0
+        self.prefill_tokens = 0  # tokens prefilled (admission and recompute)
+        self.extend_tokens = 0  # tokens run to continue parked sequences
 
     # ------------------------------------------------------------------ the caller's side
 
@@ -86,6 +124,14 @@ class Engine:
                 raise ValueError(
                     f"a prompt of {len(r.prompt)} tokens: this engine takes 1 to "
                     f"{self.max_prompt} (raise the task's prompt length limit)"
+                )
+            if r.max_new is not None and r.max_new < 1:
+                raise ValueError(f"max_new={r.max_new}: a request's max_new must be at least 1")
+            new = min(r.max_new or self.max_new_tokens, self.max_new_tokens)
+            if len(r.prompt) + new > self.max_length:
+                raise ValueError(
+                    f"a prompt of {len(r.prompt)} tokens and {new} new ones: this engine's "
+                    f"sequences hold {self.max_length} positions"
                 )
         self.queue.extend(requests)
 
@@ -98,7 +144,12 @@ class Engine:
         return len(self.slots) - self.active - len(self.queue)
 
     def idle(self) -> bool:
+        """Nothing queued or decoding (parked slots wait for nobody)."""
         return not self.queue and self.active == 0
+
+    def release(self, key: int) -> None:
+        """Free the slot of request `key` if it is parked: nothing will continue it."""
+        self.parked.pop(key, None)
 
     def set_version(self, version: int, recompute: bool) -> None:
         """The model's weights were replaced by version `version`. In-flight sequences go on
@@ -108,6 +159,8 @@ class Engine:
         Either way a token's log-prob is that of the distribution it was drawn from."""
         self.version = version
         self.lean.refresh()
+        if recompute:
+            self.parked.clear()  # their cache is the old weights': a follower prefills anew
         busy = [(i, s) for i, s in enumerate(self.slots) if s is not None]
         if not busy or not recompute:
             return
@@ -124,11 +177,13 @@ class Engine:
                 tokens[n, : len(s.out.tokens) - 1] = torch.tensor(s.out.tokens[:-1])
             rows = torch.tensor([i for i, _ in grown])
             starts = torch.tensor([len(s.request.prompt) for _, s in grown])
-            self.lean.extend(self.cache, rows, tokens, starts)
+            lengths = torch.tensor([len(s.out.tokens) - 1 for _, s in grown])
+            self.lean.extend(self.cache, rows, tokens, starts, lengths)
 
     def drop_all(self) -> None:
         self.queue.clear()
         self.slots = [None] * len(self.slots)
+        self.parked.clear()
 
     def step(self) -> list[Completion]:
         """Fill free slots from the queue, then decode one token in every busy slot; the
@@ -139,7 +194,7 @@ class Engine:
             if not busy:
                 return done
             width = busy[-1] + 1  # decode rows 0..width-1: a prefix view, no gather
-            tokens, positions = [0] * width, [0] * width  # built in Python, one tensor each
+            tokens, positions = [0] * width, [self.scratch] * width  # one tensor each
             for i in busy:
                 slot = self.slots[i]
                 assert slot is not None
@@ -157,6 +212,8 @@ class Engine:
                 if finished:
                     done.append(slot.out)
                     self.slots[i] = None
+                    if slot.request.keep:
+                        self._park(i, slot)
             return done
 
     # ------------------------------------------------------------------ internals
@@ -166,23 +223,72 @@ class Engine:
         return KVCache([k[:width] for k in c.keys], [v[:width] for v in c.values])
 
     def _admit(self) -> list[Completion]:
-        free = [i for i, s in enumerate(self.slots) if s is None]
-        take = min(len(free), len(self.queue))
+        """Start queued requests: followers of parked sequences in their slots, the others in
+        empty slots, evicting the least recently parked sequences when none is empty."""
+        if not self.queue:
+            return []
+        held = {p.row for p in self.parked.values()}
+        empty = [i for i, s in enumerate(self.slots) if s is None and i not in held]
+        take = min(len(empty) + len(held), len(self.queue))
         if take == 0:
             return []
-        requests = [self.queue.popleft() for _ in range(take)]
-        rows = free[:take]
-        logits = self._prefill(rows, [list(r.prompt) for r in requests])
+        continued: list[tuple[_Parked, Request]] = []
+        fresh: list[Request] = []
+        for _ in range(take):
+            r = self.queue.popleft()
+            parked = None if r.follows is None else self.parked.pop(r.follows, None)
+            if parked is not None and parked.continued_by(r.prompt):
+                continued.append((parked, r))
+                continue
+            if parked is not None:
+                empty.append(parked.row)  # superseded by its follower
+            fresh.append(r)
+        while len(empty) < len(fresh):
+            empty.append(self.parked.pop(next(iter(self.parked))).row)
+        rows = empty[: len(fresh)] + [p.row for p, _ in continued]
+        requests = fresh + [r for _, r in continued]
+        if not continued:
+            logits = self._prefill(rows, [list(r.prompt) for r in fresh])
+        elif not fresh:
+            logits = self._continue(continued)
+        else:
+            fresh_logits = self._prefill(rows[: len(fresh)], [list(r.prompt) for r in fresh])
+            logits = torch.cat([fresh_logits, self._continue(continued)])
         sampled, logprobs = self._sample(logits)
         done = []
         drawn = zip(rows, requests, sampled.tolist(), logprobs.tolist(), strict=True)
         for i, r, token, logprob in drawn:
-            slot = _Slot(r, Completion(r.key), position=len(r.prompt))
+            limit = min(r.max_new or self.max_new_tokens, self.max_new_tokens)
+            slot = _Slot(r, Completion(r.key), position=len(r.prompt), limit=limit)
             if self._append(slot, token, logprob):
                 done.append(slot.out)
+                if r.keep:
+                    self._park(i, slot)
             else:
                 self.slots[i] = slot
         return done
+
+    def _park(self, row: int, slot: _Slot) -> None:
+        key = slot.request.key
+        self.parked.pop(key, None)  # a reused key: the newest sequence is the one kept
+        self.parked[key] = _Parked(row, slot.request.prompt + tuple(slot.out.tokens))
+
+    def _continue(self, continued: list[tuple[_Parked, Request]]) -> torch.Tensor:
+        """Run each follower's tokens after its parked sequence's cache (the parked last
+        sampled token first: it was never run) into that slot; the next-token logits."""
+        missing = [r.prompt[len(p.tokens) - 1 :] for p, r in continued]
+        tokens = torch.zeros(len(missing), max(len(m) for m in missing), dtype=torch.long)
+        for n, m in enumerate(missing):
+            tokens[n, : len(m)] = torch.tensor(m)
+        lengths = [len(m) for m in missing]
+        self.extend_tokens += sum(lengths)
+        return self.lean.extend(
+            self.cache,
+            torch.tensor([p.row for p, _ in continued]),
+            tokens,
+            torch.tensor([len(p.tokens) - 1 for p, _ in continued]),
+            torch.tensor(lengths),
+        )
 
     def _prefill(self, rows: list[int], prefixes: list[list[int]]) -> torch.Tensor:
         """Run `prefixes` into cache `rows`; the next-token logits of each. A prefix shared by
@@ -196,6 +302,7 @@ class Engine:
         for n, p in enumerate(unique):
             tokens[n, : len(p)] = torch.tensor(p)
         lengths = torch.tensor([len(p) for p in unique])
+        self.prefill_tokens += sum(len(p) for p in unique)
         if len(unique) == len(prefixes):
             return self.lean.prefill(self.cache, torch.tensor(rows), tokens, lengths)
         owner = [rows[which.index(u)] for u in range(len(unique))]  # a row that runs prefix u
@@ -229,7 +336,7 @@ class Engine:
             out.finish = "eos"
         elif any(_ends_with(out.tokens, s) for s in self.stop):
             out.finish = "stop"
-        elif len(out.tokens) >= self.max_new_tokens:
+        elif len(out.tokens) >= slot.limit:
             out.finish = "length"
         return bool(out.finish)
 

@@ -11,7 +11,10 @@ counts it and runs the problem again, so a group always trains G episodes.
 
 The episodes are coroutines without an event loop: `EpisodeRunner` resumes each one when the
 engine finishes the text it awaits, so the G episodes of a group, and all groups in flight,
-decode together in the engine's continuous batch. A task picks its episode with a
+decode together in the engine's continuous batch. An episode's turns continue one sequence in
+the engine: each request follows the episode's previous one, so a turn whose context extends
+the last (prompt, completion, then what the env appended) runs only the new tokens instead of
+prefilling the whole context again. A task picks its episode with a
 `run_episode` method; `single_turn` (one completion of the prompt) is the default.
 """
 
@@ -53,9 +56,33 @@ class Trajectory:
     finish: str = "eos"
     """How its last completion ended: `eos`, `stop` or `length`."""
     info: dict[str, Any] = field(default_factory=dict)
+    """Numbers the run logs per episode (surge/streams/rollouts.py `EPISODE_STATS`)."""
+    later: list[Segment] = field(default_factory=list)
+    """The segments after the first, when its context restarted (a summary, a truncation:
+    surge/llm/context.py). Each starts again from `prompt`; the fields above are the first."""
+    overlong: bool = False
+    """It ran past its limits (tool calls, turns, summaries): none of its tokens train, but
+    its reward still counts in its group's statistics."""
+
+    def segments(self) -> list[Segment]:
+        return [Segment(self.tokens, self.mask, self.logprobs, self.versions), *self.later]
 
     def policy_tokens(self) -> list[int]:
-        return [t for t, m in zip(self.tokens, self.mask, strict=True) if m]
+        return [t for s in self.segments() for t, m in zip(s.tokens, s.mask, strict=True) if m]
+
+    def check(self) -> None:
+        for segment in self.segments():
+            segment.check()
+
+
+@dataclass
+class Segment:
+    """One context of an episode after its prompt: what one training row holds."""
+
+    tokens: list[int]
+    mask: list[bool]
+    logprobs: list[float]
+    versions: list[int]
 
     def check(self) -> None:
         n = len(self.tokens)
@@ -75,10 +102,14 @@ def completion_trajectory(prompt: Sequence[int], c: Completion) -> Trajectory:
 
 
 class _Generate:
-    """What an episode awaits: the engine's completion of `context`."""
+    """What an episode awaits: the engine's completion of `context`, of at most `max_new`
+    tokens (None: the engine's limit)."""
 
-    def __init__(self, context: Sequence[int]) -> None:
+    def __init__(self, context: Sequence[int], max_new: int | None = None) -> None:
+        if max_new is not None and max_new < 1:
+            raise ValueError(f"max_new={max_new}: a completion needs room for a token")
         self.context = tuple(int(t) for t in context)
+        self.max_new = max_new
 
     def __await__(self) -> Generator[_Generate, Completion, Completion]:
         completion = yield self  # the runner resumes the episode with the completion
@@ -96,9 +127,11 @@ class EpisodeEngine:
             lambda text: tuple(encode_prompt(tokenizer, text))
         )
 
-    def generate(self, context: Sequence[int]) -> _Generate:
-        """`await engine.generate(tokens)`: the policy's completion of `context`."""
-        return _Generate(context)
+    def generate(self, context: Sequence[int], max_new: int | None = None) -> _Generate:
+        """`await engine.generate(tokens)`: the policy's completion of `context`, of at most
+        `max_new` tokens (the engine's limit caps it). A context that starts with the
+        episode's previous context and completion is cheap: only what follows them runs."""
+        return _Generate(context, max_new)
 
     def encode_prompt(self, text: str) -> list[int]:
         """A prompt's tokens as training and evaluation see them (with `<bos>`)."""
@@ -142,7 +175,11 @@ class EpisodeRunner:
     `start` begins an episode under a caller's key; `step` decodes one token in every busy
     slot and returns the episodes that ended, as (key, trajectory or None). An episode that
     raises is logged with its traceback and ends as None (dropped), as does one whose
-    trajectory is malformed."""
+    trajectory is malformed.
+
+    Each request keeps its slot parked when it finishes and follows the episode's previous
+    request, so the next turn continues its cache; an episode that ends releases its slot
+    at once (a single-turn episode, in the same `step` that finished it)."""
 
     def __init__(self, engine: Engine, tokenizer: Any, episode: EpisodeFn) -> None:
         self.engine = engine
@@ -180,17 +217,22 @@ class EpisodeRunner:
         self.engine.drop_all()
 
     def _resume(self, key: int, episode: _Episode, completion: Completion | None) -> None:
+        """Send `completion` (None to start) into the episode; submit what it awaits next,
+        continuing the completion's sequence, or release that sequence if the episode ends."""
         try:
             awaited = episode.send(completion)
         except StopIteration as end:
+            self._release(completion)
             self._ended.append((key, self._checked(key, end.value)))
             return
         except Exception:
+            self._release(completion)
             log.exception("episode %d raised: dropped", key)
             self.errors += 1
             self._ended.append((key, None))
             return
         if not isinstance(awaited, _Generate):
+            self._release(completion)
             episode.close()
             log.error(
                 "episode %d awaited %r: only engine.generate(...) can be awaited", key, awaited
@@ -200,7 +242,14 @@ class EpisodeRunner:
             return
         request = next(self._ids)
         self._waiting[request] = (key, episode)
-        self.engine.submit([Request(request, awaited.context)])
+        follows = None if completion is None else completion.key
+        self.engine.submit(
+            [Request(request, awaited.context, awaited.max_new, follows=follows, keep=True)]
+        )
+
+    def _release(self, completion: Completion | None) -> None:
+        if completion is not None:
+            self.engine.release(completion.key)
 
     def log_dropped(self, key: int, reason: object) -> None:
         """An ended episode its caller could not keep (e.g. it does not fit a row)."""

@@ -19,6 +19,7 @@ from surge.llm.engine import Engine
 from surge.llm.episodes import EpisodeRunner, episode_of
 from surge.llm.model import decode_completion, encode_prompt, stop_sequences
 from surge.llm.tasks import Problem, Task
+from surge.llm.textenv import TextEnvTask
 
 
 @dataclass
@@ -64,6 +65,7 @@ def score(
 def greedy_accuracy(model: Any, tokenizer: Any, task: Task, problems: list[Problem]) -> float:
     """Greedy exact-match accuracy, with room for the longest answer and the end token."""
     longest = max(len(tokenizer.encode(p.answer, add_special_tokens=False)) for p in problems)
+    # (a text env's turns are its own limit's: decode_and_score)
     return decode_and_score(model, tokenizer, task, problems, longest + 1, 0.0).accuracy
 
 
@@ -86,16 +88,22 @@ def decode_and_score(
     policy's text. An episode that ends without a trajectory scores 0."""
     prompts = [tuple(encode_prompt(tokenizer, p.prompt)) for p in problems]
     n = len(prompts)
+    max_prompt, max_length = max(len(p) for p in prompts), None
+    if isinstance(task, TextEnvTask):  # a context grows to the window, a turn at a time
+        max_prompt = max_length = task.limits.rule.window
+        max_new_tokens = task.limits.longest_turn
+        stop = stop_sequences(tokenizer, list(task.limits.stop))
     engine = Engine(
         model,
         slots=min(n * samples, slots),
-        max_prompt=max(len(p) for p in prompts),
+        max_prompt=max_prompt,
         max_new_tokens=max_new_tokens,
         eos_id=tokenizer.eos_token_id,
         temperature=temperature,
         top_p=top_p,
         stop=stop,
         seed=seed,
+        max_length=max_length,
     )
     runner = EpisodeRunner(engine, tokenizer, episode_of(task))
     for i in range(n * samples):
@@ -119,7 +127,7 @@ def evaluate_run(run_dir: Path, cfg: ExperimentConfig, checkpoint: Path, k: int 
     import torch
 
     from surge.llm.model import load_model
-    from surge.llm.tasks import heldout_set, task_of
+    from surge.llm.tasks import heldout_set, more_summaries, task_of
     from surge.tracking.checkpoint import load_checkpoint
 
     state = load_checkpoint(checkpoint)
@@ -137,6 +145,11 @@ def evaluate_run(run_dir: Path, cfg: ExperimentConfig, checkpoint: Path, k: int 
         "accuracy": greedy.accuracy,
         "length_mean": float(greedy.lengths.mean()),
     }
+    if more_summaries(cfg):
+        more = task_of(cfg, evaluation=True)
+        n = cfg.context.eval_max_summaries
+        accuracy = score(model, tokenizer, more, problems, cfg, 0.0).accuracy
+        result[f"accuracy@{n}_summaries"] = accuracy
     if k:
         sampled = score(model, tokenizer, task, problems, cfg, cfg.rollout.temperature, k, cfg.seed)
         result[f"pass@{k}"] = sampled.pass_at_k

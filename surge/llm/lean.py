@@ -198,15 +198,24 @@ class LeanLlama:
         return self._logits(last)
 
     def extend(
-        self, cache: KVCache, slots: torch.Tensor, tokens: torch.Tensor, starts: torch.Tensor
-    ) -> None:
-        """Run right-padded continuations `tokens [J, T]` into cache rows `slots`, row j from
-        position `starts[j]` on, attending to what the row holds before it (a prompt
-        prefilled once for its group and copied). Padding fills positions after a row's real
-        tokens, which nothing reads before a decode step writes them."""
+        self,
+        cache: KVCache,
+        slots: torch.Tensor,
+        tokens: torch.Tensor,
+        starts: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> torch.Tensor:
+        """Run right-padded continuations `tokens [J, T]` (real lengths `lengths`) into cache
+        rows `slots`, row j from position `starts[j]` on, attending to what the row holds
+        before it (a prompt prefilled once for its group, or a finished turn of a multi-turn
+        episode); the logits after each row's last real token, `[J, vocab]`. Padding runs at
+        the cache's last position, which generation never reaches (a sequence's last sampled
+        token is never run), so rows of very different lengths fit the cache together."""
         J, T = tokens.shape
-        positions = starts[:, None] + torch.arange(T)  # [J, T]
         length = cache.keys[0].shape[2]
+        steps = torch.arange(T)
+        real = steps < lengths[:, None]
+        positions = torch.where(real, starts[:, None] + steps, length - 1)  # [J, T]
         visible = (torch.arange(length) <= positions[:, :, None]).unsqueeze(1)  # [J, 1, T, L]
         rows = slots[:, None]
         x = F.embedding(tokens, self.embed)
@@ -219,6 +228,7 @@ class LeanLlama:
                 q, keys[slots], values[slots], attn_mask=visible, enable_gqa=self._gqa()
             )
             x = self._finish_layer(i, x, attn)
+        return self._logits(x[torch.arange(J), lengths - 1])
 
     def decode(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One token for every cache row (`tokens [S]` at `positions [S]`, each row at its own

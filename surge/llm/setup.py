@@ -27,6 +27,7 @@ from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError
 from surge.llm.tasks import ALPHABETS, Task, heldout_set, task_of
 from surge.llm.text_sample import TextSample, check_warm_start, text_sample, tiny_model_positions
+from surge.llm.textenv import TextEnvTask, limits_record
 
 MAX_LENGTH = 64
 """Positions of the built-in model: prompt and completion together (more for other tasks'
@@ -67,7 +68,15 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
     if cfg.sft.steps > 0:
         from surge.llm.sft import WarmStartSettings, warm_start
 
-        if cfg.task.name not in ALPHABETS:
+        task = task_of(cfg)
+        if isinstance(task, TextEnvTask):
+            if not task.has_expert:
+                raise ConfigError(
+                    f"task.name={cfg.task.name!r} has no expert(rng, summarize) to imitate, so "
+                    "the supervised warm start has no transcripts",
+                    "give the env an expert method (docs/agents.md), or set sft.steps=0",
+                )
+        elif cfg.task.name not in ALPHABETS:
             check_warm_start(_sample(cfg), cfg.task.name)
 
         t = cfg.tiny_model
@@ -84,6 +93,7 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
             lr=cfg.sft.lr,
             target_accuracy=cfg.sft.target_accuracy,
             seed=cfg.seed,
+            limits=limits_record(task.limits) if isinstance(task, TextEnvTask) else {},
         )
         return warm_start(settings, log=lambda text: print(f"  {text}", file=sys.stderr))
     initial = run_dir / "model-init"
@@ -113,6 +123,8 @@ def tiny_positions(cfg: ExperimentConfig) -> int:
     model: surge/llm/text_sample.py)."""
     if cfg.task.name in ALPHABETS:
         return MAX_LENGTH
+    if isinstance(task_of(cfg), TextEnvTask):  # a context never exceeds the window
+        return max(MAX_LENGTH, -(-cfg.context.window // 64) * 64)
     return tiny_model_positions(_sample(cfg), cfg.task.name, cfg.rollout.max_new_tokens, MAX_LENGTH)
 
 
@@ -128,7 +140,27 @@ def _sample(cfg: ExperimentConfig) -> TextSample:
 def _alphabet(cfg: ExperimentConfig) -> str:
     if cfg.task.name in ALPHABETS:
         return ALPHABETS[cfg.task.name]
+    task = task_of(cfg)
+    if isinstance(task, TextEnvTask):
+        return task.alphabet
     return _sample(cfg).alphabet
+
+
+def check_context(cfg: ExperimentConfig, task: Task) -> None:
+    """`context.*` belongs to multi-turn tasks: a ConfigError naming it on a single-turn one."""
+    from surge.config.llm_schema import ContextConfig
+
+    if isinstance(task, TextEnvTask):
+        return
+    default = ContextConfig()
+    changed = [k for k, v in vars(cfg.context).items() if getattr(default, k) != v]
+    if changed:
+        raise ConfigError(
+            f"context.{changed[0]}={getattr(cfg.context, changed[0])!r}: task.name="
+            f"{cfg.task.name!r} is single-turn, and context.* sets the working context of "
+            "multi-turn tasks (text envs)",
+            "remove the context settings, or choose a text env task (docs/agents.md)",
+        )
 
 
 def task_shapes(cfg: ExperimentConfig, task: Task, tokenizer: Any, positions: int) -> EnvInfo:
@@ -139,6 +171,9 @@ def task_shapes(cfg: ExperimentConfig, task: Task, tokenizer: Any, positions: in
     problems = task.sample("train", PROMPT_SAMPLE, random.Random(cfg.seed))
     problems += heldout_set(task, cfg.task.heldout)
     longest = max(len(encode_prompt(tokenizer, p.prompt)) for p in problems)
+    vocab = len(tokenizer)
+    if isinstance(task, TextEnvTask):
+        return text_env_shapes(cfg, task, tokenizer, positions, longest)
     new = cfg.rollout.max_new_tokens
     if longest + new > positions:
         raise ConfigError(
@@ -147,10 +182,68 @@ def task_shapes(cfg: ExperimentConfig, task: Task, tokenizer: Any, positions: in
             "lower rollout.max_new_tokens",
         )
     width = min(math.ceil(longest * 1.25), positions - new)
-    vocab = len(tokenizer)
     observation = spaces.Box(0, vocab - 1, (width,), np.int32)
     action = spaces.MultiDiscrete([vocab] * new)
     return EnvInfo(observation, action)
+
+
+def text_env_shapes(
+    cfg: ExperimentConfig, task: TextEnvTask, tokenizer: Any, positions: int, longest: int
+) -> EnvInfo:
+    """A multi-turn task's shapes: prompts as sampled; per episode, its segments (a context
+    each: `context.max_summaries` + 1 when it restarts) of up to `context.window` tokens, as
+    a [segments, window] action space. ConfigErrors for a window the model cannot hold, and
+    for a prompt and one exchange that do not fit under the context rule."""
+    from surge.llm.context import check_fits
+    from surge.llm.episodes import EpisodeEngine
+
+    c, limits = cfg.context, task.limits
+    if c.window > positions:
+        raise ConfigError(
+            f"context.window={c.window}: the model has {positions} positions",
+            "lower context.window"
+            + ("" if cfg.model.path else " (the built-in model is sized to the window)"),
+        )
+    instruction = len(tokenizer.encode(c.instruction, add_special_tokens=False))
+    exchange = limits.max_new_tokens + longest_observation(task, EpisodeEngine(tokenizer))
+    why = check_fits(limits.rule, longest, instruction, exchange)
+    if why:
+        raise ConfigError(
+            f"{why} (task.name={cfg.task.name!r})",
+            "raise context.window, or lower context.summary_tokens or rollout.max_new_tokens",
+        )
+    segments = limits.rule.max_segments if c.mode != "none" else 1
+    vocab = len(tokenizer)
+    observation = spaces.Box(0, vocab - 1, (min(longest + longest // 4 + 1, c.window),), np.int32)
+    return EnvInfo(observation, spaces.MultiDiscrete(np.full((segments, c.window), vocab)))
+
+
+OBSERVATION_PROBES = 16
+"""Expert episodes (or random resets) run to find a text env's longest observation."""
+
+
+def longest_observation(task: TextEnvTask, engine: Any) -> int:
+    """The longest observation (in tokens) of a few expert episodes of the task; without an
+    expert, of the env's answer to an empty action after each reset."""
+    problems = task.sample("train", OBSERVATION_PROBES, random.Random(0))
+    longest = 0
+    for n, problem in enumerate(problems):
+        env = task.make_env()
+        env.reset(int(problem.meta["seed"]))
+        rng = np.random.default_rng(n)
+        for _ in range(task.limits.max_turns if task.has_expert else 1):
+            action = env.expert(rng) if task.has_expert else ""
+            observation, _, terminated, truncated, _ = env.step(action)
+            if not isinstance(observation, str):
+                raise ConfigError(
+                    f"task.name={task.name!r}: its step returned a "
+                    f"{type(observation).__name__} observation, not a str",
+                    "return (text, reward, terminated, truncated, info) from step",
+                )
+            longest = max(longest, len(engine.encode(observation)))
+            if terminated or truncated:
+                break
+    return longest
 
 
 def tokenizer_and_config(cfg: ExperimentConfig, model_dir: Path | None) -> tuple[Any, Any]:

@@ -24,11 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from surge.llm.model import encode_prompt, save_model_dir
+from surge.llm.problems import Problem
 from surge.llm.tasks import ALPHABETS, Task, heldout_set, make_task
 from surge.llm.text_sample import alphabet_of, text_sample
+from surge.llm.textenv import TextEnvTask, limits_from
 
 FORMAT = 2  # 2: the tokenizer adds <bos> itself; a generation config
 """Bumped when the warm start's recipe changes, so old cache entries are not reused."""
@@ -50,6 +53,9 @@ class WarmStartSettings:
     target_accuracy: float = 0.0
     seed: int = 1
     threads: int = 2
+    limits: dict[str, Any] = field(default_factory=dict)
+    """A multi-turn task's episode limits (surge/llm/textenv.py `limits_record`): they shape
+    the expert's transcripts."""
 
     def key(self) -> str:
         fields = dataclasses.asdict(self)
@@ -91,6 +97,32 @@ def example_batch(
     return tokens, mask
 
 
+def transcript_batch(
+    tokenizer: Any, task: TextEnvTask, problems: list[Problem], seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The expert's episodes of `problems` as rows, one per segment (`<bos> prompt` and the
+    segment's tokens), and the mask of the positions whose next token is the expert's
+    (actions and summaries; the env's and carried tokens are context only)."""
+    from surge.llm.episodes import EpisodeEngine
+
+    engine = EpisodeEngine(tokenizer)
+    rows: list[list[int]] = []
+    masks: list[list[bool]] = []
+    for n, problem in enumerate(problems):
+        rng = np.random.default_rng([seed, n])
+        trajectory = task.expert_episode(engine, int(problem.meta["seed"]), rng)
+        for segment in trajectory.segments():
+            rows.append(trajectory.prompt + segment.tokens)
+            masks.append([False] * len(trajectory.prompt) + segment.mask)
+    width = max(map(len, rows))
+    tokens = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width - 1)
+    for i, (ids, trained) in enumerate(zip(rows, masks, strict=True)):
+        tokens[i, : len(ids)] = torch.tensor(ids)
+        mask[i, : len(ids) - 1] = torch.tensor(trained[1:], dtype=torch.float32)
+    return tokens, mask
+
+
 CHECK_EVERY = 5
 """Steps between the target-accuracy checks."""
 CHECK_PROBLEMS = 256
@@ -124,7 +156,10 @@ def train_sft(
             if reached:
                 break
         problems = task.sample("train", batch_size, rng)
-        tokens, mask = example_batch(tokenizer, [(p.prompt, p.answer) for p in problems])
+        if isinstance(task, TextEnvTask):
+            tokens, mask = transcript_batch(tokenizer, task, problems, rng.getrandbits(63))
+        else:
+            tokens, mask = example_batch(tokenizer, [(p.prompt, p.answer) for p in problems])
         logp = torch.log_softmax(model(tokens).logits[:, :-1].float(), dim=-1)
         token_logp = logp.gather(2, tokens[:, 1:, None])[..., 0]
         loss = -(token_logp * mask).sum() / mask.sum()
@@ -161,6 +196,8 @@ def warm_start(
         tokenizer = char_tokenizer(s.alphabet())
         model = tiny_llama(len(tokenizer), s.hidden, s.layers, s.heads, s.max_length, s.seed)
         task = make_task(s.task, s.task_kwargs, s.reward_fn)
+        if isinstance(task, TextEnvTask):
+            task.configure(limits_from(s.limits))
         losses = train_sft(
             model, tokenizer, task, s.steps, s.batch_size, s.lr, s.seed, s.target_accuracy
         )

@@ -7,6 +7,7 @@ never sees a held-out problem whatever the seeds.
 
 - `Arithmetic(digits)`: "12+34=" -> "46". Reward 1 for the exact sum, read up to the first
   character that is not a digit.
+- `guess`, `recall`: multi-turn text envs (surge/llm/agent_tasks.py, textenv.py).
 - `Countdown(numbers, max_value)`: reach a target from given numbers with + - * / and
   parentheses, each number at most once: "3 7 25 50 -> 81:" -> "50+25+3+7-...". Reward 1
   when the expression uses only those numbers, each at most once, and evaluates to the
@@ -28,7 +29,9 @@ from typing import Any, Protocol
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError
+from surge.llm.context import ContextRule
 from surge.llm.problems import REASONING_GYM, Problem, Split, split_of
+from surge.llm.textenv import EpisodeLimits, TextEnvTask, is_text_env
 from surge.llm.tiny import ARITHMETIC_ALPHABET, COUNTDOWN_ALPHABET
 
 
@@ -182,7 +185,9 @@ def make_task(name: str, kwargs: dict[str, Any], reward_fn: str | None = None) -
     """A built-in task by name, a reasoning-gym dataset (`reasoning-gym:<dataset>`), a dataset
     file, or `module:function` returning a task."""
     task: Task
-    if name in BUILT_IN:
+    if name in TEXT_ENVS:
+        task = TextEnvTask(_text_env_class(name), kwargs)
+    elif name in BUILT_IN:
         task = BUILT_IN[name](**kwargs)
     elif name.startswith(REASONING_GYM):  # before `module:function`, which it resembles
         from surge.llm.reasoning_gym_task import ReasoningGymTask
@@ -195,15 +200,51 @@ def make_task(name: str, kwargs: dict[str, Any], reward_fn: str | None = None) -
         if reward_fn is None:
             raise ValueError(f"task.name={name!r}: a dataset file needs task.reward_fn")
     elif ":" in name:
-        task = import_path(name, "task.name")(**kwargs)
+        made = import_path(name, "task.name")
+        task = TextEnvTask(made, kwargs) if is_text_env(made) else made(**kwargs)
     else:
         raise ValueError(
             f"task.name={name!r}: expected one of {sorted(BUILT_IN)}, "
             f"'{REASONING_GYM}<dataset>', a .jsonl/.parquet file, or 'module:function'"
         )
     if reward_fn is not None:
+        if isinstance(task, TextEnvTask):
+            raise ValueError(
+                f"task.reward_fn={reward_fn!r}: task.name={name!r} is a text env, whose "
+                "episodes bring their own rewards"
+            )
         task = _UserReward(task, import_path(reward_fn, "task.reward_fn"))
     return task
+
+
+TEXT_ENVS = ("guess", "recall")
+"""The built-in multi-turn tasks (surge/llm/agent_tasks.py)."""
+
+
+def _text_env_class(name: str) -> Any:
+    from surge.llm import agent_tasks
+
+    return {"guess": agent_tasks.Guess, "recall": agent_tasks.Recall}[name]
+
+
+def more_summaries(cfg: ExperimentConfig) -> bool:
+    """Whether evaluation also scores with `context.eval_max_summaries` (set, and unlike
+    training's)."""
+    c = cfg.context
+    return c.mode != "none" and c.eval_max_summaries not in (None, c.max_summaries)
+
+
+def episode_limits(cfg: ExperimentConfig, evaluation: bool = False) -> EpisodeLimits:
+    """A multi-turn task's limits from `context.*` and `rollout.*` (in evaluation, the
+    summaries of `context.eval_max_summaries`)."""
+    c, r = cfg.context, cfg.rollout
+    summaries = c.max_summaries
+    if evaluation and c.eval_max_summaries is not None:
+        summaries = c.eval_max_summaries
+    rule = ContextRule(c.mode, c.window, c.threshold, c.summary_tokens, summaries + 1)
+    return EpisodeLimits(
+        rule, r.max_new_tokens, r.max_tool_calls, r.max_turns, c.instruction, tuple(r.stop)
+    )
 
 
 def problem_at(task: Task, split: Split, seed: int, index: int) -> Problem:
@@ -220,10 +261,14 @@ def heldout_set(task: Task, n: int) -> list[Problem]:
     return task.sample("heldout", n, random.Random(12345))
 
 
-def task_of(cfg: ExperimentConfig) -> Task:
-    """The run's task (`task.*`); a ConfigError naming the setting when it cannot be made."""
+def task_of(cfg: ExperimentConfig, evaluation: bool = False) -> Task:
+    """The run's task (`task.*`; a multi-turn one with the run's limits, those of evaluation
+    with `evaluation`); a ConfigError naming the setting when it cannot be made."""
     try:
-        return make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
+        task = make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
+        if isinstance(task, TextEnvTask):
+            task.configure(episode_limits(cfg, evaluation))
+        return task
     except TypeError as e:  # arguments the task does not take
         raise ConfigError(
             f"task.kwargs={cfg.task.kwargs}: {e}",

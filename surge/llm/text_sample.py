@@ -21,8 +21,11 @@ cache (surge/llm/sft.py), so a changed dataset file trains a new warm start.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import math
 import random
@@ -32,6 +35,7 @@ from typing import Any
 from surge.errors import ConfigError
 from surge.llm.problems import REASONING_GYM, Problem
 from surge.llm.tasks import ALPHABETS, make_task
+from surge.llm.textenv import TextEnvTask
 
 TEXT_SAMPLE = 1000
 """Problems (per split, for tasks drawn at random) whose characters make the alphabet."""
@@ -92,6 +96,8 @@ def _text_sample(name: str, kwargs_json: str, reward_fn: str | None) -> TextSamp
 
         return summarise(sample_problems(name, kwargs, TEXT_SAMPLE))
     task = make_task(name, kwargs, reward_fn)
+    if isinstance(task, TextEnvTask):
+        return _text_env_sample(task)
     listed = getattr(getattr(task, "task", task), "problems", None)  # a file: every row
     if callable(listed):
         problems: list[Problem] = listed()
@@ -101,6 +107,20 @@ def _text_sample(name: str, kwargs_json: str, reward_fn: str | None) -> TextSamp
     if not problems:
         raise ValueError(f"task.name={name!r}: the task gave no problems")
     return summarise(problems)
+
+
+def _text_env_sample(task: TextEnvTask) -> TextSample:
+    """A text env's sample: its prompts; its alphabet is its own (`alphabet`, or printable
+    ASCII); the digest also covers the env's code, which makes its episodes."""
+    problems = task.sample("train", TEXT_SAMPLE, random.Random(SAMPLE_SEED))
+    sample = summarise(problems)
+    digest = hashlib.blake2b(sample.digest.encode(), digest_size=10)
+    # no source (a compiled or dynamic class): the prompts only
+    with contextlib.suppress(OSError, TypeError):
+        digest.update(inspect.getsource(task.env_factory).encode())
+    return dataclasses.replace(
+        sample, alphabet=task.alphabet, all_answered=task.has_expert, digest=digest.hexdigest()
+    )
 
 
 def tiny_model_positions(sample: TextSample, name: str, max_new_tokens: int, least: int) -> int:

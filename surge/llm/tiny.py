@@ -82,3 +82,9 @@ def tiny_llama(
     config = tiny_config(vocab_size, hidden, layers, heads, max_length)
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)
+
+
+GUESS_ALPHABET = "0123456789<>=?- \nguesS:"
+"""Guess (surge/llm/agent_tasks.py): its prompt, guesses, feedback, summaries and "S:"."""
+RECALL_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz=?: \n"
+"""Recall (surge/llm/agent_tasks.py): facts, filler, tool calls, questions and "S:"."""

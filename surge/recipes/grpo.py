@@ -31,7 +31,14 @@ from surge.streams.rollouts import rollout_layout
 from surge.workers.base import RunContext
 from surge.workers.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
 
-LLM_EVAL_FIELDS = ("version", "problems", "accuracy", "pass_at_k", "length_mean")
+LLM_EVAL_FIELDS = (
+    "version",
+    "problems",
+    "accuracy",
+    "pass_at_k",
+    "length_mean",
+    "accuracy_eval_summaries",  # multi-turn: at context.eval_max_summaries (NaN: not set)
+)
 
 
 def grpo_graph(ctx: RunContext) -> Graph:
@@ -116,7 +123,7 @@ def grpo_graph(ctx: RunContext) -> Graph:
             ),
         )
     layouts = {
-        "rollouts": rollout_layout(rows, r.group_size, _width(env), r.max_new_tokens),
+        "rollouts": rollout_layout(rows, r.group_size, _width(env), *_episode_shape(env)),
         params: params_layout(n_params),
     }
     if evaluators:
@@ -162,6 +169,15 @@ def _width(env: EnvInfo) -> int:
     return int(shape[0])
 
 
+def _episode_shape(env: EnvInfo) -> tuple[int, int]:
+    """Tokens after the prompt per sequence, and sequences (segments) per episode: the
+    action space is [tokens] for a single-turn task, [segments, tokens] for a multi-turn one
+    (llm/setup.py)."""
+    shape = env.action_space.shape
+    assert shape is not None
+    return (int(shape[-1]), int(shape[0])) if len(shape) == 2 else (int(shape[0]), 1)
+
+
 # ---------------------------------------------------------------------- the plug-in
 
 
@@ -185,7 +201,7 @@ class GRPOFamily(Algorithm):
         from surge.llm import setup
         from surge.llm.tasks import task_of
 
-        task_of(cfg)  # a bad task fails before any model is loaded or trained
+        setup.check_context(cfg, task_of(cfg))  # a bad task fails before any model loads
         if run_dir is None:  # the graph only: the model's shapes, no weights
             model = Path(cfg.model.path) if cfg.model.path else None
             env, n_params = setup.shapes_and_size(cfg, model)
@@ -212,11 +228,20 @@ class GRPOFamily(Algorithm):
     def describe(self, ctx: RunContext, graph: Graph) -> list[str]:
         cfg, r = ctx.cfg, ctx.cfg.rollout
         names = ", ".join(spec.name for spec in graph.workers)
-        return [
+        lines = [
             f"workers: {names}; {r.prompts_per_batch} prompts x {r.group_size} completions "
             f"per batch; max_policy_lag={cfg.max_policy_lag}; interrupt={r.interrupt}; "
             f"loss {cfg.grpo.loss}"
         ]
+        _, segments = _episode_shape(ctx.env)
+        c = cfg.context
+        if segments > 1 or c != type(c)():  # a multi-turn task's settings
+            lines.append(
+                f"multi-turn: context {c.mode}, window {c.window} tokens"
+                + (f", summaries <= {c.max_summaries}" if c.mode == "summarize" else "")
+                + f"; <= {r.max_tool_calls} tool calls, {r.max_turns} turns per episode"
+            )
+        return lines
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
         """Held-out greedy accuracy (and pass@k) of the run's newest checkpoint."""
@@ -234,7 +259,9 @@ class GRPOFamily(Algorithm):
         pass_k = given.get("pass_k", 0)
         assert isinstance(pass_k, int)
         result = evaluate_run(run_dir, cfg, checkpoint, pass_k)
-        extra = "".join(f", {k} {v:.3f}" for k, v in result.items() if k.startswith("pass@"))
+        extra = "".join(
+            f", {k} {v:.3f}" for k, v in result.items() if k.startswith(("pass@", "accuracy@"))
+        )
         return (
             f"{result['problems']} held-out problems with policy version "
             f"{result['policy_version']} ({result['env_steps']:,} completions trained): greedy "

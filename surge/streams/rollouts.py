@@ -24,6 +24,14 @@ tokens stay in context with weight 0), behaviour log-probs and versions. A membe
 is the episode's own (`rewarded`) or the reward worker's. `dropped` counts the episodes the
 generation worker ran again because they ended without a trajectory.
 
+Segments. A multi-turn episode whose context restarted (a summary, a truncation:
+surge/llm/context.py) is several sequences, each starting from the prompt: member m's
+segment s is sequence m * segments + s of the row (`segments` = 1 for single-turn tasks, so
+those rows are one sequence per member). Unused segments have an empty mask. The reward,
+`overlong` and the logged `stats` are per member; the trainer broadcasts a member's
+advantage to its segments (SUPO, ReSum's advantage broadcasting). A group is handed on only
+whole, so no segment of a half-run episode is ever read.
+
 A row's `group` says which group it holds. A generation worker sets GENERATED only after the
 last write of the group's last completion, and the reward worker reads only GENERATED rows;
 so a generation worker killed mid-group leaves a GENERATING row that nobody reads, and its
@@ -34,7 +42,7 @@ the reader; the states are the truth, so a lost or repeated record loses nothing
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,10 +51,21 @@ from surge.streams.transport import BlockLayout, Field, Transport
 
 EMPTY, GENERATING, GENERATED, SCORED, REFERENCED = 0, 1, 2, 3, 4
 FINISH = {"eos": 0, "stop": 1, "length": 2}
+EPISODE_STATS = (
+    "turns",
+    "tool_calls",
+    "summaries",
+    "context_max",
+    "summary_context",
+    "summary_kept",
+)
+"""Per-episode numbers of multi-turn tasks that the trainer logs (NaN where not given)."""
 
 
-def rollout_layout(rows: int, group_size: int, prompt_len: int, new_tokens: int) -> BlockLayout:
-    g, n = group_size, new_tokens
+def rollout_layout(
+    rows: int, group_size: int, prompt_len: int, new_tokens: int, segments: int = 1
+) -> BlockLayout:
+    g, n, q = group_size, new_tokens, group_size * segments
     return BlockLayout(
         {
             "state": Field((rows,), "<i8"),
@@ -54,15 +73,17 @@ def rollout_layout(rows: int, group_size: int, prompt_len: int, new_tokens: int)
             "life": Field((rows,), "<i4"),  # the generation worker's life that wrote it
             "prompt": Field((rows, prompt_len), "<i4"),
             "prompt_len": Field((rows,), "<i4"),
-            "tokens": Field((rows, g, n), "<i4"),
-            "logprobs": Field((rows, g, n), "<f4"),  # behaviour log-probs
-            "versions": Field((rows, g, n), "<i4"),  # the version that drew each token
-            "mask": Field((rows, g, n), "|b1"),  # the policy's tokens: those that train
+            "tokens": Field((rows, q, n), "<i4"),  # [row, member x segments + segment, token]
+            "logprobs": Field((rows, q, n), "<f4"),  # behaviour log-probs
+            "versions": Field((rows, q, n), "<i4"),  # the version that drew each token
+            "mask": Field((rows, q, n), "|b1"),  # the policy's tokens: those that train
             "finish": Field((rows, g), "<i1"),
             "reward": Field((rows, g), "<f4"),
             "rewarded": Field((rows, g), "|b1"),  # the episode gave its reward
+            "overlong": Field((rows, g), "|b1"),  # past its limits: trains no token
+            "stats": Field((rows, g, len(EPISODE_STATS)), "<f4"),
             "dropped": Field((rows,), "<i4"),  # episodes dropped and run again
-            "ref_logprobs": Field((rows, g, n), "<f4"),  # under the frozen reference model
+            "ref_logprobs": Field((rows, q, n), "<f4"),  # under the frozen reference model
         }
     )
 
@@ -84,6 +105,22 @@ class EpisodeRecord(Protocol):
     def reward(self) -> float | None: ...
     @property
     def finish(self) -> str: ...
+    @property
+    def overlong(self) -> bool: ...
+    @property
+    def info(self) -> dict[str, Any]: ...
+    def segments(self) -> Sequence[SegmentRecord]: ...
+
+
+class SegmentRecord(Protocol):
+    @property
+    def tokens(self) -> Sequence[int]: ...
+    @property
+    def mask(self) -> Sequence[bool]: ...
+    @property
+    def logprobs(self) -> Sequence[float]: ...
+    @property
+    def versions(self) -> Sequence[int]: ...
 
 
 def trained_width(mask: np.ndarray) -> int:
@@ -107,6 +144,7 @@ class RolloutRows:
     ) -> None:
         self.a = transport.block(block)
         self.rows = self.a["state"].shape[0]
+        self.segments = self.a["tokens"].shape[1] // self.a["reward"].shape[1]
         self.batch_groups = batch_groups
         self.complete = complete
         """The state in which a row is ready for the trainer (the last stage's)."""
@@ -134,17 +172,24 @@ class RolloutRows:
         """Write one episode's trajectory as member `member` of row `r`. Every episode of a
         group starts from the group's prompt (the first one written sets it)."""
         a, t = self.a, trajectory
-        n, width = len(t.tokens), a["tokens"].shape[2]
+        width = a["tokens"].shape[2]
         if not 0 < len(t.prompt) <= a["prompt"].shape[1]:
             raise ValueError(
                 f"a prompt of {len(t.prompt)} tokens; the rollout rows hold 1 to "
                 f"{a['prompt'].shape[1]}"
             )
-        if n > width:
+        segments = t.segments()
+        if len(segments) > self.segments:
             raise ValueError(
-                f"an episode of {n} tokens after its prompt; the rollout rows hold "
-                f"{width} (rollout.max_new_tokens)"
+                f"an episode of {len(segments)} segments; the rollout rows hold "
+                f"{self.segments} (context.max_summaries + 1)"
             )
+        for s in segments:
+            if len(s.tokens) > width:
+                raise ValueError(
+                    f"an episode of {len(s.tokens)} tokens after its prompt; the rollout rows "
+                    f"hold {width} (rollout.max_new_tokens, or context.window)"
+                )
         plen = int(a["prompt_len"][r])
         if plen == 0:
             a["prompt"][r] = 0
@@ -152,17 +197,25 @@ class RolloutRows:
             a["prompt_len"][r] = len(t.prompt)
         elif a["prompt"][r, :plen].tolist() != list(t.prompt):
             raise ValueError("the episodes of a group must start from the same prompt")
-        a["tokens"][r, member] = 0
-        a["tokens"][r, member, :n] = t.tokens
-        a["mask"][r, member] = False
-        a["mask"][r, member, :n] = t.mask
-        a["logprobs"][r, member] = 0.0
-        a["logprobs"][r, member, :n] = t.logprobs
-        a["versions"][r, member, :n] = t.versions
+        first = member * self.segments
+        for i, s in enumerate(segments):
+            n = len(s.tokens)
+            a["tokens"][r, first + i] = 0
+            a["tokens"][r, first + i, :n] = s.tokens
+            a["mask"][r, first + i] = False
+            a["mask"][r, first + i, :n] = s.mask
+            a["logprobs"][r, first + i] = 0.0
+            a["logprobs"][r, first + i, :n] = s.logprobs
+            a["versions"][r, first + i, :n] = s.versions
+        if len(segments) < self.segments:
+            a["mask"][r, first + len(segments) : first + self.segments] = False
         a["finish"][r, member] = FINISH[t.finish]
         a["rewarded"][r, member] = t.reward is not None
         if t.reward is not None:
             a["reward"][r, member] = t.reward
+        a["overlong"][r, member] = t.overlong
+        if self.segments > 1 or t.info:
+            a["stats"][r, member] = [float(t.info.get(k, np.nan)) for k in EPISODE_STATS]
 
     def set_state(self, r: int, state: int) -> None:
         self.a["state"][r] = state

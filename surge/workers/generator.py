@@ -29,7 +29,8 @@ from surge.llm.engine import Engine
 from surge.llm.episodes import EpisodeRunner, Trajectory, episode_of
 from surge.llm.model import load_model, stop_sequences
 from surge.llm.problems import Problem
-from surge.llm.tasks import make_task, problem_at
+from surge.llm.tasks import problem_at, task_of
+from surge.llm.textenv import TextEnvTask
 from surge.models.weights import flat_to_model
 from surge.seeds import derive_seed
 from surge.streams.params import NONE, ParameterService
@@ -60,7 +61,7 @@ class GenerationWorker:
         self.model, self.tokenizer = load_model(ctx.model_dir)
         self.model.eval()
         limit_torch_threads(r.threads)
-        self.task = make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
+        self.task = task_of(cfg)
         port = b.port("rollouts")
         self.flow = port.flow
         assert self.flow is not None
@@ -71,16 +72,21 @@ class GenerationWorker:
         self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
         self.flat = np.zeros(ctx.n_params, np.float32)
         prompt_width = self.rows.a["prompt"].shape[1]
+        longest_turn, max_length = r.max_new_tokens, None
+        if isinstance(self.task, TextEnvTask):  # a context grows to the window, a turn at a time
+            prompt_width = max_length = cfg.context.window
+            longest_turn = self.task.limits.longest_turn
         self.engine = Engine(
             self.model,
             slots=r.slots or 2 * r.prompts_per_batch * r.group_size,
             max_prompt=prompt_width,
-            max_new_tokens=r.max_new_tokens,
+            max_new_tokens=longest_turn,
             eos_id=self.tokenizer.eos_token_id,
             temperature=r.temperature,
             top_p=r.top_p,
             stop=stop_sequences(self.tokenizer, r.stop),
             seed=derive_seed(cfg.seed, "generate", b.index, ctx.resumes, b.life),
+            max_length=max_length,
         )
         self.runner = EpisodeRunner(self.engine, self.tokenizer, episode_of(self.task))
         self.index, self.workers = b.index, r.workers

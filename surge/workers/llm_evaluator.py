@@ -13,7 +13,7 @@ import numpy as np
 
 from surge.llm.evaluate import score
 from surge.llm.model import load_model
-from surge.llm.tasks import heldout_set, make_task
+from surge.llm.tasks import heldout_set, more_summaries, task_of
 from surge.models.weights import flat_to_model
 from surge.seeds import derive_seed
 from surge.streams.params import ParameterService
@@ -45,7 +45,10 @@ class LLMEvaluator(ScheduledEvaluations):
         self.model.eval()
         limit_torch_threads(1)
         self.flat = np.zeros(ctx.n_params, np.float32)
-        self.task = make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
+        self.task = task_of(cfg)
+        # A multi-turn task with more summaries allowed in evaluation is also scored so.
+        more = task_of(cfg, evaluation=True) if more_summaries(cfg) else None
+        self.task_more_summaries = more
         self.problems = heldout_set(self.task, cfg.task.heldout)
         self.seed = derive_seed(cfg.seed, "eval-llm", b.index)
         self.index, self.workers = b.index, cfg.eval.workers
@@ -61,6 +64,12 @@ class LLMEvaluator(ScheduledEvaluations):
         beat = self.control.beat  # a long evaluation is not a hang
         args = (self.model, self.tokenizer, self.task, self.problems, self.cfg)
         greedy = score(*args, temperature=0.0, on_step=beat, slots=SLOTS)
+        more = float("nan")
+        if self.task_more_summaries is not None:
+            more = score(
+                self.model, self.tokenizer, self.task_more_summaries, self.problems, self.cfg,
+                temperature=0.0, on_step=beat, slots=SLOTS,
+            ).accuracy  # fmt: skip
         k = self.cfg.task.pass_k
         pass_at_k = float("nan")
         if k:
@@ -73,6 +82,7 @@ class LLMEvaluator(ScheduledEvaluations):
                 "accuracy": greedy.accuracy,
                 "pass_at_k": pass_at_k,
                 "length_mean": float(greedy.lengths.mean()),
+                "accuracy_eval_summaries": more,
             }
         )
 

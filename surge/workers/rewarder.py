@@ -43,11 +43,13 @@ class RewardWorker(StageWorker):
         )
         super().__init__(b, rows, [scoring])
         self.a = rows.a
+        self.segments = rows.segments
 
     def _score(self, rows: list[int]) -> None:
         a = self.a
         for r in rows:
             problem = problem_at(self.task, "train", self.cfg.seed, int(a["group"][r]))
             for m in np.flatnonzero(~a["rewarded"][r]).tolist():
-                text = decode_completion(self.tokenizer, a["tokens"][r, m][a["mask"][r, m]])
+                q = m * self.segments  # a task the verifier scores is single-turn: one segment
+                text = decode_completion(self.tokenizer, a["tokens"][r, q][a["mask"][r, q]])
                 a["reward"][r, m] = self.task.reward(problem, text)

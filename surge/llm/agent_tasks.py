@@ -1,0 +1,207 @@
+"""Built-in multi-turn text environments: small tool-using tasks for the tiny model.
+
+Both follow the text-env protocol of surge/llm/textenv.py: `reset(seed)` gives the prompt,
+`step(action)` the observation; every action and summary ends with "\\n" (the policy's stop)
+and so does every observation. A problem is a reset seed (info["key"] puts it in its split).
+Any action string is safe: a malformed one gets a short error observation, never an exception.
+
+- `Guess(high, max_guesses)`: find a secret number in 1..high from "<" / ">" feedback.
+  "guess 1-16\\n" -> "8\\n" -> ">\\n" -> "12\\n" -> "=\\n" (reward 1). Bisection always wins
+  within 5 guesses at the defaults; the expert guesses at random among the numbers still
+  possible, and loses sometimes, so RL has a strategy to discover.
+- `Recall(facts, asked_from, filler, forget)`: a tool `g<i>` returns fact i ("D=4" and random filler
+  letters: "g3\\n" -> "D=4qkzmwa\\n"). Once every fact has been fetched, the observation asks
+  about one of the first `asked_from` ("?C\\n"), answered as "=7\\n" (reward 1, else 0). The
+  asked fact lies far back (more than 96 tokens at the defaults), so a 96-token window keeps it
+  only through summaries: truncation loses it (a guess is right 1 time in 10), SUPO's
+  summaries keep it if the policy writes them well. The expert's summaries list the facts that
+  may be asked and the next fetch: "A=3B=?C=1D=7 g4\\n" ("B=?": forgotten). Each summary
+  forgets each fact it carries with probability `forget`, so its transcripts both teach the
+  format and leave reward for RL to gain by summarising faithfully.
+
+The numbers at the defaults (character tokenizer, <bos> + prompt, instruction "S:"; pinned
+by tests/unit/test_agent_tasks.py): an expert transcript of Recall is 176 tokens (prompt 11,
+fetches 13 or 14, the question's fetch 17, the answer 4); under window=96, threshold=0.95,
+summary_tokens=28 (trigger 63) the first segment holds 4 fetches and each later one 2, so an
+episode makes exactly 4 summaries of at most 17 tokens, and the expert wins about 0.32 (the
+asked fact survives its 4 summaries with probability 0.7^4; a forgotten one is guessed).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Any
+
+import numpy as np
+
+from surge.llm.tiny import GUESS_ALPHABET, RECALL_ALPHABET
+
+_NUMBER = re.compile(r"[0-9]{1,4}")
+_FETCH = re.compile(r"g([0-9]{1,3})")
+_ANSWER = re.compile(r"=([0-9])")
+
+
+def _problem_rng(seed: int, task: int) -> np.random.Generator:
+    """The generator of the problem of `seed` (a non-negative int): its own stream, so an
+    expert whose generator is seeded with the same number does not draw the same values
+    (with `default_rng(seed)` for both, Guess's expert guessed the secret first every time)."""
+    return np.random.default_rng([seed, task])
+
+
+class Guess:
+    """Find a secret number in 1..`high` within `max_guesses` guesses ("<": it is smaller)."""
+
+    alphabet = GUESS_ALPHABET
+
+    def __init__(self, high: int = 16, max_guesses: int = 5) -> None:
+        if high < 1:
+            raise ValueError(f"high={high}: expected at least 1")
+        if max_guesses < 1:
+            raise ValueError(f"max_guesses={max_guesses}: expected at least 1")
+        self.high, self.max_guesses = high, max_guesses
+        self.reset(0)
+
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        self.secret = int(_problem_rng(seed, 1).integers(1, self.high + 1))
+        self.guesses, self.done = 0, False
+        # The expert's knowledge: the interval its context shows, and the one before the
+        # latest exchange (a summary replaces that exchange, so it cannot know its feedback).
+        self.known = self.before = (1, self.high)
+        return f"guess 1-{self.high}\n", {"key": f"guess/{seed}"}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        info = {"tool_call": False}
+        if self.done:
+            return "?\n", 0.0, True, False, info
+        self.before = self.known
+        self.guesses += 1
+        text = action.strip()
+        if not _NUMBER.fullmatch(text):
+            observation = "?\n"
+        else:
+            n, (lo, hi) = int(text), self.known
+            if n == self.secret:
+                self.done = True
+                return "=\n", 1.0, True, False, info
+            if self.secret < n:
+                observation, self.known = "<\n", (lo, min(hi, n - 1))
+            else:
+                observation, self.known = ">\n", (max(lo, n + 1), hi)
+        self.done = self.guesses >= self.max_guesses
+        return observation, 0.0, self.done, False, info
+
+    def expert(self, rng: np.random.Generator, summarize: bool = False) -> str:
+        """A random guess among the numbers still possible; or, summarising, that interval
+        as the context showed it before the dropped exchange ("5-9\\n")."""
+        if summarize:
+            self.known = self.before
+            return f"{self.known[0]}-{self.known[1]}\n"
+        lo, hi = self.known
+        return f"{int(rng.integers(lo, hi + 1))}\n"
+
+
+class Recall:
+    """Fetch `facts` facts with the tool g<i>, then answer a question about one of the first
+    `asked_from` of them. `filler` random letters follow each fact (they make the facts far
+    apart); `forget` is the chance that an expert summary loses a fact it carries."""
+
+    alphabet = RECALL_ALPHABET
+
+    def __init__(
+        self, facts: int = 12, asked_from: int = 4, filler: int = 6, forget: float = 0.3
+    ) -> None:
+        if not 1 <= facts <= 26:
+            raise ValueError(f"facts={facts}: expected 1 to 26 (one capital letter each)")
+        if not 1 <= asked_from <= facts:
+            raise ValueError(f"asked_from={asked_from}: expected 1 to facts={facts}")
+        if filler < 0:
+            raise ValueError(f"filler={filler}: expected at least 0")
+        if not 0 <= forget <= 1:
+            raise ValueError(f"forget={forget}: expected in [0, 1]")
+        self.facts, self.asked_from, self.filler, self.forget = facts, asked_from, filler, forget
+        self.reset(0)
+
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        rng = _problem_rng(seed, 2)
+        letters = rng.choice(26, size=self.facts, replace=False)
+        self.capitals = [string.ascii_uppercase[i] for i in letters]
+        self.digits = [str(d) for d in rng.integers(0, 10, size=self.facts)]
+        lower = np.array(list(string.ascii_lowercase))
+        self.fillers = ["".join(rng.choice(lower, size=self.filler)) for _ in range(self.facts)]
+        self.asked = int(rng.integers(0, self.asked_from))
+        self.fetched: set[int] = set()
+        self.fetched_before: set[int] = set()  # before the latest action
+        self.question, self.done = False, False
+        # The expert's memory: the askable facts it knows (digit, or "?" once forgotten), its
+        # next fetch and whether it has seen the question; `before` is the same before the
+        # latest exchange, which a summary replaces.
+        self.memory: dict[int, str] = {}
+        self.next, self.knows_question = 0, False
+        self.before: tuple[dict[int, str], int, bool] = ({}, 0, False)
+        return f"recall {self.facts}\n", {"key": f"recall/{seed}"}
+
+    def fact(self, i: int) -> str:
+        return f"{self.capitals[i]}={self.digits[i]}"
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.done:
+            return "?\n", 0.0, True, False, {"tool_call": False}
+        self.before = (dict(self.memory), self.next, self.knows_question)
+        self.fetched_before = set(self.fetched)
+        text = action.strip()
+        fetch = _FETCH.fullmatch(text)
+        if fetch and int(fetch[1]) < self.facts:
+            # The tool is idempotent; a fetch after the question asks it again, so a policy
+            # whose summary replaced the question's exchange can get it back.
+            i = int(fetch[1])
+            self.fetched.add(i)
+            observation = f"{self.fact(i)}{self.fillers[i]}\n"
+            self.question = len(self.fetched) == self.facts
+            if self.question:
+                observation += f"?{self.capitals[self.asked]}\n"
+            if i < self.asked_from:
+                self.memory[i] = self.digits[i]
+            self.next = i + 1 if i == self.next else self.next
+            self.knows_question = self.question
+            return observation, 0.0, False, False, {"tool_call": True}
+        if not self.question:
+            return "?\n", 0.0, False, False, {"tool_call": False}
+        # After the question, anything but a fetch ends the episode: rewarded if the answer.
+        self.done = True
+        answer = _ANSWER.fullmatch(text)
+        right = answer is not None and answer[1] == self.digits[self.asked]
+        return ("\n" if answer else "?\n"), float(right), True, False, {"tool_call": False}
+
+    def expert(self, rng: np.random.Generator, summarize: bool = False) -> str:
+        """The next fetch in order, or the remembered answer (a random digit if forgotten).
+
+        Summarising, the expert writes what its context held before the latest exchange
+        (the runner drops the exchange that crossed the trigger): the askable facts it
+        remembers, each lost with probability `forget` ("B=?"), then the next fetch (the
+        dropped one again: " g4") or the question if it had seen it (" ?C"). Its memory
+        afterwards is what the summary says. Truncation is not announced to it, so under
+        `context.mode=truncate` it still answers from memory: its transcripts there show
+        answers the context does not support."""
+        if summarize:
+            memory, self.next, self.knows_question = self.before
+            self.memory = {
+                i: "?" if d != "?" and rng.random() < self.forget else d
+                for i, d in sorted(memory.items())
+            }
+            self.before = (dict(self.memory), self.next, self.knows_question)
+            facts = "".join(f"{self.capitals[i]}={d}" for i, d in self.memory.items())
+            then = f"?{self.capitals[self.asked]}" if self.knows_question else f"g{self.next}"
+            return f"{facts} {then}\n" if facts else f"{then}\n"
+        if self.knows_question:
+            digit = self.memory.get(self.asked, "?")
+            return f"={digit if digit != '?' else int(rng.integers(0, 10))}\n"
+        return f"g{min(self.next, self.facts - 1)}\n"
+
+    def summary_recall(self, summary: str) -> float | None:
+        """The share of the askable facts fetched before the latest action (the exchange a
+        summary replaces) that the summary states ("C=7"); None when there are none yet."""
+        seen = [i for i in sorted(self.fetched_before) if i < self.asked_from]
+        if not seen:
+            return None
+        return sum(self.fact(i) in summary for i in seen) / len(seen)

@@ -1,0 +1,321 @@
+"""Multi-turn text environments: the episode of a tool-using agent, on the episode seam.
+
+A text env is a Gymnasium-like object over strings:
+
+    reset(seed) -> (text, info)                  the episode's prompt; info["key"] (optional)
+                                                 puts the problem in its split (default: the text)
+    step(action) -> (text, reward, terminated, truncated, info)
+                                                 info["tool_call"]: the action called a tool
+    expert(rng, summarize=False) -> str          optional: the expert's next action (or, asked
+                                                 to, a summary): the warm start imitates it
+
+A turn of the policy ends at `rollout.stop` ("\\n"); the observation follows it in the
+context. The policy's tokens train; the env's, the summary instruction and everything a new
+segment carries over stay in context with loss weight 0. When the context fills,
+`context.mode` decides (surge/llm/context.py): end the episode, truncate, or summarise
+(SUPO). A user's env is `task.name=module:Class` (`task.kwargs` are its constructor's).
+
+The loop is written once for two writers: the policy (`await engine.generate(...)`) and the
+env's expert (the warm start's transcripts), so both see the same contexts and limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from surge.llm.context import (
+    ContextRule,
+    action_room,
+    crosses,
+    kept_exchanges,
+    summary_room,
+)
+from surge.llm.episodes import EpisodeEngine, Segment, Trajectory
+from surge.llm.problems import Problem, Split, split_of
+
+USER_ALPHABET = string.printable.replace("\x0b", "").replace("\x0c", "")
+"""The built-in tokenizer's characters for a user's env that names none (`alphabet`)."""
+
+
+@runtime_checkable
+class TextEnv(Protocol):
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]: ...
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]: ...
+
+
+def is_text_env(obj: object) -> bool:
+    """A class (or factory) whose objects have `reset` and `step`: a text env."""
+    return callable(getattr(obj, "reset", None)) and callable(getattr(obj, "step", None))
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """What bounds a multi-turn episode (`context.*`, `rollout.*`)."""
+
+    rule: ContextRule
+    max_new_tokens: int = 16
+    """A turn's longest text."""
+    max_tool_calls: int = 100
+    max_turns: int = 100
+    instruction: str = "S:"
+    """Appended to ask for a summary (summarize only)."""
+    stop: tuple[str, ...] = ("\n",)
+    """What ends a turn (`rollout.stop`)."""
+
+    @property
+    def max_summaries(self) -> int:
+        return self.rule.max_segments - 1
+
+    @property
+    def longest_turn(self) -> int:
+        """The most tokens one request may ask for: an action, or a summary."""
+        return max(self.max_new_tokens, self.rule.summary_tokens)
+
+
+def limits_record(limits: EpisodeLimits) -> dict[str, Any]:
+    """`limits` as plain values (the warm start's cache key), `limits_from` reverses it."""
+    record = dataclasses.asdict(limits)
+    record["stop"] = list(limits.stop)
+    return record
+
+
+def limits_from(record: dict[str, Any]) -> EpisodeLimits:
+    fields = dict(record)
+    fields["rule"] = ContextRule(**fields["rule"])
+    fields["stop"] = tuple(fields["stop"])
+    return EpisodeLimits(**fields)
+
+
+# What the loop's writer returns: tokens, behaviour log-probs, versions, finish reason.
+Written = tuple[list[int], list[float], list[int], str]
+
+
+@dataclass
+class _Segment:
+    """A segment being built: its tokens after the prompt, and where its exchanges start."""
+
+    tokens: list[int] = field(default_factory=list)
+    mask: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    exchanges: list[tuple[int, int]] = field(default_factory=list)  # (start, length)
+
+    def add(self, tokens: list[int], written: Written | None = None) -> None:
+        """Append env tokens (weight 0), or the policy's `written` text (trained)."""
+        if written is None:
+            self.tokens += tokens
+            self.mask += [False] * len(tokens)
+            self.logprobs += [0.0] * len(tokens)
+            self.versions += [-1] * len(tokens)
+            return
+        self.tokens += written[0]
+        self.mask += [True] * len(written[0])
+        self.logprobs += written[1]
+        self.versions += written[2]
+
+    def frozen(self) -> Segment:
+        return Segment(self.tokens, self.mask, self.logprobs, self.versions)
+
+
+class TextEnvTask:
+    """A text env as a task: problems are reset seeds, the episode is the env's loop."""
+
+    def __init__(self, env_factory: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+        self.env_factory, self.kwargs = env_factory, dict(kwargs)
+        probe = env_factory(**self.kwargs)  # a TypeError here names the bad kwargs
+        self.alphabet: str = getattr(probe, "alphabet", USER_ALPHABET)
+        self.has_expert = callable(getattr(probe, "expert", None))
+        self.limits = EpisodeLimits(ContextRule("none", 256))
+        self.name = getattr(env_factory, "__name__", "env")
+
+    def configure(self, limits: EpisodeLimits) -> None:
+        """The run's context and turn limits (`context.*`, `rollout.*`)."""
+        self.limits = limits
+
+    def make_env(self) -> Any:
+        return self.env_factory(**self.kwargs)
+
+    def sample(self, split: Split, n: int, rng: random.Random) -> list[Problem]:
+        """`n` problems of `split`: reset seeds drawn from `rng` whose key falls in it."""
+        env = self.make_env()
+        out: list[Problem] = []
+        tries = 0
+        while len(out) < n:
+            tries += 1
+            if tries > 100 * n + 1000:
+                raise ValueError(f"{self.name}: no problems of the {split} split found")
+            seed = rng.getrandbits(31)
+            text, info = env.reset(seed)
+            if not isinstance(text, str):
+                raise TypeError(f"{self.name}.reset returned {type(text).__name__}, not a str")
+            if split_of(str(info.get("key", text))) == split:
+                out.append(Problem(text, "", {"seed": seed}))
+        return out
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        raise TypeError(f"{self.name}: a text env's episodes bring their own rewards")
+
+    async def run_episode(
+        self, engine: EpisodeEngine, problem: Problem, rng: np.random.Generator
+    ) -> Trajectory | None:
+        env = self.make_env()
+        prompt_text, _ = env.reset(int(problem.meta["seed"]))
+
+        async def policy(context: list[int], max_new: int, summarize: bool) -> Written:
+            c = await engine.generate(context, max_new)
+            return c.tokens, c.logprobs, c.versions, c.finish
+
+        return await text_episode(env, engine, prompt_text, self.limits, policy)
+
+    def expert_episode(self, engine: EpisodeEngine, seed: int, rng: np.random.Generator) -> Any:
+        """The expert's trajectory of the problem of `seed` (the warm start's data)."""
+        env = self.make_env()
+        prompt_text, _ = env.reset(seed)
+
+        async def expert(context: list[int], max_new: int, summarize: bool) -> Written:
+            tokens = engine.encode(env.expert(rng, summarize=summarize))[:max_new]
+            return tokens, [0.0] * len(tokens), [0] * len(tokens), "stop"
+
+        return run_now(text_episode(env, engine, prompt_text, self.limits, expert))
+
+
+def run_now(episode: Any) -> Any:
+    """Run an episode coroutine that never awaits the engine (an expert's) to its end."""
+    try:
+        episode.send(None)
+    except StopIteration as end:
+        return end.value
+    episode.close()
+    raise RuntimeError("an expert episode awaited the engine")
+
+
+Writer = Callable[[list[int], int, bool], Any]
+
+
+async def text_episode(
+    env: Any, engine: EpisodeEngine, prompt_text: str, limits: EpisodeLimits, write: Writer
+) -> Trajectory | None:
+    """One episode of `env` (reset already) with `write` as the policy: the turn loop with
+    the context rule, segments and limits of `limits`."""
+    rule = limits.rule
+    prompt = engine.encode_prompt(prompt_text)
+    instruction = engine.encode(limits.instruction)
+    done: list[Segment] = []
+    segment = _Segment()
+    reward, turns, tool_calls, longest = 0.0, 0, 0, len(prompt)
+    finish, end = "stop", "done"
+    kept: list[float] = []  # the env's share of facts kept, per summary
+    at_summary: list[int] = []  # the context when each summary was asked for
+
+    def restart(carry: list[int]) -> _Segment:
+        done.append(segment.frozen())
+        fresh = _Segment()
+        fresh.add(carry)
+        return fresh
+
+    while True:
+        if tool_calls >= limits.max_tool_calls or turns >= limits.max_turns:
+            end = "overlong"  # it has not finished within its limits
+            break
+        context = prompt + segment.tokens
+        room = action_room(rule, len(context), limits.max_new_tokens)
+        written: Written | None = None
+        if room > 0:
+            written = await write(context, room, False)
+            turns += 1
+            finish = written[3]
+            longest = max(longest, len(context) + len(written[0]))
+        window_full = written is None or (finish == "length" and room < limits.max_new_tokens)
+        if written is not None and finish == "eos":
+            segment.add([], written)
+            end = "eos"  # the policy ended the episode
+            break
+        observation_tokens: list[int] = []
+        terminated = False
+        if not window_full:
+            assert written is not None
+            observation, r, terminated, truncated, info = env.step(engine.decode(written[0]))
+            if not isinstance(observation, str):
+                raise TypeError(
+                    f"the env's step returned a {type(observation).__name__} observation, not a str"
+                )
+            reward += float(r)
+            tool_calls += bool(info.get("tool_call", False))
+            terminated = terminated or truncated
+            observation_tokens = engine.encode(observation)
+        if terminated:  # the last observation is never read: the row keeps what fits W
+            fits = rule.window - len(context) - (0 if written is None else len(written[0]))
+            observation_tokens = observation_tokens[: max(fits, 0)]
+        exchange = 0 if written is None else len(written[0]) + len(observation_tokens)
+        if terminated or not (window_full or crosses(rule, len(context), exchange)):
+            assert written is not None
+            start = len(segment.tokens)
+            segment.add([], written)
+            segment.add(observation_tokens)
+            segment.exchanges.append((start, exchange))
+            if terminated:
+                break
+            continue
+        # The exchange does not fit: the rule acts, and the exchange leaves the context.
+        if rule.mode == "none" or len(done) + 1 >= rule.max_segments:
+            reward, end = (0.0, "window") if rule.mode == "none" else (reward, "overlong")
+            break
+        if rule.mode == "truncate":
+            # The oldest exchanges leave; this one (the env has seen it) stays in the new
+            # context, after as many recent ones as fit (none, if it would cross again).
+            keep = kept_exchanges(rule, len(prompt), [n for _, n in segment.exchanges])
+            start = segment.exchanges[-keep][0] if keep else len(segment.tokens)
+            carried = segment.tokens[start:]
+            if crosses(rule, len(prompt) + len(carried), exchange):
+                carried = []
+            segment = restart(carried)
+            if written is not None and not window_full:
+                segment.exchanges.append((len(segment.tokens), exchange))
+                segment.add([], written)
+                segment.add(observation_tokens)
+            continue
+        at_summary.append(len(context) + len(instruction))
+        room = summary_room(rule, len(instruction))
+        summary = await write(context + instruction, room, True)
+        longest = max(longest, len(context) + len(instruction) + len(summary[0]))
+        segment.add(instruction)
+        segment.add([], summary)
+        share = _summary_kept(env, engine.decode(summary[0]))
+        if share is not None:
+            kept.append(share)
+        segment = restart(summary[0])
+    done.append(segment.frozen())
+    first, *later = done
+    stats = {
+        "turns": turns,
+        "tool_calls": tool_calls,
+        "summaries": len(at_summary),
+        "context_max": longest,
+        "summary_context": max(at_summary, default=float("nan")),
+        "summary_kept": float(np.mean(kept)) if kept else float("nan"),
+    }
+    return Trajectory(
+        prompt,
+        first.tokens,
+        first.mask,
+        first.logprobs,
+        first.versions,
+        reward=reward,
+        finish=finish,
+        info={"end": end, **stats},
+        later=later,
+        overlong=end == "overlong",
+    )
+
+
+def _summary_kept(env: Any, summary: str) -> float | None:
+    measure = getattr(env, "summary_recall", None)
+    return None if measure is None else measure(summary)
