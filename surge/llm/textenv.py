@@ -3,7 +3,8 @@
 A text env is a Gymnasium-like object over strings:
 
     reset(seed) -> (text, info)                  the episode's prompt; info["key"] (optional)
-                                                 puts the problem in its split (default: the text)
+                                                 puts the problem in its split (default: the
+                                                 text and the seed)
     step(action) -> (text, reward, terminated, truncated, info)
                                                  info["tool_call"]: the action called a tool
     expert(rng, summarize=False) -> str          optional: the expert's next action (or, asked
@@ -156,7 +157,7 @@ class TextEnvTask:
             text, info = env.reset(seed)
             if not isinstance(text, str):
                 raise TypeError(f"{self.name}.reset returned {type(text).__name__}, not a str")
-            if split_of(str(info.get("key", text))) == split:
+            if split_of(str(info.get("key", f"{text}#{seed}"))) == split:
                 out.append(Problem(text, "", {"seed": seed}))
         return out
 

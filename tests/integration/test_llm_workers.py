@@ -39,14 +39,21 @@ RAY_ENV = {
 }
 
 
-def _graph_in_process(run_dir: Path, *extra: str) -> tuple[RunContext, object, InlineTransport]:
+# A multi-turn preset, short: random weights fetch, summarise and answer at random, so the
+# turn limit ends most episodes (overlong).
+MULTI_TURN = ["rollout.max_turns=12"]
+
+
+def _graph_in_process(
+    run_dir: Path, *extra: str, preset: str = "arith-grpo"
+) -> tuple[RunContext, object, InlineTransport]:
     from surge.llm import setup
     from surge.recipes.grpo import grpo_graph
 
     # 6 slots for groups of 4: a group's members run at different times, so a group can be
     # half written when the worker dies.
     overrides = [*SMALL, "eval.workers=0", "max_policy_lag=1", "rollout.slots=6", *extra]
-    cfg, _ = load_config("arith-grpo", overrides)
+    cfg, _ = load_config(preset, overrides)
     model_dir = setup.model_directory(cfg, run_dir, resuming=False)
     env, n_params = setup.shapes_and_size(cfg, model_dir)
     ctx = RunContext(cfg, env, run_dir, n_params, model_dir=str(model_dir))
@@ -56,8 +63,13 @@ def _graph_in_process(run_dir: Path, *extra: str) -> tuple[RunContext, object, I
     return ctx, graph, transport
 
 
-def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(tmp_path: Path) -> None:
-    ctx, graph, transport = _graph_in_process(tmp_path)
+@pytest.mark.parametrize("preset", ["arith-grpo", "recall-supo"])
+def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(
+    tmp_path: Path, preset: str
+) -> None:
+    """Also for multi-turn episodes (recall-supo): killed mid-episode, mid-segment."""
+    extra = MULTI_TURN if preset != "arith-grpo" else []
+    ctx, graph, transport = _graph_in_process(tmp_path, *extra, preset=preset)
     names = [w.name for w in graph.workers]  # type: ignore[attr-defined]
     slot = {n: i for i, n in enumerate(names)}
     _, _, trainer = start_worker(ctx, graph, slot["trainer-0"], transport)  # type: ignore[arg-type]
@@ -65,10 +77,10 @@ def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(tmp_path: P
     _, _, rewarder = start_worker(ctx, graph, slot["rewarder-0"], transport)  # type: ignore[arg-type]
     rows = transport.block("rollouts")
     # Life 0 decodes until some groups are complete and one is half done, then "dies".
-    for _ in range(200):
+    for _ in range(2000):
         generator.poll(0)
         half = [k for k, (_, n, _) in generator.open.items() if n > 0]  # type: ignore[attr-defined]
-        if half and (rows["state"] == GENERATED).sum() >= 2:
+        if half and (rows["state"] == GENERATED).sum() >= 2 and generator.runner.running:  # type: ignore[attr-defined]
             break
     else:
         pytest.fail("no half-written group to kill the worker on")
@@ -91,7 +103,9 @@ def test_a_generation_worker_killed_mid_group_leaves_nothing_partial(tmp_path: P
             continue
         group = int(rows["group"][r])
         mask = rows["mask"][r]
-        assert mask.any(axis=1).all(), f"group {group} has an empty episode"
+        G = rows["reward"].shape[1]
+        episodes = mask.reshape(G, -1).any(axis=1)  # any segment of each member trains
+        assert (episodes | rows["overlong"][r]).all(), f"group {group} has an empty episode"
         assert (rows["versions"][r][mask] >= 0).all()
         if group in done_by_first_life:
             assert rows["life"][r] == 0, "a finished group was generated again"
@@ -267,6 +281,24 @@ def test_the_llm_preset_runs_on_every_runtime(runtime: str, run_dir: Path) -> No
 
     AutoModelForCausalLM.from_pretrained(run_dir / "model")
     AutoTokenizer.from_pretrained(run_dir / "model")
+
+
+@pytest.mark.parametrize("runtime", ["serial", "local", "ray"])
+def test_a_multi_turn_preset_runs_on_every_runtime(runtime: str, run_dir: Path) -> None:
+    """recall-supo, short (random weights): segments are trained, summaries made and logged,
+    and the policy never sees more than its 96-token window."""
+    if runtime == "ray":
+        os.environ.update(RAY_ENV)
+    result = run_surge(
+        "train", "recall-supo", f"run_dir={run_dir}", f"runtime={runtime}", *SMALL,
+        *MULTI_TURN, "total_env_steps=48", "eval.workers=0", timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    training = [r for r in metrics_so_far(run_dir) if "steps_per_s" in r]
+    assert training[-1]["env_steps"] == 48 and training[-1]["policy_version"] == 3
+    episodes = [r for r in training if "episode/turns" in r]
+    assert episodes and max(r["episode/context_max_max"] for r in episodes) <= 96
+    assert any(r["episode/summaries"] > 0 for r in episodes)
 
 
 def test_an_llm_run_resumes_from_its_checkpoint(run_dir: Path) -> None:
