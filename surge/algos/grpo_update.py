@@ -67,10 +67,23 @@ def grpo_update(
         if skip_zero_advantage
         else torch.ones_like(informative)
     )
-    rows = groups.repeat_interleave(per_group).nonzero()[:, 0]
+    computed = groups.repeat_interleave(per_group)
+    counts = None
+    if segments > 1:
+        # A segment with no trained token (unused, or of an overlong episode) adds nothing to
+        # the loss or its normaliser: it is left out of the forward too.
+        trained = computed & (mask.sum(1) > 0)
+        if bool(trained.any()):
+            computed = trained
+            counts = computed.view(-1, per_group).sum(1)
+            groups = counts > 0
+            counts = counts[groups]
+    rows = computed.nonzero()[:, 0]
     picked = groups.nonzero()[:, 0]
     tokens = completions[rows]
-    logits = lean.forward_groups(data["prompts"][picked], data["prompt_lens"][picked], tokens)
+    logits = lean.forward_groups(
+        data["prompts"][picked], data["prompt_lens"][picked], tokens, counts
+    )
     # At least float32 for the log-probs (a half-precision model's logits are upcast).
     logp_all = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), -1)
     logp = logp_all.gather(2, tokens[..., None])[..., 0]

@@ -201,6 +201,10 @@ class GRPOLearner:
         k = self.cfg.task.pass_k
         if k and not math.isnan(result["pass_at_k"]):
             fields[f"eval/pass@{k}"] = result["pass_at_k"]
+        if self.multi_turn:  # an agent's episode succeeds (reward 1) rather than answers
+            fields["eval/success"] = fields["eval/accuracy"]
+            if "eval/accuracy_eval_summaries" in fields:
+                fields["eval/success_eval_summaries"] = fields["eval/accuracy_eval_summaries"]
         return fields, result["accuracy"]
 
     def evaluate(self, episodes: int, seed: int) -> Evaluation:

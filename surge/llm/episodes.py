@@ -63,6 +63,11 @@ class Trajectory:
     overlong: bool = False
     """It ran past its limits (tool calls, turns, summaries): none of its tokens train, but
     its reward still counts in its group's statistics."""
+    dropped: list[Segment] = field(default_factory=list)
+    """Turns whose exchange crossed the summary trigger and left the context (SUPO), each in
+    the context it was written in. RL does not train them (the summary that follows was
+    written without them); the warm start imitates an expert's, since no segment holds the
+    turn a policy writes when its context is nearly full."""
 
     def segments(self) -> list[Segment]:
         return [Segment(self.tokens, self.mask, self.logprobs, self.versions), *self.later]

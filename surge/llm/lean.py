@@ -123,7 +123,11 @@ class LeanLlama:
         return self._logits(x)
 
     def forward_groups(
-        self, prompts: torch.Tensor, prompt_lens: torch.Tensor, completions: torch.Tensor
+        self,
+        prompts: torch.Tensor,
+        prompt_lens: torch.Tensor,
+        completions: torch.Tensor,
+        counts: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits predicting each completion token, `[S, N, vocab]` (entry j predicts
         completion token j), for `completions [S, N]` of `prompts [P_groups, P]` (right-padded,
@@ -134,11 +138,12 @@ class LeanLlama:
         with each prompt once per group instead of G times: layer by layer, the prompt's keys
         and values are shared by its completions. For short completions after a shared
         prompt (arithmetic: 7 prompt tokens, 4 completion tokens, G = 8) it is about half the
-        work, and the gradient is exact."""
+        work, and the gradient is exact. `counts` [P_groups]: completions per prompt where
+        they differ (a multi-turn batch without its empty segments); default S / P_groups."""
         self.refresh()
         groups, P = prompts.shape
         S, N = completions.shape
-        G = S // groups
+        G: int | torch.Tensor = S // groups if counts is None else counts
         lens = prompt_lens.repeat_interleave(G)
         x_p = F.embedding(prompts, self.embed)
         x_c = F.embedding(completions, self.embed)

@@ -101,8 +101,9 @@ def transcript_batch(
     tokenizer: Any, task: TextEnvTask, problems: list[Problem], seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The expert's episodes of `problems` as rows, one per segment (`<bos> prompt` and the
-    segment's tokens), and the mask of the positions whose next token is the expert's
-    (actions and summaries; the env's and carried tokens are context only)."""
+    segment's tokens) and one per turn a summary dropped (in its context), and the mask of
+    the positions whose next token is the expert's (actions and summaries; the env's and
+    carried tokens are context only)."""
     from surge.llm.episodes import EpisodeEngine
 
     engine = EpisodeEngine(tokenizer)
@@ -111,7 +112,7 @@ def transcript_batch(
     for n, problem in enumerate(problems):
         rng = np.random.default_rng([seed, n])
         trajectory = task.expert_episode(engine, int(problem.meta["seed"]), rng)
-        for segment in trajectory.segments():
+        for segment in [*trajectory.segments(), *trajectory.dropped]:
             rows.append(trajectory.prompt + segment.tokens)
             masks.append([False] * len(trajectory.prompt) + segment.mask)
     width = max(map(len, rows))

@@ -214,6 +214,7 @@ async def text_episode(
     reward, turns, tool_calls, longest = 0.0, 0, 0, len(prompt)
     finish, end = "stop", "done"
     kept: list[float] = []  # the env's share of facts kept, per summary
+    dropped: list[Segment] = []  # the turns that crossed the trigger, in their context
     at_summary: list[int] = []  # the context when each summary was asked for
 
     def restart(carry: list[int]) -> _Segment:
@@ -283,6 +284,11 @@ async def text_episode(
                 segment.add([], written)
                 segment.add(observation_tokens)
             continue
+        if written is not None:  # the context never holds it: only a warm start can teach it
+            turn = _Segment(list(segment.tokens), [False] * len(segment.tokens))
+            turn.logprobs, turn.versions = [0.0] * len(turn.tokens), [-1] * len(turn.tokens)
+            turn.add([], written)
+            dropped.append(turn.frozen())
         at_summary.append(len(context) + len(instruction))
         room = summary_room(rule, len(instruction))
         summary = await write(context + instruction, room, True)
@@ -314,6 +320,7 @@ async def text_episode(
         info={"end": end, **stats},
         later=later,
         overlong=end == "overlong",
+        dropped=dropped,
     )
 
 
