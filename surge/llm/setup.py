@@ -47,6 +47,8 @@ def prepare(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> tuple[Path,
 
 
 def _prepare(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> tuple[Path, EnvInfo, int]:
+    if cfg.model.path is None:
+        shapes_and_size(cfg, None)  # the settings' errors before minutes of warm start
     model_dir = model_directory(cfg, run_dir, resuming)
     env, n_params = shapes_and_size(cfg, model_dir)
     return model_dir, env, n_params
