@@ -244,15 +244,9 @@ async def text_episode(
         terminated = False
         if not window_full:
             assert written is not None
-            observation, r, terminated, truncated, info = env.step(engine.decode(written[0]))
-            if not isinstance(observation, str):
-                raise TypeError(
-                    f"the env's step returned a {type(observation).__name__} observation, not a str"
-                )
-            reward += float(r)
-            tool_calls += bool(info.get("tool_call", False))
-            terminated = terminated or truncated
-            observation_tokens = engine.encode(observation)
+            observation_tokens, r, terminated, tool_call = _step(env, engine, written[0])
+            reward += r
+            tool_calls += tool_call
         if terminated:  # the last observation is never read: the row keeps what fits W
             fits = rule.window - len(context) - (0 if written is None else len(written[0]))
             observation_tokens = observation_tokens[: max(fits, 0)]
@@ -322,6 +316,20 @@ async def text_episode(
         overlong=end == "overlong",
         dropped=dropped,
     )
+
+
+def _step(
+    env: Any, engine: EpisodeEngine, action: list[int]
+) -> tuple[list[int], float, bool, bool]:
+    """The env's answer to an action: its observation's tokens, the reward, whether the
+    episode is over (terminated or truncated), and whether the action called a tool."""
+    observation, reward, terminated, truncated, info = env.step(engine.decode(action))
+    if not isinstance(observation, str):
+        raise TypeError(
+            f"the env's step returned a {type(observation).__name__} observation, not a str"
+        )
+    tool_call = bool(info.get("tool_call", False))
+    return engine.encode(observation), float(reward), bool(terminated or truncated), tool_call
 
 
 def _summary_kept(env: Any, summary: str) -> float | None:
