@@ -88,11 +88,9 @@ def rollout_layout(
     )
 
 
-class EpisodeRecord(Protocol):
-    """What a row keeps of an episode (surge/llm/episodes.py `Trajectory`)."""
+class SegmentRecord(Protocol):
+    """What a row keeps of one segment (surge/llm/episodes.py `Segment`)."""
 
-    @property
-    def prompt(self) -> Sequence[int]: ...
     @property
     def tokens(self) -> Sequence[int]: ...
     @property
@@ -101,6 +99,14 @@ class EpisodeRecord(Protocol):
     def logprobs(self) -> Sequence[float]: ...
     @property
     def versions(self) -> Sequence[int]: ...
+
+
+class EpisodeRecord(Protocol):
+    """What a row keeps of an episode (surge/llm/episodes.py `Trajectory`): its prompt, its
+    segments, and the per-episode fields."""
+
+    @property
+    def prompt(self) -> Sequence[int]: ...
     @property
     def reward(self) -> float | None: ...
     @property
@@ -110,17 +116,6 @@ class EpisodeRecord(Protocol):
     @property
     def info(self) -> dict[str, Any]: ...
     def segments(self) -> Sequence[SegmentRecord]: ...
-
-
-class SegmentRecord(Protocol):
-    @property
-    def tokens(self) -> Sequence[int]: ...
-    @property
-    def mask(self) -> Sequence[bool]: ...
-    @property
-    def logprobs(self) -> Sequence[float]: ...
-    @property
-    def versions(self) -> Sequence[int]: ...
 
 
 def trained_width(mask: np.ndarray) -> int:
