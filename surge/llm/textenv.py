@@ -27,7 +27,7 @@ import random
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -45,7 +45,6 @@ USER_ALPHABET = string.printable.replace("\x0b", "").replace("\x0c", "")
 """The built-in tokenizer's characters for a user's env that names none (`alphabet`)."""
 
 
-@runtime_checkable
 class TextEnv(Protocol):
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]: ...
 
@@ -279,8 +278,8 @@ async def text_episode(
                 segment.add(observation_tokens)
             continue
         if written is not None:  # the context never holds it: only a warm start can teach it
-            turn = _Segment(list(segment.tokens), [False] * len(segment.tokens))
-            turn.logprobs, turn.versions = [0.0] * len(turn.tokens), [-1] * len(turn.tokens)
+            turn = _Segment()
+            turn.add(segment.tokens)  # its context, as context
             turn.add([], written)
             dropped.append(turn.frozen())
         at_summary.append(len(context) + len(instruction))
