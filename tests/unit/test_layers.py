@@ -17,6 +17,7 @@ LAYERS = [
     ("tracking",),  # run directories, metrics, checkpoints, progress
     ("envs",),  # env adapters, groups, spaces
     ("models",),  # networks, acting policies, weights, normalisation
+    ("rewards",),  # rewards computed by models: reward maths, scorers
     ("algos",),  # the maths of learning: losses, advantages, optimisers, replay maths
     ("streams",),  # transport, blocks and the streams between workers
     ("llm",),  # language models, generation, tasks
