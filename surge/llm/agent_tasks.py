@@ -15,16 +15,22 @@ Any action string is safe: a malformed one gets a short error observation, never
   asked fact lies far back (more than 96 tokens at the defaults), so a 96-token window keeps it
   only through summaries: truncation loses it (a guess is right 1 time in 10), SUPO's
   summaries keep it if the policy writes them well. The expert's summaries list the facts that
-  may be asked and the next fetch: "A=3B=?C=1D=7 g4\\n" ("B=?": forgotten). Each summary
-  forgets each fact it carries with probability `forget`, so its transcripts both teach the
-  format and leave reward for RL to gain by summarising faithfully.
+  may be asked and the next fetch: "A=3B=?C=1D=7 g4\\n" ("B=?": forgotten). A fact moving from
+  an observation into its first summary is lost with probability `forget` (0.7); a summary
+  copies an earlier summary's facts as they are. So the expert's transcripts teach the format
+  and faithful copying, while their most likely first summary forgets: greedy decoding of the
+  warm start mostly guesses, sampling keeps a fact 3 times in 10, and RL gains by turning that
+  one choice per fact into keeping. (Forgetting at every summary with p < 0.5 would make
+  keeping the most likely choice already, leaving greedy decoding nothing to gain but copying
+  accuracy; with p >= 0.5 at every summary a fact would survive four summaries too rarely to
+  explore.)
 
 The numbers at the defaults (character tokenizer, <bos> + prompt, instruction "S:"; pinned
 by tests/unit/test_agent_tasks.py): an expert transcript of Recall is 176 tokens (prompt 11,
 fetches 13 or 14, the question's fetch 17, the answer 4); under window=96, threshold=0.95,
 summary_tokens=28 (trigger 63) the first segment holds 4 fetches and each later one 2, so an
-episode makes exactly 4 summaries of at most 17 tokens, and the expert wins about 0.32 (the
-asked fact survives its 4 summaries with probability 0.7^4; a forgotten one is guessed).
+episode makes exactly 4 summaries of at most 17 tokens, and the expert wins about 0.37 (the
+asked fact survives its first summary with probability 0.3; a forgotten one is guessed).
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ from surge.llm.tiny import GUESS_ALPHABET, RECALL_ALPHABET
 _NUMBER = re.compile(r"[0-9]{1,4}")
 _FETCH = re.compile(r"g([0-9]{1,3})")
 _ANSWER = re.compile(r"=([0-9])")
+
+# Recall's expert memory: known facts, those a summary holds, next fetch, question seen.
+_Memory = tuple[dict[int, str], frozenset[int], int, bool]
 
 
 def _problem_rng(seed: int, task: int) -> np.random.Generator:
@@ -104,12 +113,12 @@ class Guess:
 class Recall:
     """Fetch `facts` facts with the tool g<i>, then answer a question about one of the first
     `asked_from` of them. `filler` random letters follow each fact (they make the facts far
-    apart); `forget` is the chance that an expert summary loses a fact it carries."""
+    apart); `forget` is the chance that the expert loses a fact as it first summarises it."""
 
     alphabet = RECALL_ALPHABET
 
     def __init__(
-        self, facts: int = 12, asked_from: int = 4, filler: int = 6, forget: float = 0.3
+        self, facts: int = 12, asked_from: int = 4, filler: int = 6, forget: float = 0.7
     ) -> None:
         if not 1 <= facts <= 26:
             raise ValueError(f"facts={facts}: expected 1 to 26 (one capital letter each)")
@@ -133,12 +142,13 @@ class Recall:
         self.fetched: set[int] = set()
         self.fetched_before: set[int] = set()  # before the latest action
         self.question, self.done = False, False
-        # The expert's memory: the askable facts it knows (digit, or "?" once forgotten), its
-        # next fetch and whether it has seen the question; `before` is the same before the
-        # latest exchange, which a summary replaces.
+        # The expert's memory: the askable facts it knows (digit, or "?" once forgotten), which
+        # of them a summary already holds, its next fetch and whether it has seen the question;
+        # `before` is the same before the latest exchange, which a summary replaces.
         self.memory: dict[int, str] = {}
+        self.summarized: frozenset[int] = frozenset()
         self.next, self.knows_question = 0, False
-        self.before: tuple[dict[int, str], int, bool] = ({}, 0, False)
+        self.before: _Memory = ({}, frozenset(), 0, False)
         return f"recall {self.facts}\n", {"key": f"recall/{seed}"}
 
     def fact(self, i: int) -> str:
@@ -147,7 +157,7 @@ class Recall:
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.done:
             return "?\n", 0.0, True, False, {"tool_call": False}
-        self.before = (dict(self.memory), self.next, self.knows_question)
+        self.before = (dict(self.memory), self.summarized, self.next, self.knows_question)
         self.fetched_before = set(self.fetched)
         text = action.strip()
         fetch = _FETCH.fullmatch(text)
@@ -178,18 +188,19 @@ class Recall:
 
         Summarising, the expert writes what its context held before the latest exchange
         (the runner drops the exchange that crossed the trigger): the askable facts it
-        remembers, each lost with probability `forget` ("B=?"), then the next fetch (the
-        dropped one again: " g4") or the question if it had seen it (" ?C"). Its memory
-        afterwards is what the summary says. Truncation is not announced to it, so under
-        `context.mode=truncate` it still answers from memory: its transcripts there show
-        answers the context does not support."""
+        remembers, each seen only in an observation so far lost with probability `forget`
+        ("B=?"), then the next fetch (the dropped one again: " g4") or the question if it had
+        seen it (" ?C"). Its memory afterwards is what the summary says. Truncation is not
+        announced to it, so under `context.mode=truncate` it still answers from memory: its
+        transcripts there show answers the context does not support."""
         if summarize:
-            memory, self.next, self.knows_question = self.before
+            memory, summarized, self.next, self.knows_question = self.before
             self.memory = {
-                i: "?" if d != "?" and rng.random() < self.forget else d
+                i: "?" if i not in summarized and rng.random() < self.forget else d
                 for i, d in sorted(memory.items())
             }
-            self.before = (dict(self.memory), self.next, self.knows_question)
+            self.summarized = frozenset(self.memory)
+            self.before = (dict(self.memory), self.summarized, self.next, self.knows_question)
             facts = "".join(f"{self.capitals[i]}={d}" for i, d in self.memory.items())
             then = f"?{self.capitals[self.asked]}" if self.knows_question else f"g{self.next}"
             return f"{facts} {then}\n" if facts else f"{then}\n"
