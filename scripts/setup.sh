@@ -8,8 +8,9 @@
 # `minigrid` extra MiniGrid for the small-image (small_cnn) learning test, `video` PyAV for
 # episode videos, `wandb` lets them check `log.wandb=true` (offline), and `llm` brings
 # transformers, tokenizers and datasets for LLM RL (surge/llm), `reasoning-gym` its
-# procedural datasets for the `reasoning-gym:<dataset>` tasks, and `multiagent` PettingZoo
-# with its MPE envs (the spread-* presets, self-play).
+# procedural datasets for the `reasoning-gym:<dataset>` tasks, `multiagent` PettingZoo
+# with its MPE envs (the spread-* presets, self-play), and `highway` highway-env for the
+# driving env (surge/envs/driving.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -18,5 +19,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0" \
-  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb,llm,reasoning-gym,multiagent]"
+  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb,llm,reasoning-gym,multiagent,highway]"
 echo "surge installed in .venv ($(.venv/bin/python -c 'import torch, surge; print("torch", torch.__version__)'))"

@@ -1,0 +1,181 @@
+"""highway-env driving with continuous actions, camera frames and state terms in `info`.
+
+For the VLM-RL presets (SAC with a vision-language reward model): the reward model scores
+the camera frame, and a synthesis reward reads the vehicle's state terms, so each step's
+`info` carries both, beside highway-env's own keys (`speed` in m/s, `crashed`, `action`,
+`rewards`):
+
+- `frame`: uint8 [H, W, 3], only with `frames=True` (rendering costs time): highway-env's
+  offscreen render of the scene around the ego vehicle (600x150 px by default, set by its
+  `screen_width`, `screen_height`, `scaling` and `centering_position` config) resized to
+  `frame_size` (an int: a square; or (height, width)). Resizing to a square stretches the
+  wide default view; pass `screen_width=150, screen_height=150` (or any aspect) to avoid
+  that. Drawn by the wrapper, not `env.render()`, so `render_mode` stays free for videos.
+- `speed_kmh` (float): the ego vehicle's speed in km/h.
+- `lane_offset` (float, m): signed lateral distance from the centre of the vehicle's lane
+  (the lane closest to it: the offset jumps sign on a lane change, and grows past half a
+  lane width, 2 m, off the road's edge). Positive is toward the higher lane indices (the
+  right-hand lanes of highway-v0).
+- `heading_error` (float, rad): vehicle heading minus the lane's heading there, in [-pi, pi].
+- `crashed` (bool): collided with another vehicle (terminal).
+- `off_road` (bool): `not vehicle.on_road` (terminal: `offroad_terminal` is on).
+
+Actions: highway-env's `ContinuousAction`, a Box [-1, 1]^2 of (acceleration, steering),
+mapped to [-5, 5] m/s^2 and [-pi/4, pi/4] rad. Observation (what the agent learns from):
+highway-env's `Kinematics` observation (5 vehicles x [presence, x, y, vx, vy], normalised
+and clipped to [-1, 1], the ego vehicle's row first, the others relative to it) flattened
+to a float32 Box (25,); an `observation` override of another type is passed through as
+highway-env returns it.
+
+`make_driving_env(...)`, or in a config `env.id=surge.envs.driving:surge/Highway-v0` with
+the same arguments in `env.kwargs` (importing this module registers the id; highway_env
+itself is imported only when an env is made). `DrivingInfo` alone also fits
+`env.wrappers` over `env.id=highway_env:...` (configured through `env.kwargs.config`).
+Needs the `highway` extra.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+ENV_ID = "surge/Highway-v0"
+INSTALL_HINT = "pip install -e '.[highway]'"
+
+
+def make_driving_env(
+    env_id: str = "highway-fast-v0",
+    frames: bool = False,
+    frame_size: int | tuple[int, int] | list[int] = 64,
+    render_mode: str | None = None,
+    **config_overrides: Any,
+) -> gym.Env[Any, Any]:
+    """A highway-env env (`env_id`) driven by continuous actions, with `DrivingInfo` terms.
+
+    `config_overrides` update highway-env's config (top-level keys replace the defaults
+    here: `action` is ContinuousAction, `offroad_terminal` True), e.g. `vehicles_count=30`.
+    `render_mode` is only for `env.render()` (episode videos): `frames` are drawn apart."""
+    size = _frame_size(frame_size)
+    try:
+        import highway_env  # noqa: F401 - registers highway-env's ids with gymnasium
+    except ImportError as e:
+        raise ImportError(
+            f"surge.envs.driving needs highway-env ({e}); install it: {INSTALL_HINT}"
+        ) from e
+    config: dict[str, Any] = {
+        "action": {"type": "ContinuousAction"},
+        "offroad_terminal": True,
+        **config_overrides,
+    }
+    env = gym.make(env_id, config=config, render_mode=render_mode)
+    flatten = env.unwrapped.config["observation"].get("type") == "Kinematics"  # type: ignore[attr-defined]
+    return DrivingInfo(env, frames=frames, frame_size=size, flatten=flatten)
+
+
+class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
+    """Adds the ego vehicle's state terms (and with `frames`, the resized frame) to `info`
+    at reset and at every step; with `flatten`, flattens a Box observation to a vector.
+    Wraps a highway-env env (one controlled vehicle).
+
+    Frames come from a viewer of its own, offscreen whatever the env's render_mode: the
+    env's `render()` (for videos) is untouched, and no global pygame state is torn down on
+    close (highway-env's viewer calls `pygame.quit()`). The viewer is dropped when pickled."""
+
+    def __init__(
+        self,
+        env: gym.Env[Any, Any],
+        frames: bool = False,
+        frame_size: int | tuple[int, int] | list[int] = 64,
+        flatten: bool = False,
+    ) -> None:
+        super().__init__(env)
+        self.frames = frames
+        self.frame_size = _frame_size(frame_size)
+        self.flatten = flatten and isinstance(env.observation_space, gym.spaces.Box)
+        if self.flatten:
+            self.observation_space = gym.spaces.flatten_space(env.observation_space)
+        self._viewer: Any = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._obs(obs), self._add_terms(info)
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._obs(obs), reward, terminated, truncated, self._add_terms(info)
+
+    def close(self) -> None:
+        self._viewer = None
+        super().close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_viewer": None}  # pygame surfaces do not pickle
+
+    def _obs(self, obs: Any) -> Any:
+        return np.asarray(obs, self.observation_space.dtype).reshape(-1) if self.flatten else obs
+
+    def _add_terms(self, info: dict[str, Any]) -> dict[str, Any]:
+        info = dict(info)
+        info.update(vehicle_terms(self.env.unwrapped.vehicle))  # type: ignore[attr-defined]
+        if self.frames:
+            info["frame"] = self._frame()
+        return info
+
+    def _frame(self) -> np.ndarray:
+        if self._viewer is None:
+            from highway_env.envs.common.graphics import EnvViewer
+
+            base = self.env.unwrapped
+            config = {**base.config, "offscreen_rendering": True}  # type: ignore[attr-defined]
+            self._viewer = EnvViewer(base, config)
+            # Offscreen drawing needs no display, but highway-env skips drawing altogether
+            # under SDL_VIDEODRIVER=dummy (all frames would be the same blank image).
+            self._viewer.enabled = True
+        self._viewer.display()
+        return resize_frame(np.asarray(self._viewer.get_image(), np.uint8), self.frame_size)
+
+
+def vehicle_terms(vehicle: Any) -> dict[str, Any]:
+    """The state terms of a highway-env vehicle (see the module docstring for units)."""
+    lane = vehicle.lane
+    longitudinal, lateral = lane.local_coordinates(vehicle.position)
+    heading_error = float(vehicle.heading) - float(lane.heading_at(longitudinal))
+    return {
+        "speed_kmh": float(vehicle.speed) * 3.6,
+        "lane_offset": float(lateral),
+        "heading_error": (heading_error + math.pi) % (2 * math.pi) - math.pi,
+        "crashed": bool(vehicle.crashed),
+        "off_road": not bool(vehicle.on_road),
+    }
+
+
+def resize_frame(frame: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """`frame` (uint8 [H, W, 3]) resized to `size` = (height, width), antialiased."""
+    if frame.shape[:2] == size:
+        return frame
+    from PIL import Image  # a dependency of highway-env (through matplotlib)
+
+    resized = Image.fromarray(frame).resize((size[1], size[0]), Image.Resampling.BILINEAR)
+    return np.asarray(resized, np.uint8)
+
+
+def _frame_size(frame_size: Any) -> tuple[int, int]:
+    """`frame_size` as (height, width): an int is a square."""
+    dims = (frame_size, frame_size) if isinstance(frame_size, int) else frame_size
+    if (
+        isinstance(dims, (tuple, list))
+        and len(dims) == 2
+        and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)
+    ):
+        return (dims[0], dims[1])
+    raise ValueError(
+        f"frame_size={frame_size!r}: expected a positive int (a square frame) or "
+        "(height, width), e.g. frame_size=64 or frame_size=[64, 128]"
+    )
+
+
+if ENV_ID not in gym.registry:
+    gym.register(ENV_ID, entry_point=make_driving_env)  # type: ignore[arg-type]

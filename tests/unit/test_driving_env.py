@@ -1,0 +1,162 @@
+"""surge/envs/driving.py: highway-env with continuous actions, frames and state terms."""
+
+from __future__ import annotations
+
+import pickle
+import time
+import typing
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("highway_env", reason="needs highway-env: pip install -e '.[highway]'")
+
+from surge.config.schema import EnvConfig  # noqa: E402
+from surge.envs.driving import make_driving_env  # noqa: E402
+from surge.envs.make import probe_env  # noqa: E402
+
+
+def straight() -> np.ndarray:
+    # A new array each step: highway-env returns the action in `info`, and gymnasium's env
+    # checker warns when two steps' infos share an object.
+    return np.zeros(2, np.float32)
+
+
+def _vehicle(env: gym.Env) -> Any:
+    """highway-env's ego vehicle."""
+    return typing.cast(Any, env.unwrapped).vehicle
+
+
+def _rollout(env: gym.Env, action: np.ndarray, seed: int, steps: int) -> list[dict]:
+    """The infos of up to `steps` steps of a constant action, ending at the episode end."""
+    _, info = env.reset(seed=seed)
+    infos = [info]
+    for _ in range(steps):
+        _, _, terminated, truncated, info = env.step(action.copy())
+        infos.append({**info, "terminated": terminated, "truncated": truncated})
+        if terminated or truncated:
+            break
+    return infos
+
+
+def test_spaces_and_state_terms() -> None:
+    env = make_driving_env()
+    assert env.observation_space == gym.spaces.Box(-np.inf, np.inf, (25,), np.float32)
+    assert env.action_space == gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    obs, reward, terminated, truncated, info = env.step(np.array([0.5, 0.0], np.float32))
+    assert env.observation_space.contains(obs) and np.isfinite(float(reward))
+    assert isinstance(terminated, bool) and isinstance(truncated, bool)
+    assert "frame" not in info  # frames only when asked
+    for key in ("speed_kmh", "lane_offset", "heading_error"):
+        assert type(info[key]) is float, key
+    for key in ("crashed", "off_road"):
+        assert type(info[key]) is bool, key
+    vehicle = _vehicle(env)
+    assert info["speed_kmh"] == pytest.approx(vehicle.speed * 3.6)
+    assert info["speed_kmh"] > 25 * 3.6  # accelerated from highway-env's 25 m/s start
+    assert abs(info["heading_error"]) <= np.pi
+    env.close()
+
+
+def test_frames() -> None:
+    env = make_driving_env(frames=True)
+    _, info = env.reset(seed=0)
+    frames = [info["frame"]]
+    for _ in range(3):
+        frames.append(env.step(straight())[4]["frame"])
+    for frame in frames:
+        assert frame.dtype == np.uint8 and frame.shape == (64, 64, 3)
+        assert frame.std() > 5  # road, lane markings and cars, not a blank image
+    assert not np.array_equal(frames[0], frames[-1])  # traffic moves relative to the ego car
+    env.close()
+    wide = make_driving_env(frames=True, frame_size=(32, 128))
+    assert wide.reset(seed=0)[1]["frame"].shape == (32, 128, 3)
+    wide.close()
+
+
+@pytest.mark.parametrize("bad", [0, -3, (64,), (64, 0), 64.0, True, "64"])
+def test_bad_frame_size(bad: object) -> None:
+    with pytest.raises(ValueError, match="frame_size"):
+        make_driving_env(frames=True, frame_size=bad)  # type: ignore[arg-type]
+
+
+def test_steering_moves_off_the_lane_and_off_the_road() -> None:
+    """Steering one way moves the car sideways that way (a lateral offset of that sign; a lane
+    change flips it), then past the road's edge (more than half a lane width, 2 m, off the
+    edge lane's centre): off_road, and the episode terminates there. No traffic to hit."""
+    env = make_driving_env(vehicles_count=0)
+    ends = {}
+    for sign in (1.0, -1.0):
+        infos = _rollout(env, np.array([0.0, 0.02 * sign], np.float32), seed=3, steps=20)
+        start, first, last = infos[0], infos[1], infos[-1]
+        assert abs(start["lane_offset"]) < 0.1 and abs(start["heading_error"]) < 0.01
+        assert 0.2 < first["lane_offset"] * sign < 2.0  # drifted toward the steered side
+        assert first["heading_error"] * sign > 0.02
+        assert last["terminated"] and last["off_road"] and not last["crashed"]
+        assert last["lane_offset"] * sign > 2.0
+        assert not any(info["off_road"] for info in infos[:-1])
+        ends[sign] = last["lane_offset"]
+    assert ends[1.0] > 0 > ends[-1.0]
+    env.close()
+
+
+def test_crash_in_dense_traffic() -> None:
+    env = make_driving_env(vehicles_density=2.0)
+    crashes = 0
+    for seed in range(3):
+        last = _rollout(env, np.array([1.0, 0.0], np.float32), seed=seed, steps=30)[-1]
+        assert last["crashed"] == _vehicle(env).crashed
+        if last["crashed"]:
+            assert last["terminated"]
+            crashes += 1
+    assert crashes >= 1  # full throttle into dense traffic hits someone
+    env.close()
+
+
+def test_registered_id_probe_and_pickle() -> None:
+    cfg = EnvConfig(
+        id="surge.envs.driving:surge/Highway-v0",
+        kwargs={"frames": True, "frame_size": 32},
+        max_episode_steps=5,
+    )
+    info = probe_env(cfg, seed=0)
+    assert info.observation_space.shape == (25,)
+    env = gym.make(cfg.id, frames=True, frame_size=32)
+    env.reset(seed=0)
+    env.step(straight())  # its frame viewer exists now: dropped on pickling, remade on use
+    clone = pickle.loads(pickle.dumps(env))
+    assert clone.step(straight())[4]["frame"].shape == (32, 32, 3)
+    env.close()
+    clone.close()
+
+
+def test_missing_highway_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "highway_env", None)  # import raises ImportError
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[highway\]'"):
+        make_driving_env()
+
+
+def test_steps_per_second() -> None:
+    """Measured, not asserted (printed with -s): stepping cost with and without frames."""
+    rates = {}
+    for frames in (False, True):
+        env = make_driving_env(frames=frames)
+        env.reset(seed=0)
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 1.0:
+            _, _, terminated, truncated, _ = env.step(straight())
+            steps += 1
+            if terminated or truncated:
+                env.reset()
+        rates[frames] = steps / (time.perf_counter() - start)
+        env.close()
+    print(
+        f"\nhighway-fast-v0 steps/s: {rates[False]:.0f} without frames, "
+        f"{rates[True]:.0f} with 64x64 frames"
+    )
