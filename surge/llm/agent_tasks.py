@@ -9,28 +9,26 @@ Any action string is safe: a malformed one gets a short error observation, never
   "guess 1-16\\n" -> "8\\n" -> ">\\n" -> "12\\n" -> "=\\n" (reward 1). Bisection always wins
   within 5 guesses at the defaults; the expert guesses at random among the numbers still
   possible, and loses sometimes, so RL has a strategy to discover.
-- `Recall(facts, asked_from, filler, forget)`: a tool `g<i>` returns fact i ("D=4" and random filler
+- `Recall(facts, asked_from, filler, lazy)`: a tool `g<i>` returns fact i ("D=4" and random filler
   letters: "g3\\n" -> "D=4qkzmwa\\n"). Once every fact has been fetched, the observation asks
   about one of the first `asked_from` ("?C\\n"), answered as "=7\\n" (reward 1, else 0). The
   asked fact lies far back (more than 96 tokens at the defaults), so a 96-token window keeps it
   only through summaries: truncation loses it (a guess is right 1 time in 10), SUPO's
-  summaries keep it if the policy writes them well. The expert's summaries list the facts that
-  may be asked and the next fetch: "A=3B=?C=1D=7 g4\\n" ("B=?": forgotten). A fact moving from
-  an observation into its first summary is lost with probability `forget` (0.7); a summary
-  copies an earlier summary's facts as they are. So the expert's transcripts teach the format
-  and faithful copying, while their most likely first summary forgets: greedy decoding of the
-  warm start mostly guesses, sampling keeps a fact 3 times in 10, and RL gains by turning that
-  one choice per fact into keeping. (Forgetting at every summary with p < 0.5 would make
-  keeping the most likely choice already, leaving greedy decoding nothing to gain but copying
-  accuracy; with p >= 0.5 at every summary a fact would survive four summaries too rarely to
-  explore.)
+  summaries keep it if the policy writes them well. The expert's first summary is, with
+  probability `lazy` (0.6), a lazy one that says only where to go on ("g4\\n"), else a full
+  one that lists the facts that may be asked too ("A=3B=5C=1D=7 g4\\n"); later summaries
+  keep the first's style (a full one copies the facts it holds). So the transcripts teach
+  both styles and faithful copying, the warm start's most likely first summary is lazy
+  (greedy decoding then only guesses), sampling writes a full one 4 times in 10, and RL
+  gains by making the full summary the policy's choice: one decision, early, that decides
+  the reward.
 
 The numbers at the defaults (character tokenizer, <bos> + prompt, instruction "S:"; pinned
 by tests/unit/test_agent_tasks.py): an expert transcript of Recall is 176 tokens (prompt 11,
 fetches 13 or 14, the question's fetch 17, the answer 4); under window=96, threshold=0.95,
-summary_tokens=28 (trigger 63) the first segment holds 4 fetches and each later one 2, so an
-episode makes exactly 4 summaries of at most 17 tokens, and the expert wins about 0.37 (the
-asked fact survives its first summary with probability 0.3; a forgotten one is guessed).
+summary_tokens=28 (trigger 63) the first segment holds 4 fetches and each later one 2 after a
+full summary (3 after a lazy one), so an episode of full summaries makes exactly 4 of at most
+17 tokens and wins, and a lazy one makes 3 and guesses (1 in 10): the expert wins about 0.46.
 """
 
 from __future__ import annotations
@@ -46,9 +44,6 @@ from surge.llm.tiny import GUESS_ALPHABET, RECALL_ALPHABET
 _NUMBER = re.compile(r"[0-9]{1,4}")
 _FETCH = re.compile(r"g([0-9]{1,3})")
 _ANSWER = re.compile(r"=([0-9])")
-
-# Recall's expert memory: known facts, those a summary holds, next fetch, question seen.
-_Memory = tuple[dict[int, str], frozenset[int], int, bool]
 
 
 def _problem_rng(seed: int, task: int) -> np.random.Generator:
@@ -113,12 +108,12 @@ class Guess:
 class Recall:
     """Fetch `facts` facts with the tool g<i>, then answer a question about one of the first
     `asked_from` of them. `filler` random letters follow each fact (they make the facts far
-    apart); `forget` is the chance that the expert loses a fact as it first summarises it."""
+    apart); `lazy` is the chance that the expert's summaries list no facts (its first decides)."""
 
     alphabet = RECALL_ALPHABET
 
     def __init__(
-        self, facts: int = 12, asked_from: int = 4, filler: int = 6, forget: float = 0.7
+        self, facts: int = 12, asked_from: int = 4, filler: int = 6, lazy: float = 0.6
     ) -> None:
         if not 1 <= facts <= 26:
             raise ValueError(f"facts={facts}: expected 1 to 26 (one capital letter each)")
@@ -126,9 +121,9 @@ class Recall:
             raise ValueError(f"asked_from={asked_from}: expected 1 to facts={facts}")
         if filler < 0:
             raise ValueError(f"filler={filler}: expected at least 0")
-        if not 0 <= forget <= 1:
-            raise ValueError(f"forget={forget}: expected in [0, 1]")
-        self.facts, self.asked_from, self.filler, self.forget = facts, asked_from, filler, forget
+        if not 0 <= lazy <= 1:
+            raise ValueError(f"lazy={lazy}: expected in [0, 1]")
+        self.facts, self.asked_from, self.filler, self.lazy = facts, asked_from, filler, lazy
         self.reset(0)
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
@@ -142,13 +137,13 @@ class Recall:
         self.fetched: set[int] = set()
         self.fetched_before: set[int] = set()  # before the latest action
         self.question, self.done = False, False
-        # The expert's memory: the askable facts it knows (digit, or "?" once forgotten), which
-        # of them a summary already holds, its next fetch and whether it has seen the question;
-        # `before` is the same before the latest exchange, which a summary replaces.
+        # The expert's memory: the askable facts it knows, its next fetch and whether it has
+        # seen the question; `before` is the same before the latest exchange, which a summary
+        # replaces. `full`: the style its first summary chose (None before it).
         self.memory: dict[int, str] = {}
-        self.summarized: frozenset[int] = frozenset()
+        self.full: bool | None = None
         self.next, self.knows_question = 0, False
-        self.before: _Memory = ({}, frozenset(), 0, False)
+        self.before: tuple[dict[int, str], int, bool] = ({}, 0, False)
         return f"recall {self.facts}\n", {"key": f"recall/{seed}"}
 
     def fact(self, i: int) -> str:
@@ -157,7 +152,7 @@ class Recall:
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.done:
             return "?\n", 0.0, True, False, {"tool_call": False}
-        self.before = (dict(self.memory), self.summarized, self.next, self.knows_question)
+        self.before = (dict(self.memory), self.next, self.knows_question)
         self.fetched_before = set(self.fetched)
         text = action.strip()
         fetch = _FETCH.fullmatch(text)
@@ -187,20 +182,19 @@ class Recall:
         """The next fetch in order, or the remembered answer (a random digit if forgotten).
 
         Summarising, the expert writes what its context held before the latest exchange
-        (the runner drops the exchange that crossed the trigger): the askable facts it
-        remembers, each seen only in an observation so far lost with probability `forget`
-        ("B=?"), then the next fetch (the dropped one again: " g4") or the question if it had
-        seen it (" ?C"). Its memory afterwards is what the summary says. Truncation is not
-        announced to it, so under `context.mode=truncate` it still answers from memory: its
-        transcripts there show answers the context does not support."""
+        (the runner drops the exchange that crossed the trigger): in a full summary the
+        askable facts it knows, then the next fetch (the dropped one again: " g4") or the
+        question if it had seen it (" ?C"); a lazy summary only the latter. The first summary
+        picks the style (lazy with probability `lazy`), later ones keep it. Its memory
+        afterwards is what the summary says. Truncation is not announced to it, so under
+        `context.mode=truncate` it still answers from memory: its transcripts there show
+        answers the context does not support."""
         if summarize:
-            memory, summarized, self.next, self.knows_question = self.before
-            self.memory = {
-                i: "?" if i not in summarized and rng.random() < self.forget else d
-                for i, d in sorted(memory.items())
-            }
-            self.summarized = frozenset(self.memory)
-            self.before = (dict(self.memory), self.summarized, self.next, self.knows_question)
+            memory, self.next, self.knows_question = self.before
+            if self.full is None:
+                self.full = bool(rng.random() >= self.lazy)
+            self.memory = dict(sorted(memory.items())) if self.full else {}
+            self.before = (dict(self.memory), self.next, self.knows_question)
             facts = "".join(f"{self.capitals[i]}={d}" for i, d in self.memory.items())
             then = f"?{self.capitals[self.asked]}" if self.knows_question else f"g{self.next}"
             return f"{facts} {then}\n" if facts else f"{then}\n"
