@@ -9,26 +9,24 @@ Any action string is safe: a malformed one gets a short error observation, never
   "guess 1-16\\n" -> "8\\n" -> ">\\n" -> "12\\n" -> "=\\n" (reward 1). Bisection always wins
   within 5 guesses at the defaults; the expert guesses at random among the numbers still
   possible, and loses sometimes, so RL has a strategy to discover.
-- `Recall(facts, asked_from, filler, lazy)`: a tool `g<i>` returns fact i ("D=4" and random filler
-  letters: "g3\\n" -> "D=4qkzmwa\\n"). Once every fact has been fetched, the observation asks
-  about one of the first `asked_from` ("?C\\n"), answered as "=7\\n" (reward 1, else 0). The
-  asked fact lies far back (more than 96 tokens at the defaults), so a 96-token window keeps it
-  only through summaries: truncation loses it (a guess is right 1 time in 10), SUPO's
-  summaries keep it if the policy writes them well. The expert's first summary is, with
-  probability `lazy` (0.6), a lazy one that says only where to go on ("g4\\n"), else a full
-  one that lists the facts that may be asked too ("A=3B=5C=1D=7 g4\\n"); later summaries
-  keep the first's style (a full one copies the facts it holds). So the transcripts teach
-  both styles and faithful copying, the warm start's most likely first summary is lazy
-  (greedy decoding then only guesses), sampling writes a full one 4 times in 10, and RL
-  gains by making the full summary the policy's choice: one decision, early, that decides
-  the reward.
+- `Recall(facts, asked_from, filler, lazy)`: a tool `g<i>` returns fact i, a digit after "="
+  and random filler letters ("g3\\n" -> "=4qkzmwab\\n"). Once every fact has been fetched,
+  the observation asks about one of the first `asked_from` ("?2\\n"), answered as "=7\\n"
+  (reward 1, else 0). The asked fact lies far back (more than 96 tokens at the defaults), so a
+  96-token window keeps it only through summaries: truncation loses it (a guess is right 1
+  time in 10), SUPO's summaries keep it if the policy writes them well. The expert's first
+  summary is, with probability `lazy` (0.6), a lazy one that says only where to go on
+  ("g4\\n"), else a full one that also lists the askable facts' digits in order
+  ("7059 g4\\n"); later summaries keep the first's style (a full one copies the digits). So
+  the transcripts teach both styles and faithful copying, the warm start's most likely first
+  summary is lazy (greedy decoding then only guesses), sampling writes a full one 4 times in
+  10, and RL gains by making the full summary the policy's choice: one decision, early, that
+  decides the reward. (Facts are digits in fetch order, not letters: the 1M-parameter model
+  copies a digit from its place well, but it failed to copy random capital letters.)
 
 The numbers at the defaults (character tokenizer, <bos> + prompt, instruction "S:"; pinned
-by tests/unit/test_agent_tasks.py): an expert transcript of Recall is 176 tokens (prompt 11,
-fetches 13 or 14, the question's fetch 17, the answer 4); under window=96, threshold=0.95,
-summary_tokens=28 (trigger 63) the first segment holds 4 fetches and each later one 2 after a
-full summary (3 after a lazy one), so an episode of full summaries makes exactly 4 of at most
-17 tokens and wins, and a lazy one makes 3 and guesses (1 in 10): the expert wins about 0.46.
+by tests/unit/test_agent_tasks.py): see the tests for the transcript length, the distance
+of the asked fact, and the summaries an episode makes in each style.
 """
 
 from __future__ import annotations
@@ -113,12 +111,12 @@ class Recall:
     alphabet = RECALL_ALPHABET
 
     def __init__(
-        self, facts: int = 12, asked_from: int = 4, filler: int = 6, lazy: float = 0.6
+        self, facts: int = 12, asked_from: int = 4, filler: int = 7, lazy: float = 0.6
     ) -> None:
-        if not 1 <= facts <= 26:
-            raise ValueError(f"facts={facts}: expected 1 to 26 (one capital letter each)")
-        if not 1 <= asked_from <= facts:
-            raise ValueError(f"asked_from={asked_from}: expected 1 to facts={facts}")
+        if not 1 <= facts <= 100:
+            raise ValueError(f"facts={facts}: expected 1 to 100 (tools g0 to g99)")
+        if not 1 <= asked_from <= min(facts, 10):
+            raise ValueError(f"asked_from={asked_from}: expected 1 to min(facts, 10)")
         if filler < 0:
             raise ValueError(f"filler={filler}: expected at least 0")
         if not 0 <= lazy <= 1:
@@ -128,8 +126,6 @@ class Recall:
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         rng = _problem_rng(seed, 2)
-        letters = rng.choice(26, size=self.facts, replace=False)
-        self.capitals = [string.ascii_uppercase[i] for i in letters]
         self.digits = [str(d) for d in rng.integers(0, 10, size=self.facts)]
         lower = np.array(list(string.ascii_lowercase))
         self.fillers = ["".join(rng.choice(lower, size=self.filler)) for _ in range(self.facts)]
@@ -146,9 +142,6 @@ class Recall:
         self.before: tuple[dict[int, str], int, bool] = ({}, 0, False)
         return f"recall {self.facts}\n", {"key": f"recall/{seed}"}
 
-    def fact(self, i: int) -> str:
-        return f"{self.capitals[i]}={self.digits[i]}"
-
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.done:
             return "?\n", 0.0, True, False, {"tool_call": False}
@@ -161,10 +154,10 @@ class Recall:
             # whose summary replaced the question's exchange can get it back.
             i = int(fetch[1])
             self.fetched.add(i)
-            observation = f"{self.fact(i)}{self.fillers[i]}\n"
+            observation = f"={self.digits[i]}{self.fillers[i]}\n"
             self.question = len(self.fetched) == self.facts
             if self.question:
-                observation += f"?{self.capitals[self.asked]}\n"
+                observation += f"?{self.asked}\n"
             if i < self.asked_from:
                 self.memory[i] = self.digits[i]
             self.next = i + 1 if i == self.next else self.next
@@ -183,30 +176,32 @@ class Recall:
 
         Summarising, the expert writes what its context held before the latest exchange
         (the runner drops the exchange that crossed the trigger): in a full summary the
-        askable facts it knows, then the next fetch (the dropped one again: " g4") or the
-        question if it had seen it (" ?C"); a lazy summary only the latter. The first summary
-        picks the style (lazy with probability `lazy`), later ones keep it. Its memory
-        afterwards is what the summary says. Truncation is not announced to it, so under
-        `context.mode=truncate` it still answers from memory: its transcripts there show
-        answers the context does not support."""
+        askable facts' digits in order ("?" for one not fetched yet), then the next fetch
+        (the dropped one again: " g4") or the question if it had seen it (" ?2"); a lazy
+        summary only the latter. The first summary picks the style (lazy with probability
+        `lazy`), later ones keep it. Its memory afterwards is what the summary says.
+        Truncation is not announced to it, so under `context.mode=truncate` it still answers
+        from memory: its transcripts there show answers the context does not support."""
         if summarize:
             memory, self.next, self.knows_question = self.before
             if self.full is None:
                 self.full = bool(rng.random() >= self.lazy)
-            self.memory = dict(sorted(memory.items())) if self.full else {}
+            self.memory = dict(memory) if self.full else {}
             self.before = (dict(self.memory), self.next, self.knows_question)
-            facts = "".join(f"{self.capitals[i]}={d}" for i, d in self.memory.items())
-            then = f"?{self.capitals[self.asked]}" if self.knows_question else f"g{self.next}"
-            return f"{facts} {then}\n" if facts else f"{then}\n"
+            facts = "".join(self.memory.get(i, "?") for i in range(self.asked_from))
+            then = f"?{self.asked}" if self.knows_question else f"g{self.next}"
+            return f"{facts} {then}\n" if self.memory else f"{then}\n"
         if self.knows_question:
-            digit = self.memory.get(self.asked, "?")
-            return f"={digit if digit != '?' else int(rng.integers(0, 10))}\n"
+            digit = self.memory.get(self.asked)
+            return f"={digit if digit is not None else int(rng.integers(0, 10))}\n"
         return f"g{min(self.next, self.facts - 1)}\n"
 
     def summary_recall(self, summary: str) -> float | None:
         """The share of the askable facts fetched before the latest action (the exchange a
-        summary replaces) that the summary states ("C=7"); None when there are none yet."""
+        summary replaces) whose digit the summary states in its place ("7059 g4": fact 2 is
+        5); None when there are none yet."""
         seen = [i for i in sorted(self.fetched_before) if i < self.asked_from]
         if not seen:
             return None
-        return sum(self.fact(i) in summary for i in seen) / len(seen)
+        head = summary.split(" ")[0] if " " in summary else ""
+        return sum(head[i : i + 1] == self.digits[i] for i in seen) / len(seen)

@@ -57,8 +57,8 @@ def test_summarize_gives_segments_and_expert_transcripts_train_only_the_experts_
     tokenizer = char_tokenizer(task.alphabet)
     problems = task.sample("train", 4, random.Random(1))
     tokens, mask = transcript_batch(tokenizer, task, problems, seed=3)
-    # 4 summaries each: 5 segments, and the 4 turns the summaries dropped, in their contexts
-    assert tokens.shape[0] == 4 * (5 + 4)
+    # 3 summaries each: 4 segments, and the 3 turns the summaries dropped, in their contexts
+    assert tokens.shape[0] == 4 * (4 + 3)
     engine = EpisodeEngine(tokenizer)
     for row, trained in zip(tokens, mask, strict=True):
         targets = "".join(
