@@ -23,6 +23,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from surge.config.algorithms import load_algorithm
+from surge.config.reward_model_schema import STATE_KEYS
 from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError, UserError
 
@@ -407,6 +408,12 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("replay.beta0", lambda v: 0 <= v <= 1, "in [0, 1]"),
     ("replay.priority_eps", _positive, "> 0"),
     *[(f"{n}.threads", _at_least(1), ">= 1") for n in ("dqn", "sac")],
+    # a model as the reward (reward_model.mode != env)
+    *[(f"reward_model.{n}", _at_least(1), ">= 1") for n in ("batch_size", "max_pending")],
+    *[
+        (f"reward_model.{n}", _positive, "> 0")
+        for n in ("threshold", "v_target", "d_max", "theta_max_deg", "sigma_max")
+    ],
 ]
 """(field, check, the rule in words): the value checks the types cannot express."""
 
@@ -423,8 +430,39 @@ def validate(cfg: ExperimentConfig) -> None:
     _check_inference_splits(cfg)
     _check_policies(cfg)
     _check_extras(cfg)
+    _check_reward_model(cfg, algorithm.reward_stage)
     # the algorithm's own checks, by its plug-in (found by import path: config/algorithms.py)
     algorithm.validate(cfg)
+
+
+def _check_reward_model(cfg: ExperimentConfig, supported: bool) -> None:
+    """A reward-model stage: an algorithm whose graph has one, the model named once, and the
+    info entries it reads recorded (`env.info_keys`)."""
+    r = cfg.reward_model
+    if r.mode == "env":
+        return
+    if not supported:
+        raise ConfigError(
+            f"reward_model.mode={r.mode}: algo {cfg.algo} has no reward-model stage (the "
+            "replay-based algorithms have: dqn, sac)",
+            "set reward_model.mode=env, or train with algo=sac or algo=dqn",
+        )
+    needs = list(STATE_KEYS) if r.mode != "clg" else []
+    if r.mode != "state":
+        if (r.fn is None) == (r.path is None):
+            raise ConfigError(
+                f"reward_model.mode={r.mode} scores frames: name the model once, with "
+                f"reward_model.fn (got {r.fn!r}) or reward_model.path (got {r.path!r})",
+                "set reward_model.fn=module:function or reward_model.path=DIR",
+            )
+        needs.insert(0, r.frame_key)
+    missing = [k for k in needs if k not in cfg.env.info_keys]
+    if missing:
+        raise ConfigError(
+            f"env.info_keys={cfg.env.info_keys}: reward_model.mode={r.mode} reads "
+            f"{', '.join(missing)} from each step's info",
+            f"add {missing} to env.info_keys (surge/envs/driving.py records them)",
+        )
 
 
 def _check_inference_splits(cfg: ExperimentConfig) -> None:

@@ -22,6 +22,7 @@ from surge.config.llm_schema import (
     TinyModelConfig,
 )
 from surge.config.replay_schema import DQNConfig, ReplayConfig, SACConfig
+from surge.config.reward_model_schema import RewardModelConfig
 
 RuntimeName = Literal["serial", "local", "ray"]
 Activation = Literal["tanh", "relu"]
@@ -107,6 +108,12 @@ class EnvConfig:
     `module:Name` (or `module.Name`) of a class or function that takes the env and returns
     the wrapped env, e.g. `minigrid.wrappers:ImgObsWrapper`. Backend `gymnasium` only (the
     `ale` and `envpool` groups are not gymnasium envs)."""
+
+    info_keys: list[str] = field(default_factory=list)
+    """Entries of each step's `info` recorded into the sample stream beside the reward
+    (`info/<key>`, one array per step and env: numbers, bools or fixed-shape arrays such as
+    a camera frame), for a stage that reads them (a reward model, surge/workers/
+    reward_model.py). Checked on a probe step; backend `gymnasium`, single-agent envs."""
 
     max_episode_steps: int | None = None
     """Override the env's time limit (episodes are truncated, not terminated, after this many
@@ -622,6 +629,9 @@ class ExperimentConfig:
 
     sac: SACConfig = field(default_factory=SACConfig)
     """`algo: sac`: soft actor-critic for Box actions (docs/replay.md)."""
+
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """Replay-based RL: rewards from a model scoring each step's frame (docs/reward-models.md)."""
 
     # Derived values: computed, never configured.
     @property

@@ -16,6 +16,8 @@ the camera frame, and a synthesis reward reads the vehicle's state terms, so eac
   (the lane closest to it: the offset jumps sign on a lane change, and grows past half a
   lane width, 2 m, off the road's edge). Positive is toward the higher lane indices (the
   right-hand lanes of highway-v0).
+- `lane_offset_std` (float, m): the standard deviation of the episode's last `OFFSETS` (30)
+  lane offsets, this step's included (VLM-RL's steadiness term; population std).
 - `heading_error` (float, rad): vehicle heading minus the lane's heading there, in [-pi, pi].
 - `crashed` (bool): collided with another vehicle (terminal).
 - `off_road` (bool): `not vehicle.on_road` (terminal: `offroad_terminal` is on).
@@ -37,12 +39,15 @@ Needs the `highway` extra.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 ENV_ID = "surge/Highway-v0"
+OFFSETS = 30
+"""Recent lane offsets whose spread is `lane_offset_std` (VLM-RL's code keeps 30 steps)."""
 INSTALL_HINT = "pip install -e '.[highway]'"
 
 
@@ -98,9 +103,11 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
         if self.flatten:
             self.observation_space = gym.spaces.flatten_space(env.observation_space)
         self._viewer: Any = None
+        self._offsets: deque[float] = deque(maxlen=OFFSETS)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         obs, info = self.env.reset(seed=seed, options=options)
+        self._offsets.clear()
         return self._obs(obs), self._add_terms(info)
 
     def step(self, action: Any) -> Any:
@@ -120,6 +127,8 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
     def _add_terms(self, info: dict[str, Any]) -> dict[str, Any]:
         info = dict(info)
         info.update(vehicle_terms(self.env.unwrapped.vehicle))  # type: ignore[attr-defined]
+        self._offsets.append(info["lane_offset"])
+        info["lane_offset_std"] = float(np.std(self._offsets))
         if self.frames:
             info["frame"] = self._frame()
         return info

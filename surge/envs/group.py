@@ -17,7 +17,7 @@ from surge.config.schema import EnvConfig
 from surge.envs.atari import AleGroup, is_atari_id, resolve_backend
 from surge.envs.make import make_env
 from surge.envs.selfplay import OpponentSource, SelfPlayGroup, is_selfplay_id
-from surge.envs.spaces import action_converter, check_observation, split_obs
+from surge.envs.spaces import action_converter, check_observation, info_spec, split_obs
 
 
 class EnvGroup:
@@ -29,7 +29,8 @@ class EnvGroup:
     `terminated` / `truncated` (ends of training episodes), `final_obs` (valid where an
     episode ended), `score` (the raw reward, for reported returns) and `game_over` (the end
     of a reported episode). They differ only when a wrapper reshapes the training signal,
-    as Atari's reward clipping and episodic life do.
+    as Atari's reward clipping and episodic life do. Groups of gymnasium envs also keep
+    `info`: the step's `env.info_keys` entries, [size, ...] each (made at the first step).
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class EnvGroup:
         self.observation_space: gym.Space[Any] = self.envs[0].observation_space
         self.action_space: gym.Space[Any] = self.envs[0].action_space
         self._to_env = action_converter(self.action_space, cfg.clip_actions)
+        self.info: dict[str, np.ndarray] = {}
 
     def reset(self) -> None:
         for i, (env, seed) in enumerate(zip(self.envs, self.seeds, strict=True)):
@@ -62,7 +64,9 @@ class EnvGroup:
     def step(self, actions: np.ndarray) -> None:
         """Step every env; finished ones are reset and their last observation kept."""
         for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, _ = env.step(self._to_env(actions[i]))
+            obs, reward, terminated, truncated, info = env.step(self._to_env(actions[i]))
+            if self.cfg.info_keys:
+                self._record(i, info)
             self.rewards[i] = reward
             self.terminated[i] = terminated
             self.truncated[i] = truncated
@@ -71,6 +75,14 @@ class EnvGroup:
                 obs, _ = env.reset()
             self._write(self.obs_out, i, obs, "step()")
         np.logical_or(self.terminated, self.truncated, out=self.game_over)
+
+    def _record(self, i: int, info: dict[str, Any]) -> None:
+        """The step's recorded info entries (before a reset: a last step's own)."""
+        for key in self.cfg.info_keys:
+            if key not in self.info:
+                spec = info_spec(self.cfg.id, key, info)
+                self.info[key] = np.zeros((self.size, *spec.shape), spec.dtype)
+            self.info[key][i] = info[key]
 
     def _write(self, out: dict[str, np.ndarray], i: int, obs: Any, where: str) -> None:
         try:
@@ -111,6 +123,8 @@ class GymAtariGroup(EnvGroup):
         for i, env in enumerate(self.envs):
             # a life's first step presses FIRE in the env (atari.py `FireOnLifeLoss`)
             obs, reward, terminated, truncated, info = env.step(int(actions[i]))
+            if self.cfg.info_keys:
+                self._record(i, info)
             self.score[i] = reward
             life_lost = info["lives"] < self._lives[i]
             self._lives[i] = info["lives"]

@@ -6,6 +6,7 @@ import difflib
 import importlib
 import typing
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -20,7 +21,7 @@ from surge.envs.atari import (
     resolve_backend,
 )
 from surge.envs.selfplay import OpponentSource, is_selfplay_id, make_selfplay_env
-from surge.envs.spaces import EnvInfo, check_observation
+from surge.envs.spaces import EnvInfo, check_observation, info_spec
 from surge.errors import ConfigError, EnvSpecError
 
 
@@ -116,13 +117,24 @@ def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
     if is_pettingzoo_id(cfg.id):  # every agent to one policy (several: probe_policies)
         from surge.envs.multiagent import probe_multiagent
 
+        if cfg.info_keys:
+            raise ConfigError(
+                f"env.info_keys: recorded for single-agent envs; env.id={cfg.id} has agents",
+                "remove env.info_keys",
+            )
         return next(iter(probe_multiagent(cfg, seed).values()))
     backend = resolve_backend(cfg)
-    if cfg.wrappers and backend != "gymnasium":
+    for setting, value in (("env.wrappers", cfg.wrappers), ("env.info_keys", cfg.info_keys)):
+        if value and backend != "gymnasium":
+            raise ConfigError(
+                f"{setting} apply to gymnasium envs; env.backend={backend} steps its own "
+                "vectorised envs",
+                f"set env.backend=gymnasium to use {setting}, or remove {setting}",
+            )
+    if cfg.info_keys and is_selfplay_id(cfg.id):
         raise ConfigError(
-            f"env.wrappers apply to gymnasium envs; env.backend={backend} steps its own "
-            "vectorised envs",
-            "set env.backend=gymnasium to use env.wrappers, or remove env.wrappers",
+            f"env.info_keys: not recorded in self-play games (env.id={cfg.id})",
+            "remove env.info_keys",
         )
     if backend == "ale":
         return _probe_ale(cfg, seed)
@@ -144,7 +156,7 @@ def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
                 "step() must return (observation, reward, terminated, truncated, info) as in the "
                 "Gymnasium >= 0.26 API; wrap old-style envs with gymnasium's compatibility wrapper",
             )
-        obs, reward, terminated, truncated, _ = result
+        obs, reward, terminated, truncated, step_info = result
         check_observation(cfg.id, "step()", obs, env.observation_space)
         reward_shape = np.shape(np.asarray(reward))
         if reward_shape != ():
@@ -158,7 +170,8 @@ def probe_env(cfg: EnvConfig, seed: int) -> EnvInfo:
                     f"env {cfg.id!r}: step() returned {name}={flag!r} ({type(flag).__name__})",
                     f"return a Python bool for {name}",
                 )
-        return info
+        recorded = {k: info_spec(cfg.id, k, step_info) for k in cfg.info_keys}
+        return replace(info, info=recorded) if recorded else info
     finally:
         env.close()
 

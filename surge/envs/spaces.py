@@ -7,7 +7,7 @@ shape and dtype, so streams can preallocate their buffers once at start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -103,6 +103,8 @@ class EnvInfo:
     agents: tuple[str, ...] = ()
     """A multi-agent env's agents (`possible_agents`): each is a row of the batch with these
     spaces (surge/envs/multiagent.py). Empty for a single-agent env."""
+    info: dict[str, ArraySpec] = field(default_factory=dict)
+    """The recorded `info` entries (`env.info_keys`) as a probe step returned them."""
 
     @property
     def rows_per_env(self) -> int:
@@ -116,6 +118,34 @@ class EnvInfo:
     @property
     def action(self) -> ArraySpec:
         return action_spec(self.action_space)
+
+
+def info_spec(env_id: str, key: str, info: dict[str, Any]) -> ArraySpec:
+    """How a step's `info[key]` is stored: bools as bool, integers as int64, other numbers as
+    float32, uint8 arrays (frames) as they are; an EnvSpecError when it is missing or not
+    numeric."""
+    if key not in info:
+        raise EnvSpecError(
+            f"env {env_id!r}: env.info_keys names {key!r}, but step() returned info with "
+            f"keys {sorted(info)}",
+            "name entries the env's step() puts in its info dict",
+        )
+    value = np.asarray(info[key])
+    kind = value.dtype.kind
+    dtype: np.dtype[Any]
+    if kind == "b" or value.dtype == np.uint8:
+        dtype = value.dtype
+    elif kind in "iu":
+        dtype = np.dtype(np.int64)
+    elif kind == "f":
+        dtype = np.dtype(np.float32)
+    else:
+        raise EnvSpecError(
+            f"env {env_id!r}: info[{key!r}] is {type(info[key]).__name__} ({value.dtype}), "
+            "which cannot be recorded",
+            "record numbers, bools or numeric arrays of a fixed shape",
+        )
+    return ArraySpec(value.shape, dtype)
 
 
 def check_observation(env_id: str, where: str, obs: Any, space: gym.Space[Any]) -> None:

@@ -143,6 +143,35 @@ class AlternateEnv(gym.Env[Any, Any]):
         return np.zeros(1, np.float32), reward, False, self.t >= self.HORIZON, {}
 
 
+class CameraPendulum(gym.Wrapper[Any, Any, Any, Any]):
+    """Pendulum-v1 with a camera: each step's info holds an 8x8 RGB `frame` whose brightness
+    is (cos(theta) + 1) / 2 of the new state, and driving-style state terms made from it
+    (`speed_kmh` = 10 |theta dot|, `lane_offset` = sin(theta), `heading_error` 0,
+    `lane_offset_std` 0). `brightness` scores such frames: a reward model whose every
+    reward can be checked against the observation that follows it."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("Pendulum-v1"))
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        level = np.uint8(round((float(obs[0]) + 1.0) / 2.0 * 255.0))
+        info = {
+            **info,
+            "frame": np.full((8, 8, 3), level, np.uint8),
+            "speed_kmh": 10.0 * abs(float(obs[2])),
+            "lane_offset": float(obs[1]),
+            "heading_error": 0.0,
+            "lane_offset_std": 0.0,
+        }
+        return obs, reward, terminated, truncated, info
+
+
+def brightness(frames: np.ndarray) -> np.ndarray:
+    """A reward model for `CameraPendulum`: each frame's mean brightness in [0, 1]."""
+    return frames.reshape(len(frames), -1).mean(axis=1) / 255.0
+
+
 for _name, _cls in [
     ("DictObs", DictObsEnv),
     ("DiscreteObs", DiscreteObsEnv),
@@ -150,6 +179,7 @@ for _name, _cls in [
     ("Crashing", CrashingEnv),
     ("Hanging", HangingEnv),
     ("Alternate", AlternateEnv),
+    ("CameraPendulum", CameraPendulum),
 ]:
     if f"surge/{_name}-v0" not in gym.registry:
         gym.register(f"surge/{_name}-v0", entry_point=_cls)  # type: ignore[arg-type]

@@ -36,6 +36,7 @@ from surge.workers.graph import Graph
 
 class DQNFamily(Algorithm):
     name = "dqn"
+    reward_stage = True
     warm_module = "surge.learners.dqn"
 
     def validate(self, cfg: ExperimentConfig) -> None:

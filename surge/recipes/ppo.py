@@ -174,6 +174,7 @@ def ppo_graph(ctx: RunContext) -> Graph:
             groups=cfg.total_groups,
             active=bool(penv.agents),
             state=segment_state_fields(cfg.model),
+            info=penv.info,
         )
         layouts[params] = params_layout(policy.n_params)
     graph = Graph([*trainers, *servers, *actors], layouts, streams)

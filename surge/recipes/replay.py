@@ -15,6 +15,7 @@ evaluation workers when `eval.workers` > 0 (surge/recipes/evaluation.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from surge.errors import ConfigError, UserError
 from surge.models.images import choose_encoder
 from surge.models.recurrent_state import inference_state_fields, segment_state_fields
 from surge.recipes.evaluation import add_evaluators
+from surge.rewards.models import check_scorer
 from surge.streams.flow import RatioBound, SampleToInsertRatio
 from surge.streams.inference import inference_layout
 from surge.streams.params import params_block, params_layout
@@ -39,10 +41,12 @@ from surge.streams.replay import (
     stored_layout,
 )
 from surge.streams.sample import Outputs, output_fields, sample_layout
+from surge.streams.stats import stats_layout
 from surge.tracking.checkpoint import load_checkpoint
 from surge.workers.base import RunContext
 from surge.workers.graph import Edge, Graph, StreamSpec, worker
 from surge.workers.replay import error_buffer, min_error_buffer
+from surge.workers.reward_model import STAT_NAMES, STATS
 
 POLICY = "default"
 SLOTS = 2
@@ -90,6 +94,7 @@ def probe(cfg: ExperimentConfig) -> EnvInfo:
     """The env's spaces (and a check that an encoder fits its observations)."""
     env = next(iter(probe_policies(cfg).values()))
     choose_encoder(env.observation_space, cfg.model)
+    check_scorer(cfg.reward_model)
     if env.agents:
         raise ConfigError(
             f"env.id={cfg.env.id}: algo {cfg.algo} trains single-agent envs",
@@ -275,6 +280,9 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     server = {a.name: f"policy-{a.index % n_policy}" if remote else a.name for a in actors}
     params = params_block(POLICY)
     subscribers = [p.name for p in servers] if remote else list(server)
+    scoring = cfg.reward_model.mode != "env"  # a reward-model worker between actors and replay
+    reward_model = worker("reward-model", 0, threads=1, cpus=ray.actor_cpus, pod="trainer")
+    shard_of = {a.name: f"replay-{a.index % r.shards}" for a in actors}
     streams = [
         StreamSpec(
             "inference", "request/response", "inference",
@@ -285,7 +293,8 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
         StreamSpec(
             "samples", "segments", "samples",
             tuple(
-                Edge(a.name, f"replay-{a.index % r.shards}", groups[a.name]) for a in actors
+                Edge(a.name, reward_model.name if scoring else shard_of[a.name], groups[a.name])
+                for a in actors
             ),
             flow,
             f"segments of {r.segment_len} steps, acknowledged by the replay shard that takes "
@@ -314,6 +323,28 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             "publish",
         ),
     ]  # fmt: skip
+    if scoring:  # the actors' segments go to the reward model, and its scored ones on
+        streams[1] = replace(
+            streams[1],
+            flow=replace(flow, slots=cfg.reward_model.max_pending),
+            note=f"segments of {r.segment_len} steps with each step's "
+            f"{', '.join(env.info)}, acknowledged by the reward model once scored and handed "
+            f"on ({cfg.reward_model.max_pending} slots per group: the segments that may wait "
+            "for scoring)",
+        )
+        streams += [
+            StreamSpec(
+                "scored", "segments", "scored",
+                tuple(Edge(reward_model.name, shard_of[a.name], groups[a.name]) for a in actors),
+                flow,
+                f"the segments with scored rewards ({cfg.reward_model.mode}), acknowledged by "
+                f"the replay shard that takes them ({SLOTS} slots per group)",
+            ),
+            StreamSpec(
+                STATS, "stats", STATS, (Edge(reward_model.name, trainer.name, wake=False),),
+                note="the reward model's counters, read by the trainer when it logs",
+            ),
+        ]  # fmt: skip
     layouts: dict[str, Any] = {
         "inference": inference_layout(
             env.obs,
@@ -347,7 +378,21 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     }
     for s in replays:
         layouts[storage_block(s.index)] = storage_layout(ctx.replay.shards[s.index])
-    graph = Graph([trainer, *replays, *servers, *actors], layouts, streams)
+    if scoring:  # the actors' stream holds the segments waiting for the model, with info
+        layouts["scored"] = layouts["samples"]
+        layouts["samples"] = sample_layout(
+            env.obs, env.action, outputs,
+            depth=cfg.reward_model.max_pending,
+            steps=r.segment_len,
+            envs=cfg.total_groups * rows,
+            groups=cfg.total_groups,
+            state=segment_state_fields(cfg.model) if recurrent else None,
+            acked=True,
+            info=env.info,
+        )  # fmt: skip
+        layouts[STATS] = stats_layout(STAT_NAMES)
+    stages = [reward_model] if scoring else []
+    graph = Graph([trainer, *replays, *stages, *servers, *actors], layouts, streams)
     return add_evaluators(graph, cfg, trainer=trainer, params=params)
 
 

@@ -35,6 +35,7 @@ ACTING = "surge.models.sac_policy:sac_policy"
 
 class SACAlgorithm(Algorithm):
     name = "sac"
+    reward_stage = True
     warm_module = "surge.learners.sac"
 
     def validate(self, cfg: ExperimentConfig) -> None:

@@ -54,12 +54,14 @@ def sample_layout(
     active: bool = False,
     state: RowFields | None = None,
     acked: bool = False,
+    info: dict[str, ArraySpec] | None = None,
 ) -> BlockLayout:
     """`envs`: columns (envs, or a multi-agent env's agents); `active`: record which columns'
     agents were in their episode at each step (envs/multiagent.py); `state`: a recurrent
     policy's per-segment state fields, [depth, 1, N, *shape] each (the state of each
     segment's first step: models/recurrent_state.py); `acked`: the reader acknowledges each
-    segment it has consumed (`consumed`, see the module docstring)."""
+    segment it has consumed (`consumed`, see the module docstring); `info`: the env's
+    recorded info entries (`env.info_keys`), `info/<key>` per step."""
     fields: dict[str, Field] = {PROGRESS: Field((groups,), "<i8")}
     if acked:
         fields[CONSUMED] = Field((groups,), "<i8")
@@ -83,6 +85,8 @@ def sample_layout(
         fields[name] = Field((depth, steps, envs), dtype)
     if active:
         fields["active"] = Field((depth, steps, envs), "|b1")
+    for key, spec in (info or {}).items():
+        fields[f"info/{key}"] = Field((depth, steps, envs, *spec.shape), spec.dtype.str)
     for name, (dtype, shape) in (state or {}).items():
         fields[name] = Field((depth, 1, envs, *shape), dtype)
     return BlockLayout(fields)
@@ -193,13 +197,18 @@ class SegmentReader:
         """Its groups with a published segment not yet consumed."""
         return [g for g in self.groups if self._published[g] > self._consumed[g]]
 
+    def waiting(self, group: int) -> int:
+        """Segments of `group` published and not yet consumed."""
+        return int(self._published[group] - self._consumed[group])
+
     def consumed(self, group: int) -> int:
         """Segments of `group` consumed so far in this run (the next one's number)."""
         return int(self._consumed[group])
 
-    def segment(self, group: int) -> dict[str, np.ndarray]:
-        """Views `[T(+1), G, ...]` of the group's next segment to consume."""
-        slot = (self._first + int(self._consumed[group])) % self.depth
+    def segment(self, group: int, ahead: int = 0) -> dict[str, np.ndarray]:
+        """Views `[T(+1), G, ...]` of the group's next segment to consume (`ahead`: the one
+        that many after it, if published)."""
+        slot = (self._first + int(self._consumed[group]) + ahead) % self.depth
         cols = slice(group * self.group_size, (group + 1) * self.group_size)
         return {k: v[slot, :, cols] for k, v in self.arrays.items()}
 

@@ -108,6 +108,10 @@ class _Lane:
         self.producer = SampleProducer(transport, samples, self.flow.depth, self.rows)
         self.published = transport.block(samples.block)[PROGRESS]
         self.records_active = "active" in self.producer.arrays
+        # the env's recorded info entries (env.info_keys): segment field, group array key
+        self.info_fields = [
+            (k, k.removeprefix("info/")) for k in self.producer.arrays if k.startswith("info/")
+        ]
         # (segment field, inference slot array) per observation field: also the bootstrap copy.
         self.obs_fields = [(f"obs/{n}", o) for n, o in self.slot_obs.items()]
         # Everything copied from the slots per step, in one list walked once: the observation
@@ -320,6 +324,8 @@ class ActorWorker:
             seg["episode_return"][t] = st.episode_return
             seg["episode_length"][t] = st.episode_length
             seg["game_over"][t] = over
+            for field, key in lane.info_fields:
+                seg[field][t] = view.info[key]
             ended = view.terminated | view.truncated
             if ended.any():
                 for name, final in view.final_obs.items():

@@ -35,6 +35,7 @@ WORKER_KINDS: dict[str, str] = {
     "reference": "surge.workers.reference:build",
     "llm-evaluator": "surge.workers.llm_evaluator:build",
     "replay": "surge.workers.replay:build",
+    "reward-model": "surge.workers.reward_model:build",
 }
 """Worker kind -> `module:function` that builds one inside its process (`Factory`). An import
 path, so every process (spawned, or a Ray actor on another node) finds the kind the same way.

@@ -38,6 +38,7 @@ from surge.seeds import derive_seed
 from surge.streams.control import CHECKPOINT_AND_STOP, STOP
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultReader
+from surge.streams.stats import read_stats
 from surge.tracking import timing
 from surge.tracking.checkpoint import rng_state
 from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
@@ -159,6 +160,9 @@ class TrainerWorker:
         published = b.port_of_kind("versions")
         subscribers = [b.transport.channel(name) for name in published.wakes]
         self.params = ParameterService(b.transport, published.block, subscribers)
+        # stages off the trainer's data path report their counters in `stats` blocks
+        self.transport = b.transport
+        self.stage_stats = [p.block for p in b.ports.values() if p.kind == "stats"]
         results = b.ports.get("evaluations")  # the evaluation workers' (recipes/evaluation.py)
         self.evaluations = ResultReader(b.transport, results) if results else None
 
@@ -364,6 +368,8 @@ class TrainerWorker:
             "restarts": int(self.control.progress()["restarts"]),
             **self.learner.metrics(seconds),
         }
+        for block in self.stage_stats:
+            record.update(read_stats(self.transport, block))
         record.update(timing.shares_since(self.control.timing, self._timing_at_last_log))
         self._timing_at_last_log = self.control.timing.sum(axis=0)
         self.metrics.write(record)

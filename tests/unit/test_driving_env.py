@@ -51,7 +51,7 @@ def test_spaces_and_state_terms() -> None:
     assert env.observation_space.contains(obs) and np.isfinite(float(reward))
     assert isinstance(terminated, bool) and isinstance(truncated, bool)
     assert "frame" not in info  # frames only when asked
-    for key in ("speed_kmh", "lane_offset", "heading_error"):
+    for key in ("speed_kmh", "lane_offset", "lane_offset_std", "heading_error"):
         assert type(info[key]) is float, key
     for key in ("crashed", "off_road"):
         assert type(info[key]) is bool, key
@@ -100,6 +100,10 @@ def test_steering_moves_off_the_lane_and_off_the_road() -> None:
         assert last["lane_offset"] * sign > 2.0
         assert not any(info["off_road"] for info in infos[:-1])
         ends[sign] = last["lane_offset"]
+        offsets = [info["lane_offset"] for info in infos]
+        for k, info in enumerate(infos):  # the spread of the episode's last 30 offsets
+            assert info["lane_offset_std"] == pytest.approx(np.std(offsets[max(0, k - 29) : k + 1]))
+        assert infos[0]["lane_offset_std"] == 0.0 < last["lane_offset_std"]
     assert ends[1.0] > 0 > ends[-1.0]
     env.close()
 

@@ -1,0 +1,75 @@
+"""Config section of a model-as-reward stage (`reward_model`, docs/reward-models.md): a worker
+between the actors and the replay that scores each step's camera frame with a
+vision-language model and writes the step's reward (VLM-RL, Huang et al. 2024).
+
+Part of the experiment config (surge/config/schema.py imports it); documented the same way,
+by the string under each field (docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+RewardMode = Literal["env", "clg", "clg+state", "state"]
+
+STATE_KEYS = ("speed_kmh", "lane_offset", "heading_error", "lane_offset_std")
+"""The vehicle's state terms the synthesis reads from each step's info (surge/envs/driving.py
+records them), by these names."""
+
+
+@dataclass
+class RewardModelConfig:
+    """Where each step's training reward comes from, and the model that scores frames."""
+
+    mode: RewardMode = "env"
+    """`env`: the env's own reward (no reward-model worker). `clg`: the contrasting-language-
+    goal reward of the step's frame, r_CLG in [0, 1]. `clg+state`: VLM-RL's synthesis of
+    r_CLG with the vehicle's state (speed towards r_CLG x `v_target`, lane centring, heading,
+    steadiness; surge/rewards/clg.py `synthesize`). `state`: the synthesis with r_CLG = 1
+    (no model). Terminal steps of the synthesis get `terminal_penalty`."""
+
+    batch_size: int = 64
+    """Frames scored in one call of the model (VLM-RL scores each 64-step collection)."""
+
+    max_pending: int = 2
+    """Segments per env group that may wait for scoring. The actors never wait for the model
+    until this many of a group's segments are unscored; then its next segment waits (logged
+    as the actor's wait), and no frame is dropped."""
+
+    fn: str | None = None
+    """`module:function` scoring frames: uint8 [N, H, W, 3] -> float [N], each the frame's
+    r_CLG in [0, 1] (1: the goal state). Instead of a model directory."""
+
+    path: str | None = None
+    """A Hugging Face CLIP directory (config.json, weights, tokenizer), loaded offline: frames
+    and goals are embedded with it and scored by their contrast."""
+
+    frame_key: str = "frame"
+    """The info entry holding each step's frame (it must be among `env.info_keys`)."""
+
+    positive: str = "The road is clear with no car accidents"
+    """The positive language goal (VLM-RL's)."""
+
+    negative: str = "Two cars have collided with each other on the road"
+    """The negative language goal (VLM-RL's)."""
+
+    threshold: float = 0.03
+    """The contrast z = cos(frame, negative) - cos(frame, positive) at which r_CLG reaches 0
+    (r_CLG = 1 - clip(z, 0, threshold) / threshold). 0.03 fits ViT-bigG-14's cosines."""
+
+    v_target: float = 25.0
+    """km/h: the speed asked for when r_CLG = 1 (the synthesis; VLM-RL's code)."""
+
+    d_max: float = 3.0
+    """m: the lane offset at which the centring factor reaches 0."""
+
+    theta_max_deg: float = 90.0
+    """Degrees: the heading error at which the heading factor reaches 0."""
+
+    sigma_max: float = 0.4
+    """m: the standard deviation of recent lane offsets at which the steadiness factor
+    reaches 0."""
+
+    terminal_penalty: float = -10.0
+    """The synthesis's reward on a terminal step (a crash, leaving the road)."""
