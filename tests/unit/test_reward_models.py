@@ -106,7 +106,7 @@ def test_a_clip_directory_scores_frames_by_their_contrast(tmp_path: Path) -> Non
     scores = scorer(frames)
     want = clg_reward(scorer.embed(frames), scorer.positive, scorer.negative, 0.03)
     np.testing.assert_allclose(scores, want, rtol=1e-5)
-    assert scores.shape == (6,) and ((0 <= scores) & (scores <= 1)).all()
+    assert scores.shape == (6,) and ((scores >= 0) & (scores <= 1)).all()
 
 
 def test_a_directory_that_is_not_clip_is_a_config_error(tmp_path: Path) -> None:
