@@ -406,6 +406,13 @@ def describe_replay(ctx: RunContext, graph: Graph, learner: str) -> list[str]:
         f"{r.batch_size}, {r.ratio:g} samples per insert after {r.min_size:,}, "
         + ("prioritised" if r.prioritized else "uniform"),
     ]
+    m = cfg.reward_model
+    if m.mode != "env":
+        model = "no model" if m.mode == "state" else m.fn or m.path
+        lines.append(
+            f"reward model: {m.mode} ({model}), batches of {m.batch_size} frames, up to "
+            f"{m.max_pending} segments per group waiting"
+        )
     if ctx.checkpoint is not None and ctx.replay is not None:
         if ctx.replay.restored:
             lines.append("the replay is restored from the one saved with the checkpoint")
