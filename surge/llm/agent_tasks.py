@@ -16,13 +16,14 @@ Any action string is safe: a malformed one gets a short error observation, never
   96-token window keeps it only through summaries: truncation loses it (a guess is right 1
   time in 10), SUPO's summaries keep it if the policy writes them well. The expert's first
   summary is, with probability `lazy` (0.6), a lazy one that says only where to go on
-  ("g4\\n"), else a full one that also lists the askable facts' digits in order
-  ("7059 g4\\n"); later summaries keep the first's style (a full one copies the digits). So
+  ("g4\\n"), else a full one that also lists the askable facts by number
+  ("0=71=02=53=9 g4\\n"); later summaries keep the first's style (a full one copies them). So
   the transcripts teach both styles and faithful copying, the warm start's most likely first
   summary is lazy (greedy decoding then only guesses), sampling writes a full one 4 times in
   10, and RL gains by making the full summary the policy's choice: one decision, early, that
-  decides the reward. (Facts are digits in fetch order, not letters: the 1M-parameter model
-  copies a digit from its place well, but it failed to copy random capital letters.)
+  decides the reward. (Facts are numbered digits, not lettered ones, and a summary names each
+  by its number: the 1M-parameter warm start failed to copy random capital letters, and read
+  an unlabelled list of digits by place about as well as it guessed.)
 
 The numbers at the defaults (character tokenizer, <bos> + prompt, instruction "S:"; pinned
 by tests/unit/test_agent_tasks.py): see the tests for the transcript length, the distance
@@ -42,6 +43,7 @@ from surge.llm.tiny import GUESS_ALPHABET, RECALL_ALPHABET
 _NUMBER = re.compile(r"[0-9]{1,4}")
 _FETCH = re.compile(r"g([0-9]{1,3})")
 _ANSWER = re.compile(r"=([0-9])")
+_STATED = re.compile(r"([0-9])=([0-9])")
 
 
 def _problem_rng(seed: int, task: int) -> np.random.Generator:
@@ -176,7 +178,7 @@ class Recall:
 
         Summarising, the expert writes what its context held before the latest exchange
         (the runner drops the exchange that crossed the trigger): in a full summary the
-        askable facts' digits in order ("?" for one not fetched yet), then the next fetch
+        askable facts it knows, each as its number and digit ("0=71=0"), then the next fetch
         (the dropped one again: " g4") or the question if it had seen it (" ?2"); a lazy
         summary only the latter. The first summary picks the style (lazy with probability
         `lazy`), later ones keep it. Its memory afterwards is what the summary says.
@@ -188,7 +190,7 @@ class Recall:
                 self.full = bool(rng.random() >= self.lazy)
             self.memory = dict(memory) if self.full else {}
             self.before = (dict(self.memory), self.next, self.knows_question)
-            facts = "".join(self.memory.get(i, "?") for i in range(self.asked_from))
+            facts = "".join(f"{i}={d}" for i, d in sorted(self.memory.items()))
             then = f"?{self.asked}" if self.knows_question else f"g{self.next}"
             return f"{facts} {then}\n" if self.memory else f"{then}\n"
         if self.knows_question:
@@ -198,10 +200,10 @@ class Recall:
 
     def summary_recall(self, summary: str) -> float | None:
         """The share of the askable facts fetched before the latest action (the exchange a
-        summary replaces) whose digit the summary states in its place ("7059 g4": fact 2 is
-        5); None when there are none yet."""
+        summary replaces) that the summary states ("2=5"); None when there are none yet."""
         seen = [i for i in sorted(self.fetched_before) if i < self.asked_from]
         if not seen:
             return None
         head = summary.split(" ")[0] if " " in summary else ""
-        return sum(head[i : i + 1] == self.digits[i] for i in seen) / len(seen)
+        stated = dict(_STATED.findall(head))
+        return sum(stated.get(str(i)) == self.digits[i] for i in seen) / len(seen)

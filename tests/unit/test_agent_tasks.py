@@ -104,23 +104,23 @@ def test_recall_supo_budget_fits_two_exchanges_after_the_longest_summary() -> No
     env = Recall()
     prompt = len(env.reset(0)[0]) + 1
     assert SUPO.limit == 63
-    longest_summary = env.asked_from + len(" g11\n")  # "7059 g11\n"
-    assert longest_summary == 9 <= SUPO.summary_tokens - len(INSTRUCTION)
+    longest_summary = 3 * env.asked_from + len(" g11\n")  # "0=71=02=53=9 g11\n"
+    assert longest_summary == 17 <= SUPO.summary_tokens - len(INSTRUCTION)
     longest_exchange = len("g11\n") + 10 + len("?2\n")
     assert prompt + longest_summary + 2 * longest_exchange <= SUPO.limit
     assert check_fits(SUPO, prompt, len(INSTRUCTION), longest_exchange) is None
 
 
-def test_recall_expert_under_supo_makes_three_summaries_and_wins_about_046() -> None:
+def test_recall_expert_under_supo_makes_three_or_four_summaries_and_wins_about_046() -> None:
     env = Recall()
     runs = [summarized(env, seed, SUPO) for seed in range(300)]
-    assert {r["summaries"] for r in runs} == {3}
+    assert {r["summaries"] for r in runs} == {3, 4}  # lazy summaries leave room for more
     assert max(r["longest"] for r in runs) <= SUPO.window
     assert max(r["longest_summary"] for r in runs) <= SUPO.summary_tokens - len(INSTRUCTION)
     success = np.mean([r["reward"] for r in runs])
     assert 0.36 <= success <= 0.56  # 0.4 + 0.1 * 0.6 = 0.46: RL's room to gain
     full = [summarized(Recall(lazy=0.0), seed, SUPO) for seed in range(50)]
-    assert {r["summaries"] for r in full} == {3} and all(r["reward"] == 1 for r in full)
+    assert {r["summaries"] for r in full} == {4} and all(r["reward"] == 1 for r in full)
     lazy = [summarized(Recall(lazy=1.0), seed, SUPO) for seed in range(50)]
     assert {r["summaries"] for r in lazy} == {3} and np.mean([r["reward"] for r in lazy]) < 0.3
 
@@ -141,7 +141,7 @@ def test_recall_expert_first_summary_picks_the_style_and_later_ones_keep_it() ->
             env.step(env.expert(rng))
             env.step(env.expert(rng))
             summaries.append(env.expert(rng, summarize=True))
-        facts = "".join(env.digits[:4])
+        facts = "".join(f"{i}={d}" for i, d in enumerate(env.digits[:4]))
         heads = {s.split(" ")[0] if " " in s else "" for s in summaries}
         assert heads in ({""}, {facts}), summaries
         styles.append(heads == {""})
@@ -156,12 +156,12 @@ def test_recall_expert_summary_drops_the_crossing_exchange_and_refetches_it() ->
         assert env.expert(rng) == f"g{i}\n"
         env.step(f"g{i}\n")
     # g4's exchange crossed the trigger and left the context: the summary cannot know it.
-    facts = "".join(env.digits[:4])
+    facts = "".join(f"{i}={d}" for i, d in enumerate(env.digits[:4]))  # "0=81=02=53=7"
     assert env.expert(rng, summarize=True) == f"{facts} g4\n"
     assert env.summary_recall(f"{facts} g4\n") == 1.0
-    wrong = "".join(str((int(d) + 1) % 10) for d in facts[1:])
-    assert env.summary_recall(f"{facts[0]}{wrong} g4\n") == 0.25  # by place, not by value
-    assert env.summary_recall(f"{facts[0]} g4\n") == 0.25
+    wrong = "".join(f"{i}={(int(d) + 1) % 10}" for i, d in enumerate(env.digits[1:4], 1))
+    assert env.summary_recall(f"0={env.digits[0]}{wrong} g4\n") == 0.25
+    assert env.summary_recall(f"0={env.digits[0]} g4\n") == 0.25
     assert env.summary_recall("g4\n") == 0.0
     assert env.expert(rng) == "g4\n"  # fetched again: not a new fact
     for i in range(4, 12):
@@ -193,7 +193,7 @@ def test_recall_summary_recall_is_none_before_any_askable_fact() -> None:
     env.step("g0\n")
     assert env.summary_recall("") is None  # the latest exchange is the one a summary drops
     env.step("g1\n")
-    assert env.summary_recall(f"{env.digits[0]} g2\n") == 1.0
+    assert env.summary_recall(f"0={env.digits[0]} g2\n") == 1.0
 
 
 def test_recall_truncation_loses_the_asked_fact() -> None:
