@@ -138,6 +138,10 @@ def report(results: list[dict[str, Any]], verdicts: list[tuple[str, bool]], cmd:
             f"| {f(r['at_2S'])} | {f(r['longest_context'])} | {r['episodes']:,} | "
             f"{r['rl_seconds']:.0f} |"
         )
+    included = [r for r in results if r.get("included")]
+    if included:
+        lines += ["", "Included (run before this command, as it runs them):", ""]
+        lines += [f"- {r['preset']} seed {r['seed']}: {r['included']}" for r in included]
     lines += ["", "Targets:", ""]
     lines += [f"- {'met' if ok else 'NOT met'}: {text}" for text, ok in verdicts]
     lines += ["", "Held-out success over time (version, trainer seconds, success):", ""]
@@ -153,19 +157,32 @@ def main() -> int:
     parser.add_argument("--seeds", default="1")
     parser.add_argument("--rl-seconds", type=float, default=1200.0)
     parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="PRESET:SEED:RUN_DIR",
+        help="a run already made as this script makes it (`surge train PRESET seed=SEED "
+        "max_train_time_s=...` on a fresh cache), reported beside the new ones",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="surge-llm-supo-"))
-    results = [
+    results = []
+    for spec in args.include:
+        preset, seed, run_dir = spec.split(":", 2)
+        results.append({"preset": preset, "seed": int(seed), "warm_start_log": [],
+                        "included": run_dir, **read_run(Path(run_dir))})  # fmt: skip
+    results += [
         run(preset, seed, args.rl_seconds, work)
         for seed in map(int, args.seeds.split(","))
-        for preset in args.presets.split(",")
+        for preset in filter(None, args.presets.split(","))
     ]
     verdicts = checks(results, window=96)
     cmd = "python benchmarks/llm_supo.py " + " ".join(sys.argv[1:])
     text = report(results, verdicts, cmd.strip())
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = "llm_supo" if "recall" in args.presets else "llm_guess"
+    name = "llm_guess" if "guess" in args.presets else "llm_supo"
     (args.out / f"{name}.md").write_text(text)
     (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
     return 0 if all(ok for _, ok in verdicts) else 1
