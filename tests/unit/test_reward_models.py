@@ -115,3 +115,20 @@ def test_a_directory_that_is_not_clip_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(ConfigError, match="a 'llama' model, not a CLIP model"):
         check_clip_dir(str(tmp_path))
+
+
+def test_an_env_group_records_each_steps_own_info_the_last_one_before_its_reset() -> None:
+    from surge.envs.group import EnvGroup
+
+    cfg = EnvConfig(id=CAMERA, info_keys=["frame", "speed_kmh"], max_episode_steps=3)
+    obs = {"obs": np.zeros((2, 3), np.float32)}
+    group = EnvGroup(cfg, [1, 2], obs)
+    group.reset()
+    for t in range(3):
+        group.step(np.zeros((2, 1), np.float32))
+        # the frame shows the state the step led to: at the cut, the final observation
+        seen = group.final_obs["obs"] if t == 2 else obs["obs"]
+        level = np.round((seen[:, 0] + 1) / 2 * 255)
+        np.testing.assert_array_equal(group.info["frame"][:, 0, 0, 0], level)
+        np.testing.assert_allclose(group.info["speed_kmh"], 10 * np.abs(seen[:, 2]), rtol=1e-6)
+    assert group.truncated.all() and group.info["frame"].shape == (2, 8, 8, 3)
