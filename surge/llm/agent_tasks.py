@@ -10,20 +10,21 @@ Any action string is safe: a malformed one gets a short error observation, never
   within 5 guesses at the defaults; the expert guesses at random among the numbers still
   possible, and loses sometimes, so RL has a strategy to discover.
 - `Recall(facts, asked_from, filler, lazy)`: a tool `g<i>` returns fact i, a digit after "="
-  and random filler letters ("g3\\n" -> "=4qkzmwab\\n"). Once every fact has been fetched,
-  the observation asks about one of the first `asked_from` ("?2\\n"), answered as "=7\\n"
-  (reward 1, else 0). The asked fact lies far back (more than 96 tokens at the defaults), so a
-  96-token window keeps it only through summaries: truncation loses it (a guess is right 1
-  time in 10), SUPO's summaries keep it if the policy writes them well. The expert's first
-  summary is, with probability `lazy` (0.6), a lazy one that says only where to go on
-  ("g4\\n"), else a full one that also lists the askable facts by number
-  ("0=71=02=53=9 g4\\n"); later summaries keep the first's style (a full one copies them). So
-  the transcripts teach both styles and faithful copying, the warm start's most likely first
-  summary is lazy (greedy decoding then only guesses), sampling writes a full one 4 times in
-  10, and RL gains by making the full summary the policy's choice: one decision, early, that
-  decides the reward. (Facts are numbered digits, not lettered ones, and a summary names each
-  by its number: the 1M-parameter warm start failed to copy random capital letters, and read
-  an unlabelled list of digits by place about as well as it guessed.)
+  and random filler letters ("g3\\n" -> "=4qkzmw\\n"). Once every fact has been fetched,
+  the observation asks about one of the first `asked_from` ("?2\\n"), answered with the
+  fact's number and digit, "2=7\\n" (reward 1, else 0). The asked fact lies far back (more
+  than 96 tokens at the defaults), so a 96-token window keeps it only through summaries:
+  truncation loses it (a guess is right 1 time in 10), SUPO's summaries keep it if the
+  policy writes them well. The expert's first summary is, with probability `lazy` (0.6), a
+  lazy one that says only where to go on ("g4\\n"), else a full one that also lists the
+  askable facts by number ("0=71=02=53=9 g4\\n"); later summaries keep the first's style (a
+  full one copies them). So the transcripts teach both styles and faithful copying, the
+  warm start's most likely first summary is lazy (greedy decoding then only guesses),
+  sampling writes a full one 4 times in 10, and RL gains by making the full summary the
+  policy's choice: one decision, early, that decides the reward. (Facts are numbered
+  digits, and summaries and answers name each by its number, so that every read is a copy
+  of what follows a matching "2=": the 1M-parameter warm start failed to copy random
+  capital letters, and read an unlabelled list of digits by place no better than 52%.)
 
 The numbers at the defaults (character tokenizer, <bos> + prompt, instruction "S:"; pinned
 by tests/unit/test_agent_tasks.py): see the tests for the transcript length, the distance
@@ -42,7 +43,7 @@ from surge.llm.tiny import GUESS_ALPHABET, RECALL_ALPHABET
 
 _NUMBER = re.compile(r"[0-9]{1,4}")
 _FETCH = re.compile(r"g([0-9]{1,3})")
-_ANSWER = re.compile(r"=([0-9])")
+_ANSWER = re.compile(r"([0-9])=([0-9])")
 _STATED = re.compile(r"([0-9])=([0-9])")
 
 
@@ -113,7 +114,7 @@ class Recall:
     alphabet = RECALL_ALPHABET
 
     def __init__(
-        self, facts: int = 12, asked_from: int = 4, filler: int = 7, lazy: float = 0.6
+        self, facts: int = 12, asked_from: int = 4, filler: int = 6, lazy: float = 0.6
     ) -> None:
         if not 1 <= facts <= 100:
             raise ValueError(f"facts={facts}: expected 1 to 100 (tools g0 to g99)")
@@ -170,7 +171,8 @@ class Recall:
         # After the question, anything but a fetch ends the episode: rewarded if the answer.
         self.done = True
         answer = _ANSWER.fullmatch(text)
-        right = answer is not None and answer[1] == self.digits[self.asked]
+        right = answer is not None and answer[1] == str(self.asked)
+        right = right and answer is not None and answer[2] == self.digits[self.asked]
         return ("\n" if answer else "?\n"), float(right), True, False, {"tool_call": False}
 
     def expert(self, rng: np.random.Generator, summarize: bool = False) -> str:
@@ -195,7 +197,7 @@ class Recall:
             return f"{facts} {then}\n" if self.memory else f"{then}\n"
         if self.knows_question:
             digit = self.memory.get(self.asked)
-            return f"={digit if digit is not None else int(rng.integers(0, 10))}\n"
+            return f"{self.asked}={digit if digit is not None else int(rng.integers(0, 10))}\n"
         return f"g{min(self.next, self.facts - 1)}\n"
 
     def summary_recall(self, summary: str) -> float | None:
