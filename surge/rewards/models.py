@@ -110,6 +110,15 @@ class ClipScorer:
         self.mean = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
         self.std = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
         self.threshold = threshold
+        for field, goal in (("positive", positive), ("negative", negative)):
+            unknown = tokenizer.unk_token_id
+            if unknown is not None and unknown in tokenizer(goal).input_ids:
+                words = [w for w in goal.split() if unknown in tokenizer(w).input_ids]
+                raise ConfigError(
+                    f"reward_model.{field}={goal!r}: {words} are outside the vocabulary of "
+                    f"the model at {path}",
+                    f"write reward_model.{field} in words the model knows",
+                )
         with torch.inference_mode():
             tokens = tokenizer([positive, negative], padding=True, return_tensors="pt")
             goals = _features(self.model.get_text_features(**tokens))
