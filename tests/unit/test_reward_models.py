@@ -73,12 +73,13 @@ def test_a_function_scorer_is_checked_per_call() -> None:
 
 def tiny_clip(path: Path) -> None:
     """A CLIP model from a config (random weights) with a word-level tokenizer, saved."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
     from transformers import CLIPConfig, CLIPModel, PreTrainedTokenizerFast
 
     words = "the road is clear with no car accidents two cars have collided each other on"
     vocab = {w: i for i, w in enumerate(["<pad>", "<unk>", *sorted(set(words.split()))])}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.normalizer = normalizers.Lowercase()
     core.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>")
     config = CLIPConfig(
