@@ -15,7 +15,6 @@ import math
 import multiprocessing as mp
 import random
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +39,39 @@ def prepare(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> tuple[Path,
     """The run's starting model directory, task shapes and flat parameter count, worked out
     in a short-lived process: they need torch and transformers (and the warm start trains a
     model), and the controller, which only watches the workers for the rest of the run,
-    should not hold their 250-300 MB all along. Errors (ConfigError) come back as raised."""
+    should not hold their 250-300 MB all along. Errors (ConfigError) come back as raised;
+    a stop (Ctrl+C, or SIGTERM to the controller alone) ends the process too, so a warm
+    start of minutes never goes on training for nobody."""
     spawn = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
-        return pool.submit(_prepare, cfg, run_dir, resuming).result()
+    receive, send = spawn.Pipe(duplex=False)
+    child = spawn.Process(
+        target=_answer, args=(send, cfg, run_dir, resuming), name="surge-prepare", daemon=True
+    )
+    child.start()
+    send.close()
+    try:
+        ok, value = receive.recv()
+    except EOFError:
+        child.join()
+        raise RuntimeError(
+            f"the process preparing the model died (exit code {child.exitcode})"
+        ) from None
+    except BaseException:
+        child.terminate()
+        child.join()
+        raise
+    child.join()
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def _answer(send: Any, cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> None:
+    """The prepare process: `_prepare`'s result, or the exception it raised, sent back."""
+    try:
+        send.send((True, _prepare(cfg, run_dir, resuming)))
+    except Exception as e:  # the caller raises it
+        send.send((False, e))
 
 
 def _prepare(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> tuple[Path, EnvInfo, int]:

@@ -328,3 +328,42 @@ def test_an_llm_run_resumes_from_its_checkpoint(run_dir: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(run_dir / "model")
+
+
+def test_a_stopped_run_ends_its_warm_start_too(tmp_path: Path) -> None:
+    """SIGTERM to `surge train` while the warm start trains (in its own process): the run
+    exits as interrupted and the warm-start process ends with it, rather than training on
+    for minutes for nobody."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from tests.conftest import SURGE, wait_for
+
+    env = {**os.environ, "SURGE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [*SURGE, "train", "guess-grpo", f"run_dir={tmp_path / 'run'}", "log.progress=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        parent = psutil.Process(proc.pid)
+
+        def spawned() -> list[psutil.Process]:
+            return [
+                p for p in parent.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())
+            ]
+
+        # the prepare process starts once the config is checked; then its warm start trains
+        assert wait_for(lambda: len(spawned()) >= 2 or proc.poll() is not None, timeout=60)
+        time.sleep(5)
+        children = parent.children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "surge: interrupted" in err
+    assert wait_for(lambda: not any(c.is_running() for c in children), timeout=15)
