@@ -283,6 +283,24 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     scoring = cfg.reward_model.mode != "env"  # a reward-model worker between actors and replay
     reward_model = worker("reward-model", 0, threads=1, cpus=ray.actor_cpus, pod="trainer")
     shard_of = {a.name: f"replay-{a.index % r.shards}" for a in actors}
+    if scoring:  # the actors' segments go to the reward model, and its scored ones on
+        samples = StreamSpec(
+            "samples", "segments", "samples",
+            tuple(Edge(a.name, reward_model.name, groups[a.name]) for a in actors),
+            replace(flow, slots=cfg.reward_model.max_pending),
+            f"segments of {r.segment_len} steps with each step's {', '.join(env.info)}, "
+            "acknowledged by the reward model once scored and handed on "
+            f"({cfg.reward_model.max_pending} slots per group: the segments that may wait "
+            "for scoring)",
+        )  # fmt: skip
+    else:
+        samples = StreamSpec(
+            "samples", "segments", "samples",
+            tuple(Edge(a.name, shard_of[a.name], groups[a.name]) for a in actors),
+            flow,
+            f"segments of {r.segment_len} steps, acknowledged by the replay shard that takes "
+            f"them ({SLOTS} slots per group); {flow.describe()}",
+        )  # fmt: skip
     streams = [
         StreamSpec(
             "inference", "request/response", "inference",
@@ -290,16 +308,7 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             f"a slot per env group ({cfg.total_groups} of {w.envs_per_group} envs): the "
             "newest version's action, explored by the actor",
         ),
-        StreamSpec(
-            "samples", "segments", "samples",
-            tuple(
-                Edge(a.name, reward_model.name if scoring else shard_of[a.name], groups[a.name])
-                for a in actors
-            ),
-            flow,
-            f"segments of {r.segment_len} steps, acknowledged by the replay shard that takes "
-            f"them ({SLOTS} slots per group); {flow.describe()}",
-        ),
+        samples,
         *[
             StreamSpec(
                 storage_block(s.index), "storage", storage_block(s.index),
@@ -323,15 +332,7 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             "publish",
         ),
     ]  # fmt: skip
-    if scoring:  # the actors' segments go to the reward model, and its scored ones on
-        streams[1] = replace(
-            streams[1],
-            flow=replace(flow, slots=cfg.reward_model.max_pending),
-            note=f"segments of {r.segment_len} steps with each step's "
-            f"{', '.join(env.info)}, acknowledged by the reward model once scored and handed "
-            f"on ({cfg.reward_model.max_pending} slots per group: the segments that may wait "
-            "for scoring)",
-        )
+    if scoring:
         streams += [
             StreamSpec(
                 "scored", "segments", "scored",

@@ -366,4 +366,6 @@ def test_a_stopped_run_ends_its_warm_start_too(tmp_path: Path) -> None:
         proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "surge: interrupted" in err
+    # stopped mid-warm-start: no finished warm start was cached (else this tested nothing)
+    assert not list((tmp_path / "cache").rglob("*.safetensors")), "the warm start had ended"
     assert wait_for(lambda: not any(c.is_running() for c in children), timeout=15)
