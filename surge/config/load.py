@@ -412,8 +412,9 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     *[(f"reward_model.{n}", _at_least(1), ">= 1") for n in ("batch_size", "max_pending")],
     *[
         (f"reward_model.{n}", _positive, "> 0")
-        for n in ("threshold", "v_target", "d_max", "theta_max_deg", "sigma_max")
+        for n in ("v_target", "d_max", "theta_max_deg", "sigma_max")
     ],
+    ("reward_model.threshold", lambda v: v is None or _positive(v), "> 0 (or null)"),
 ]
 """(field, check, the rule in words): the value checks the types cannot express."""
 
@@ -449,11 +450,11 @@ def _check_reward_model(cfg: ExperimentConfig, supported: bool) -> None:
         )
     needs = list(STATE_KEYS) if r.mode != "clg" else []
     if r.mode != "state":
-        if (r.fn is None) == (r.path is None):
+        if r.fn is not None and r.path is not None:
             raise ConfigError(
-                f"reward_model.mode={r.mode} scores frames: name the model once, with "
-                f"reward_model.fn (got {r.fn!r}) or reward_model.path (got {r.path!r})",
-                "set reward_model.fn=module:function or reward_model.path=DIR",
+                f"reward_model.mode={r.mode} scores frames with one model: got both "
+                f"reward_model.fn={r.fn!r} and reward_model.path={r.path!r}",
+                "keep one of them (neither: the built-in tiny CLIP)",
             )
         needs.insert(0, r.frame_key)
     missing = [k for k in needs if k not in cfg.env.info_keys]

@@ -43,7 +43,10 @@ class RewardModelConfig:
 
     path: str | None = None
     """A Hugging Face CLIP directory (config.json, weights, tokenizer), loaded offline: frames
-    and goals are embedded with it and scored by their contrast."""
+    and goals are embedded with it and scored by their contrast. Neither `fn` nor `path`: the
+    built-in tiny CLIP, trained on highway-env frames the first time (about ten minutes on
+    two cores) and cached under `$SURGE_CACHE` (surge/rewards/tinyclip.py); it knows
+    highway-env's look and its captions' words only."""
 
     frame_key: str = "frame"
     """The info entry holding each step's frame (it must be among `env.info_keys`)."""
@@ -54,9 +57,11 @@ class RewardModelConfig:
     negative: str = "Two cars have collided with each other on the road"
     """The negative language goal (VLM-RL's)."""
 
-    threshold: float = 0.03
+    threshold: float | None = None
     """The contrast z = cos(frame, negative) - cos(frame, positive) at which r_CLG reaches 0
-    (r_CLG = 1 - clip(z, 0, threshold) / threshold). 0.03 fits ViT-bigG-14's cosines."""
+    (r_CLG = 1 - clip(z, 0, threshold) / threshold). None: the model's own, where its
+    directory suggests one (the built-in tiny CLIP's, measured on held-out frames), else
+    VLM-RL's 0.03 (which fits ViT-bigG-14's cosines)."""
 
     v_target: float = 25.0
     """km/h: the speed asked for when r_CLG = 1 (the synthesis; VLM-RL's code)."""

@@ -21,6 +21,15 @@ the camera frame, and a synthesis reward reads the vehicle's state terms, so eac
 - `heading_error` (float, rad): vehicle heading minus the lane's heading there, in [-pi, pi].
 - `crashed` (bool): collided with another vehicle (terminal).
 - `off_road` (bool): `not vehicle.on_road` (terminal: `offroad_terminal` is on).
+- `episode_metrics` (dict, at an episode's last step only): `success` (1: the whole duration
+  without a collision, on the road), `collision`, `off_road`, `speed_kmh` (the mean over the
+  episode's steps) and `distance_m` (travelled along the road). Evaluations report their
+  means (surge/evaluation/episodes.py).
+
+Time: each decision runs int(simulation_frequency / policy_frequency) physics steps of
+1 / simulation_frequency s, while the episode clock (`duration`) advances 1 / policy_frequency
+s: pick a simulation frequency that is a multiple of the policy frequency (highway-fast-v0's 5
+Hz with 2 decisions a second drives only 0.4 s per 0.5 s counted).
 
 Actions: highway-env's `ContinuousAction`, a Box [-1, 1]^2 of (acceleration, steering),
 mapped to [-5, 5] m/s^2 and [-pi/4, pi/4] rad. Observation (what the agent learns from):
@@ -39,6 +48,7 @@ Needs the `highway` extra.
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from typing import Any
 
@@ -104,15 +114,26 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
             self.observation_space = gym.spaces.flatten_space(env.observation_space)
         self._viewer: Any = None
         self._offsets: deque[float] = deque(maxlen=OFFSETS)
+        self._start_x = 0.0
+        self._speeds: list[float] = []
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         obs, info = self.env.reset(seed=seed, options=options)
         self._offsets.clear()
+        self._speeds = []
+        self._start_x = float(self.env.unwrapped.vehicle.position[0])  # type: ignore[attr-defined]
         return self._obs(obs), self._add_terms(info)
 
     def step(self, action: Any) -> Any:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._obs(obs), reward, terminated, truncated, self._add_terms(info)
+        info = self._add_terms(info)
+        self._speeds.append(info["speed_kmh"])
+        if terminated or truncated:
+            x = float(self.env.unwrapped.vehicle.position[0])  # type: ignore[attr-defined]
+            info["episode_metrics"] = episode_metrics(
+                info, bool(terminated), self._speeds, x - self._start_x
+            )
+        return self._obs(obs), reward, terminated, truncated, info
 
     def close(self) -> None:
         self._viewer = None
@@ -137,11 +158,13 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
         if self._viewer is None:
             from highway_env.envs.common.graphics import EnvViewer
 
+            # Offscreen drawing needs no display: SDL's dummy driver spares the search for
+            # one (and its warnings). highway-env then skips drawing altogether (every frame
+            # would be the same blank image) unless the viewer is enabled by hand.
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
             base = self.env.unwrapped
             config = {**base.config, "offscreen_rendering": True}  # type: ignore[attr-defined]
             self._viewer = EnvViewer(base, config)
-            # Offscreen drawing needs no display, but highway-env skips drawing altogether
-            # under SDL_VIDEODRIVER=dummy (all frames would be the same blank image).
             self._viewer.enabled = True
         self._viewer.display()
         return resize_frame(np.asarray(self._viewer.get_image(), np.uint8), self.frame_size)
@@ -158,6 +181,21 @@ def vehicle_terms(vehicle: Any) -> dict[str, Any]:
         "heading_error": (heading_error + math.pi) % (2 * math.pi) - math.pi,
         "crashed": bool(vehicle.crashed),
         "off_road": not bool(vehicle.on_road),
+    }
+
+
+def episode_metrics(
+    info: dict[str, Any], terminated: bool, speeds: list[float], distance_m: float
+) -> dict[str, float]:
+    """An ended episode's driving measures from its last step's `info` (success: it ran its
+    whole duration, not ended by a collision or by leaving the road)."""
+    collision, off_road = bool(info["crashed"]), bool(info["off_road"])
+    return {
+        "success": float(not (terminated or collision or off_road)),
+        "collision": float(collision),
+        "off_road": float(off_road),
+        "speed_kmh": float(np.mean(speeds)) if speeds else 0.0,
+        "distance_m": distance_m,
     }
 
 

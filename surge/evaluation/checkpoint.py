@@ -140,11 +140,32 @@ def evaluate_with(
         "returns": played.returns,
         **rates,  # self-play: win / draw / loss rates per fixed player
     }
+    if played.metrics:  # the env's own measures (driving: success, collision, speed, ...)
+        result["metrics"] = played.metric_means
+        result["episode_metrics"] = played.metrics
     if video:
         path = run_dir / "videos" / f"eval-v{version:08d}.mp4"
         result["video"] = str(write_mp4(path, played.frames, suite.render_fps))
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+EVAL_OPTIONS = {"episodes": int, "deterministic": bool, "seed": int}
+"""`surge eval RUN key=value` options every algorithm takes."""
+
+
+def summary(result: dict[str, Any]) -> str:
+    """The lines `surge eval` prints for an evaluation's result."""
+    line = (
+        f"{result['episodes']} episodes with policy version {result['policy_version']} "
+        f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
+        f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
+    )
+    if result.get("metrics"):
+        line += "\n" + ", ".join(f"{k} {v:.3g}" for k, v in result["metrics"].items())
+    if "video" in result:
+        line += f"\nvideo of the first episode: {result['video']}"
+    return line
 
 
 def _other_policies(

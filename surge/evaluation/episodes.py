@@ -43,6 +43,24 @@ class EpisodeResults:
     lengths: list[int] = field(default_factory=list)
     frames: list[np.ndarray] = field(default_factory=list)
     """[H, W, 3] uint8 frames of the first episode, when it was recorded."""
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+    """The env's own measures of each episode (`info["episode_metrics"]` at its last step,
+    e.g. surge/envs/driving.py's success and collision), by name, in episode order."""
+
+    def add_metrics(self, values: dict[str, Any]) -> None:
+        for key, value in values.items():
+            self.metrics.setdefault(str(key), []).append(float(value))
+
+    def extend(self, other: EpisodeResults) -> None:
+        self.returns += other.returns
+        self.lengths += other.lengths
+        self.frames += other.frames
+        for key, values in other.metrics.items():
+            self.metrics.setdefault(key, []).extend(values)
+
+    @property
+    def metric_means(self) -> dict[str, float]:
+        return {key: float(np.mean(values)) for key, values in self.metrics.items()}
 
     @property
     def return_mean(self) -> float:
@@ -88,10 +106,12 @@ def play_episodes(
             action = out[0]
             if core is not None:
                 core = out[-1]  # the state after this step, for the next one
-            obs, reward, terminated, truncated, _ = env.step(to_env(action[0]))
+            obs, reward, terminated, truncated, info = env.step(to_env(action[0]))
             total += float(reward)
             steps += 1
             done = bool(terminated or truncated)
+            if done and isinstance(info.get("episode_metrics"), dict):
+                results.add_metrics(info["episode_metrics"])
             if recording:
                 results.frames.append(env.render())  # type: ignore[arg-type]
             if on_step is not None:

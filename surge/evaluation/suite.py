@@ -122,9 +122,7 @@ class EvalSuite:
                 record_first=record_first and k == 0,
                 on_step=on_step,
             )
-            combined.returns += played.returns
-            combined.lengths += played.lengths
-            combined.frames += played.frames
+            combined.extend(played)
             if player:
                 rates.update(outcome_rates(played.returns, player))
         return combined, rates

@@ -14,10 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from surge.cache import cache_root, publish_dir, staging_dir
 from surge.llm.model import encode_prompt, save_model_dir
 from surge.llm.problems import Problem
 from surge.llm.tasks import ALPHABETS, Task, heldout_set, make_task
@@ -70,10 +68,6 @@ class WarmStartSettings:
     def alphabet(self) -> str:
         """The built-in tokenizer's characters for the task."""
         return alphabet_of(self.task, self.task_kwargs, self.reward_fn)
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SURGE_CACHE", Path.home() / ".cache" / "surge"))
 
 
 def example_batch(
@@ -207,8 +201,7 @@ def warm_start(
     finally:
         torch.set_num_threads(threads)
     log(f"warm start: held-out accuracy {accuracy:.1%} after {len(losses)} steps, {seconds:.0f} s")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    staging = staging_dir(target)
     save_model_dir(model, tokenizer, staging)  # the run's stops are the run's to add
     record = {
         "settings": dataclasses.asdict(settings),
@@ -220,8 +213,5 @@ def warm_start(
         "seconds": round(seconds, 1),
     }
     (staging / "warm_start.json").write_text(json.dumps(record, indent=1))
-    try:
-        staging.rename(target)
-    except OSError:  # another run finished the same warm start first: keep theirs
-        shutil.rmtree(staging, ignore_errors=True)
+    publish_dir(staging, target)  # another run's identical warm start may have come first
     return target

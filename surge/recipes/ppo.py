@@ -253,18 +253,10 @@ class PPOFamily(Algorithm):
         ]
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
-        from surge.evaluation.checkpoint import evaluate, parse_options
+        from surge.evaluation.checkpoint import EVAL_OPTIONS, evaluate, parse_options, summary
 
-        kinds = {"episodes": int, "deterministic": bool, "seed": int}
-        result = evaluate(run_dir, **parse_options(options, kinds), video=video)
-        line = (
-            f"{result['episodes']} episodes with policy version {result['policy_version']} "
-            f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
-            f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
-        )
-        if "video" in result:
-            line += f"\nvideo of the first episode: {result['video']}"
-        return line
+        result = evaluate(run_dir, **parse_options(options, EVAL_OPTIONS), video=video)
+        return summary(result)
 
 
 PPO = PPOFamily("ppo")

@@ -15,6 +15,7 @@ evaluation workers when `eval.workers` > 0 (surge/recipes/evaluation.py).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ def probe(cfg: ExperimentConfig) -> EnvInfo:
     """The env's spaces (and a check that an encoder fits its observations)."""
     env = next(iter(probe_policies(cfg).values()))
     choose_encoder(env.observation_space, cfg.model)
-    check_scorer(cfg.reward_model)
+    check_scorer(cfg.reward_model, log=lambda text: print(f"  {text}", file=sys.stderr))
     if env.agents:
         raise ConfigError(
             f"env.id={cfg.env.id}: algo {cfg.algo} trains single-agent envs",

@@ -112,17 +112,12 @@ class SACAlgorithm(Algorithm):
         return describe_replay(ctx, graph, learner)  # it says how a resumed run's replay starts
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
-        from surge.evaluation.checkpoint import evaluate_with, parse_options
+        from surge.evaluation.checkpoint import EVAL_OPTIONS, evaluate_with, parse_options, summary
 
-        kinds = {"episodes": int, "deterministic": bool, "seed": int}
         result = evaluate_with(
-            run_dir, ACTING, _published, **parse_options(options, kinds), video=video
+            run_dir, ACTING, _published, **parse_options(options, EVAL_OPTIONS), video=video
         )
-        return (
-            f"{result['episodes']} episodes with policy version {result['policy_version']} "
-            f"({result['env_steps']:,} env steps): return {result['return_mean']:.1f} "
-            f"+- {result['return_std']:.1f}, length {result['length_mean']:.1f}"
-        )
+        return summary(result)
 
 
 SAC = SACAlgorithm()

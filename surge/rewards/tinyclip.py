@@ -17,15 +17,21 @@ suggests (`tiny_clip.json`): 0.03 fits ViT-bigG's cosines, not a tiny model's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from surge.cache import cache_root, publish_dir, staging_dir
 from surge.config.reward_model_schema import RewardModelConfig
+
+FORMAT = 1
+"""Bumped when what `build` makes changes, so cached models of an older kind are not reused."""
 
 SITUATIONS: dict[str, tuple[str, ...]] = {
     "crash": (
@@ -181,10 +187,10 @@ def tiny_config(vocab_size: int, settings: TinyClipSettings) -> Any:
 
 
 def pixel_values(frames: np.ndarray) -> Any:
-    """uint8 [N, H, W, 3] -> CLIP's normalised [N, 3, H, W] (surge/rewards/models.py)."""
+    """uint8 [N, H, W, 3] -> CLIP's normalised [N, 3, H, W] (surge/rewards/clip.py)."""
     import torch
 
-    from surge.rewards.models import CLIP_MEAN, CLIP_STD
+    from surge.rewards.clip import CLIP_MEAN, CLIP_STD
 
     x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.0
     return (x - torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)) / torch.tensor(CLIP_STD).view(1, 3, 1, 1)
@@ -234,8 +240,8 @@ def build(directory: Path, settings: TinyClipSettings | None = None) -> dict[str
     seconds). Returns what tiny_clip.json holds."""
     import torch
 
-    from surge.rewards.clg import clg_contrast
-    from surge.rewards.models import ClipScorer
+    from surge.rewards.clg import CLG_THRESHOLD, clg_contrast
+    from surge.rewards.clip import ClipScorer
 
     settings = settings or TinyClipSettings()
     goals = RewardModelConfig()
@@ -255,12 +261,12 @@ def build(directory: Path, settings: TinyClipSettings | None = None) -> dict[str
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    scorer = ClipScorer(str(directory), goals.positive, goals.negative, goals.threshold)
+    scorer = ClipScorer(str(directory), goals.positive, goals.negative, CLG_THRESHOLD)
     z = clg_contrast(scorer.embed(data["frames"][held]), scorer.positive, scorer.negative)
     crashed = data["crashed"][held]
     # r_CLG is 1 up to z = 0 and 0 from the threshold on: put the threshold where the
     # crashed frames' z begins (their median), so a crash scores near 0 and the rest near 1
-    threshold = float(max(np.median(z[crashed]), 1e-3)) if crashed.any() else goals.threshold
+    threshold = float(max(np.median(z[crashed]), 1e-3)) if crashed.any() else CLG_THRESHOLD
     record = {
         "settings": asdict(settings),
         "frames": n,
@@ -274,3 +280,39 @@ def build(directory: Path, settings: TinyClipSettings | None = None) -> dict[str
     }
     (directory / "tiny_clip.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+def cache_path(settings: TinyClipSettings | None = None, root: Path | None = None) -> Path:
+    """Where the tiny CLIP of `settings` is cached: `$SURGE_CACHE/tiny-clip/<key>`, the key a
+    hash of the settings and of `FORMAT`."""
+    fields = json.dumps(
+        {**asdict(settings or TinyClipSettings()), "format": FORMAT}, sort_keys=True
+    )
+    key = hashlib.blake2b(fields.encode(), digest_size=10).hexdigest()
+    return (root or cache_root()) / "tiny-clip" / key
+
+
+def cached_model(
+    settings: TinyClipSettings | None = None,
+    root: Path | None = None,
+    log: Callable[[str], None] = lambda text: None,
+) -> Path:
+    """The cached directory of the tiny CLIP `settings` make (`$SURGE_CACHE/tiny-clip/<key>`),
+    built first if it is not there: written beside it and renamed into place, so a run never
+    sees half of one."""
+    settings = settings or TinyClipSettings()
+    target = cache_path(settings, root)
+    if (target / "tiny_clip.json").is_file():
+        return target
+    log(
+        f"the built-in tiny CLIP: collecting {settings.frames:,} highway-env frames and "
+        "training (about ten minutes on two cores; cached for later runs)"
+    )
+    staging = staging_dir(target)
+    record = build(staging, settings)
+    log(
+        f"the built-in tiny CLIP: held-out AUROC {record['heldout_auroc']:.3f} (crashed "
+        f"against other frames), threshold {record['threshold']:.3g}; cached at {target}"
+    )
+    publish_dir(staging, target)
+    return target

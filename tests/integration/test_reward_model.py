@@ -98,7 +98,6 @@ def test_a_model_that_cannot_be_found_stops_the_run_with_exit_2(
 @pytest.mark.parametrize(
     "options, field",
     [
-        (["reward_model.mode=clg"], "reward_model.fn"),  # no model named
         (
             ["reward_model.mode=clg", "reward_model.fn=a:b", "reward_model.path=/x"],
             "reward_model.fn",
@@ -212,3 +211,37 @@ def test_a_killed_reward_model_restarts_and_every_transition_is_scored_once(
     assert int(replay["written"][0]) >= 2500
     expected = np.round((after[:, 0] + 1) / 2 * 255) / 255
     np.testing.assert_allclose(reward[one_step], expected[one_step], atol=1e-6)
+
+
+@pytest.mark.integration
+def test_highway_vlmrl_preset_scores_real_frames_with_the_cached_tiny_clip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `highway-vlmrl` preset as shipped, with no model named: the built-in tiny CLIP is
+    found in $SURGE_CACHE (a small build put where the default one goes, so nothing trains
+    for ten minutes here), scores every highway-env frame, and `surge eval` reports the
+    driving measures."""
+    pytest.importorskip("highway_env")
+    from surge.rewards import tinyclip
+    from tests.conftest import run_surge
+
+    small = tinyclip.cached_model(
+        tinyclip.TinyClipSettings(frames=64, steps=2, batch_size=16), root=tmp_path / "build"
+    )
+    default = tinyclip.cache_path(root=tmp_path / "cache")
+    default.parent.mkdir(parents=True)
+    small.rename(default)
+    monkeypatch.setenv("SURGE_CACHE", str(tmp_path / "cache"))
+    run_dir = tmp_path / "run"
+    result = run_surge(
+        "train", "highway-vlmrl", f"run_dir={run_dir}", "total_env_steps=400",
+        "replay.min_size=300", "model.hidden_sizes=[32,32]", "log.interval_s=0",
+        "log.progress=false", timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tiny CLIP" not in result.stderr  # cached: not trained again
+    rows = [r for r in read_metrics(run_dir) if r.get("reward_model/frames") is not None]
+    assert rows[-1]["reward_model/frames"] >= rows[-1]["env_steps"] >= 400
+    evaluated = run_surge("eval", str(run_dir), "episodes=2", timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "success" in evaluated.stdout and "collision" in evaluated.stdout

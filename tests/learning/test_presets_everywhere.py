@@ -24,7 +24,14 @@ RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 PRESETS = [name for name, _ in list_presets()]
-NEEDS = {"halfcheetah-ppo": "mujoco", "hopper-ppo": "mujoco", "minigrid-empty-ppo": "minigrid"}
+NEEDS = {
+    "halfcheetah-ppo": "mujoco",
+    "hopper-ppo": "mujoco",
+    "minigrid-empty-ppo": "minigrid",
+    **{f"highway-{r}": "highway_env" for r in ("sac", "vlmrl", "clg", "state")},
+}
+"""Presets that need an extra (by the module it installs). The highway CLG presets train the
+built-in tiny CLIP first where $SURGE_CACHE lacks it (about ten minutes, once)."""
 
 
 @pytest.mark.slow

@@ -99,6 +99,11 @@ def test_steering_moves_off_the_lane_and_off_the_road() -> None:
         assert last["terminated"] and last["off_road"] and not last["crashed"]
         assert last["lane_offset"] * sign > 2.0
         assert not any(info["off_road"] for info in infos[:-1])
+        assert not any("episode_metrics" in info for info in infos[:-1])  # the last step only
+        metrics = last["episode_metrics"]
+        assert metrics["success"] == 0.0 and metrics["off_road"] == 1.0
+        assert metrics["collision"] == 0.0
+        assert metrics["speed_kmh"] == pytest.approx(np.mean([i["speed_kmh"] for i in infos[1:]]))
         ends[sign] = last["lane_offset"]
         offsets = [info["lane_offset"] for info in infos]
         for k, info in enumerate(infos):  # the spread of the episode's last 30 offsets
@@ -116,8 +121,26 @@ def test_crash_in_dense_traffic() -> None:
         assert last["crashed"] == _vehicle(env).crashed
         if last["crashed"]:
             assert last["terminated"]
+            assert last["episode_metrics"]["collision"] == 1.0
+            assert last["episode_metrics"]["success"] == 0.0
             crashes += 1
     assert crashes >= 1  # full throttle into dense traffic hits someone
+    env.close()
+
+
+def test_a_whole_episode_on_the_road_is_a_success() -> None:
+    """Held in its lane with no traffic, the car drives the episode's whole duration (3 s at
+    2 decisions a second): truncated, a success, and its distance is its speed x time."""
+    env = make_driving_env(
+        vehicles_count=0, duration=3, policy_frequency=2, simulation_frequency=4
+    )
+    infos = _rollout(env, straight(), seed=0, steps=50)
+    last = infos[-1]
+    assert last["truncated"] and not last["terminated"] and len(infos) == 7
+    metrics = last["episode_metrics"]
+    assert metrics["success"] == 1.0 and metrics["collision"] == metrics["off_road"] == 0.0
+    # 6 steps of 0.5 s at the mean speed (m/s), within the speed's change over a step
+    assert metrics["distance_m"] == pytest.approx(metrics["speed_kmh"] / 3.6 * 3.0, rel=0.05)
     env.close()
 
 

@@ -71,6 +71,27 @@ def test_play_episodes_counts_whole_episodes_and_is_reproducible() -> None:
     assert again.lengths == play_episodes(env, policy, 3, seed=7, deterministic=True).lengths
 
 
+class _Measured(gym.Wrapper):  # type: ignore[type-arg]
+    """CartPole that reports its episode's length as a measure at the last step."""
+
+    def step(self, action: object) -> tuple:  # type: ignore[type-arg]
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps = getattr(self, "steps", 0) + 1
+        if terminated or truncated:
+            info = {**info, "episode_metrics": {"steps": self.steps, "long": self.steps > 20}}
+            self.steps = 0
+        return obs, reward, terminated, truncated, info
+
+
+def test_play_episodes_collects_the_envs_own_measures() -> None:
+    env, policy, _ = _cartpole_policy()
+    played = play_episodes(_Measured(env), policy, 4, seed=3, deterministic=True)
+    assert played.metrics["steps"] == [float(n) for n in played.lengths]
+    assert played.metrics["long"] == [float(n > 20) for n in played.lengths]
+    assert played.metric_means["steps"] == pytest.approx(np.mean(played.lengths))
+    assert not play_episodes(env, policy, 2, seed=3, deterministic=True).metrics
+
+
 def test_recording_keeps_the_first_episodes_frames() -> None:
     env = gym.make("CartPole-v1", render_mode="rgb_array")
     _, policy, _ = _cartpole_policy()

@@ -13,7 +13,8 @@ from surge.config.schema import EnvConfig
 from surge.envs.make import probe_env
 from surge.errors import ConfigError, EnvSpecError
 from surge.rewards.clg import clg_reward, synthesize
-from surge.rewards.models import ClipScorer, check_clip_dir, make_scorer, step_rewards
+from surge.rewards.clip import ClipScorer, check_clip_dir
+from surge.rewards.models import make_scorer, step_rewards
 
 CAMERA = "surge.envs.testing:surge/CameraPendulum-v0"
 

@@ -1,9 +1,11 @@
 """The built-in tiny CLIP (surge/rewards/tinyclip.py): its captions never hold the goals but
-cover their words, and a small build runs end to end into a directory `reward_model.path`
-loads. (Its learning check, AUROC on held-out frames, is benchmarks/tiny_clip.py.)"""
+cover their words, and a small build runs end to end into a cached directory that
+`reward_model.path` loads. (Its learning check, AUROC on held-out frames, is
+benchmarks/tiny_clip.py.)"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +13,14 @@ import pytest
 
 from surge.config.reward_model_schema import RewardModelConfig
 from surge.errors import ConfigError
-from surge.rewards.tinyclip import SITUATIONS, TinyClipSettings, auroc, build, check_captions
+from surge.rewards.clip import ClipScorer
+from surge.rewards.tinyclip import (
+    SITUATIONS,
+    TinyClipSettings,
+    auroc,
+    cached_model,
+    check_captions,
+)
 
 pytest.importorskip("highway_env")
 GOALS = (RewardModelConfig().positive, RewardModelConfig().negative)
@@ -33,16 +42,25 @@ def test_auroc_by_hand() -> None:
     assert auroc(scores, np.array([True, True, False, False])) == pytest.approx(0.875)
 
 
-def test_a_small_build_saves_a_clip_directory_that_scores(tmp_path: Path) -> None:
+def test_a_small_build_is_cached_as_a_clip_directory_that_scores(tmp_path: Path) -> None:
     from surge.rewards.models import make_scorer
 
-    record = build(tmp_path, TinyClipSettings(frames=96, steps=3, batch_size=16))
-    assert record["frames"] == 96 and (tmp_path / "tiny_clip.json").exists()
-    scorer = make_scorer(
-        RewardModelConfig(mode="clg", path=str(tmp_path), threshold=record["threshold"])
-    )
-    assert scorer is not None
+    settings = TinyClipSettings(frames=96, steps=3, batch_size=16)
+    said: list[str] = []
+    directory = cached_model(settings, root=tmp_path, log=said.append)
+    record = json.loads((directory / "tiny_clip.json").read_text())
+    assert record["frames"] == 96 and directory.parent == tmp_path / "tiny-clip"
+    assert any("collecting 96 highway-env frames" in line for line in said)
+    said.clear()
+    assert cached_model(settings, root=tmp_path, log=said.append) == directory
+    assert said == []  # found in the cache, not built again
+    assert [p.name for p in (tmp_path / "tiny-clip").iterdir()] == [directory.name]
+    other = cached_model(TinyClipSettings(frames=64, steps=2, batch_size=16), root=tmp_path)
+    assert other != directory  # other settings, another key
+    scorer = make_scorer(RewardModelConfig(mode="clg", path=str(directory)))
+    assert isinstance(scorer, ClipScorer)
+    assert scorer.threshold == record["threshold"]  # the directory's own, not VLM-RL's 0.03
     scores = scorer(np.zeros((4, 64, 64, 3), np.uint8))
     assert scores.shape == (4,) and ((scores >= 0) & (scores <= 1)).all()
     with pytest.raises(ConfigError, match=r"reward_model.positive=.*\['purple'\]"):
-        make_scorer(RewardModelConfig(mode="clg", path=str(tmp_path), positive="a purple road"))
+        make_scorer(RewardModelConfig(mode="clg", path=str(directory), positive="a purple road"))

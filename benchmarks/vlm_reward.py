@@ -1,0 +1,282 @@
+"""Learning check of the model-as-reward presets: SAC on highway-env driving with four rewards,
+each trained for 50k env steps per seed and evaluated on 100 held-out episodes.
+
+    .venv/bin/python benchmarks/vlm_reward.py                       # 4 presets x 3 seeds
+    .venv/bin/python benchmarks/vlm_reward.py --presets highway-sac --seeds 1
+    .venv/bin/python benchmarks/vlm_reward.py --include highway-sac:1:/tmp/hwsac1
+
+- `highway-sac`: the env's own reward; `highway-vlmrl`: VLM-RL's CLG reward synthesised with
+  the vehicle's state; `highway-clg`: r_CLG alone; `highway-state`: the synthesis with
+  r_CLG = 1 (no model). The CLG presets score frames with the built-in tiny CLIP (trained
+  once, cached under $SURGE_CACHE; the first run pays for it before its clock starts).
+- Evaluation: `surge eval RUN episodes=100 seed=<held out>` (deterministic actions): success
+  (the whole 30 s, no collision, on the road), collision rate, off-road rate, mean speed,
+  distance; a random policy is played on the same seeds alongside.
+- Non-blocking: each run's env steps/s over its whole training, highway-vlmrl's against
+  highway-sac's; the reward model's scoring lag (p95, in batches) and frames scored against
+  env steps (the replay takes only scored segments, so every sampled transition was scored).
+
+Targets (printed): highway-sac >= 70% success; highway-vlmrl >= 60% and a collision rate no
+higher than highway-state's; highway-vlmrl steps/s >= 90% of highway-sac's; lag p95 <= 2.
+Writes benchmarks/results/vlm_reward.md and .json. `--include PRESET:SEED:DIR` adds a finished
+run (trained by this script or by `surge train PRESET seed=SEED run_dir=DIR`) without
+training it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from machine import summary  # noqa: E402
+
+PRESETS = ("highway-sac", "highway-vlmrl", "highway-clg", "highway-state")
+METRICS = ("success", "collision", "off_road", "speed_kmh", "distance_m")
+HELDOUT_SEED = 900_000
+"""Evaluation episodes' seeds derive from this, apart from any training seed."""
+
+
+def train(preset: str, seed: int, steps: int, run_dir: Path) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "surge", "train", preset, f"seed={seed}",
+            f"total_env_steps={steps}", f"run_dir={run_dir}", "log.progress=false",
+        ],
+        capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"{preset} seed {seed}: surge train exited {proc.returncode}")
+    return {"wall_s": round(time.monotonic() - started, 1)}
+
+
+def run_summary(run_dir: Path) -> dict[str, Any]:
+    """Speed and reward-model figures from a finished run's metrics.jsonl."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if "episode_return_mean" in r]
+    last = train_rows[-1]
+    out: dict[str, Any] = {
+        "env_steps": last["env_steps"],
+        "train_s": last["wall_time_s"],
+        "steps_per_s": last["env_steps"] / last["wall_time_s"],
+        "return_mean_last20": last["episode_return_mean"],
+    }
+    scored = [r for r in train_rows if r.get("reward_model/frames") is not None]
+    if scored:
+        out["frames_scored"] = int(scored[-1]["reward_model/frames"])
+        out["score_batches"] = int(scored[-1]["reward_model/batches"])
+        out["score_seconds"] = float(scored[-1]["reward_model/seconds"])
+        lags = [r["reward_model/lag_batches_p95"] for r in scored]
+        out["lag_batches_p95_max"] = float(np.nanmax(lags))
+        out["lag_batches_p95_last"] = float(lags[-1])
+    return out
+
+
+def evaluate(run_dir: Path, episodes: int, seed: int) -> dict[str, Any]:
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "surge", "eval", str(run_dir), f"episodes={episodes}",
+            f"seed={seed}",
+        ],
+        capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"surge eval {run_dir} exited {proc.returncode}")
+    result = json.loads((run_dir / "eval.json").read_text())
+    return {"per_episode": result["episode_metrics"], "return_mean": result["return_mean"]}
+
+
+def random_policy(preset: str, episodes: int, seed: int) -> dict[str, Any]:
+    """A uniformly random driver on the same held-out episodes (the env of `preset`)."""
+    from surge.config.load import load_config
+    from surge.evaluation.suite import EvalSuite
+    from surge.seeds import derive_seed
+
+    cfg, _ = load_config(preset, [])
+    env = EvalSuite(cfg, False).env
+    rng = np.random.default_rng(seed)
+    per_episode: dict[str, list[float]] = {}
+    for episode in range(episodes):
+        env.reset(seed=derive_seed(seed, "episode", episode) % 2**31)
+        while True:
+            _, _, terminated, truncated, info = env.step(rng.uniform(-1, 1, 2).astype(np.float32))
+            if terminated or truncated:
+                break
+        for key, value in info["episode_metrics"].items():
+            per_episode.setdefault(key, []).append(float(value))
+    env.close()
+    return {"per_episode": per_episode}
+
+
+def rate_interval(values: list[float]) -> tuple[float, float, float]:
+    """A rate's mean and Wilson 95% interval."""
+    n, p, z = len(values), float(np.mean(values)), 1.96
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return p, centre - half, centre + half
+
+
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    mean = float(np.mean(values))
+    half = 1.96 * float(np.std(values, ddof=1)) / math.sqrt(len(values)) if len(values) > 1 else 0
+    return mean, mean - half, mean + half
+
+
+def pooled(evals: list[dict[str, Any]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for e in evals:
+        for key, values in e["per_episode"].items():
+            out.setdefault(key, []).extend(values)
+    return out
+
+
+def table(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "| reward | seeds | success | collision | off road | speed km/h | distance m | steps/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in results.items():
+        if not runs:
+            continue
+        per = pooled([r["eval"] for r in runs])
+        cells = []
+        for key in METRICS:
+            fn = mean_interval if key in ("speed_kmh", "distance_m") else rate_interval
+            m, lo, hi = fn(per[key])
+            scale, fmt = (100, ".1f") if fn is rate_interval else (1, ".0f")
+            unit = "%" if fn is rate_interval else ""
+            cells.append(f"{m * scale:{fmt}}{unit} [{lo * scale:{fmt}}, {hi * scale:{fmt}}]")
+        speeds = [r["run"]["steps_per_s"] for r in runs if "run" in r]
+        speed = f"{np.mean(speeds):.1f}" if speeds else "-"
+        seeds = ",".join(str(r["seed"]) for r in runs)
+        lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + f" | {speed} |")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=50_000)
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/surge-vlm-reward"))
+    parser.add_argument("--include", nargs="*", default=[], help="PRESET:SEED:DIR, trained")
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    args = parser.parse_args()
+
+    results: dict[str, list[dict[str, Any]]] = {p: [] for p in args.presets}
+    jobs = [(p, s, args.workdir / f"{p}-{s}", False) for s in args.seeds for p in args.presets]
+    for item in args.include:
+        preset, seed, directory = item.split(":", 2)
+        results.setdefault(preset, [])
+        jobs.insert(0, (preset, int(seed), Path(directory), True))
+    for preset, seed, run_dir, done in jobs:  # seed by seed: a cut-short run covers every preset
+        record: dict[str, Any] = {"seed": seed, "run_dir": str(run_dir)}
+        if not done:
+            record.update(train(preset, seed, args.steps, run_dir))
+        record["run"] = run_summary(run_dir)
+        record["eval"] = evaluate(run_dir, args.episodes, HELDOUT_SEED + seed)
+        results[preset].append(record)
+        per = record["eval"]["per_episode"]
+        print(
+            f"{preset} seed {seed}: success {np.mean(per['success']):.0%}, collisions "
+            f"{np.mean(per['collision']):.0%}, {record['run']['steps_per_s']:.1f} steps/s",
+            flush=True,
+        )
+        report(results, args)
+    print((args.out / "vlm_reward.md").read_text())
+    return 0
+
+
+def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
+    """Writes vlm_reward.md and .json for the runs so far, with a random driver on the same
+    held-out episodes."""
+    seeds = sorted({r["seed"] for runs in results.values() for r in runs})
+    randoms = [random_policy(PRESETS[0], args.episodes, HELDOUT_SEED + s) for s in seeds]
+    baseline = [{"seed": s, "eval": e} for s, e in zip(seeds, randoms, strict=True)]
+    rows = table({**results, "random policy": baseline})
+    (args.out / "vlm_reward.json").write_text(
+        json.dumps({"results": results, "random": randoms}, indent=1)
+    )
+    cmd = "python benchmarks/vlm_reward.py " + " ".join(sys.argv[1:])
+    text = [
+        "# Model-as-reward: SAC on highway-env driving with four rewards",
+        "",
+        f"Command: `{cmd.strip()}`",
+        "",
+        f"Machine: {summary()}",
+        "",
+        f"{args.steps:,} env steps per run; {args.episodes} evaluation episodes per seed on "
+        "held-out seeds, deterministic actions; rates with Wilson 95% intervals over the "
+        "pooled episodes, speed and distance with normal 95% intervals; steps/s over each "
+        "run's whole training.",
+        "",
+        *rows,
+        "",
+        *verdict_lines(results),
+        "",
+    ]
+    (args.out / "vlm_reward.md").write_text("\n".join(text))
+
+
+def verdict_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = []
+
+    def rate(preset: str, key: str) -> float | None:
+        runs = results.get(preset) or []
+        return float(np.mean(pooled([r["eval"] for r in runs])[key])) if runs else None
+
+    def said(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    sac, vlm = rate("highway-sac", "success"), rate("highway-vlmrl", "success")
+    if sac is not None:
+        lines.append(f"- {said(sac >= 0.7)}: highway-sac success {sac:.1%} >= 70%")
+    if vlm is not None:
+        lines.append(f"- {said(vlm >= 0.6)}: highway-vlmrl success {vlm:.1%} >= 60%")
+    vc, sc = rate("highway-vlmrl", "collision"), rate("highway-state", "collision")
+    if vc is not None and sc is not None:
+        lines.append(
+            f"- {said(vc <= sc)}: highway-vlmrl collision rate {vc:.1%} <= highway-state's "
+            f"{sc:.1%} (VLM-RL's claim: fewer collisions than the state-only reward)"
+        )
+    speeds = {
+        p: float(np.mean([r["run"]["steps_per_s"] for r in results[p]]))
+        for p in ("highway-sac", "highway-vlmrl")
+        if results.get(p)
+    }
+    if len(speeds) == 2:
+        ratio = speeds["highway-vlmrl"] / speeds["highway-sac"]
+        lines.append(
+            f"- {said(ratio >= 0.9)}: highway-vlmrl {speeds['highway-vlmrl']:.1f} env steps/s "
+            f"= {ratio:.0%} of highway-sac's {speeds['highway-sac']:.1f} (>= 90%)"
+        )
+    scored = [r for p in results for r in results[p] if "frames_scored" in r.get("run", {})]
+    if scored:
+        lag = max(r["run"]["lag_batches_p95_max"] for r in scored)
+        lines.append(f"- {said(lag <= 2)}: scoring lag p95 at most {lag:g} batches (<= 2)")
+        every = all(r["run"]["frames_scored"] >= r["run"]["env_steps"] for r in scored)
+        lines.append(
+            f"- {said(every)}: frames scored >= env steps in every model-scored run ("
+            + ", ".join(f"{r['run']['frames_scored']:,}/{r['run']['env_steps']:,}" for r in scored)
+            + ")"
+        )
+    return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
