@@ -450,11 +450,13 @@ def _check_reward_model(cfg: ExperimentConfig, supported: bool) -> None:
         )
     needs = list(STATE_KEYS) if r.mode != "clg" else []
     if r.mode != "state":
-        if r.fn is not None and r.path is not None:
+        models = (("fn", r.fn), ("path", r.path), ("open_clip", r.open_clip))
+        named = {k: v for k, v in models if v is not None}
+        if len(named) > 1:
             raise ConfigError(
-                f"reward_model.mode={r.mode} scores frames with one model: got both "
-                f"reward_model.fn={r.fn!r} and reward_model.path={r.path!r}",
-                "keep one of them (neither: the built-in tiny CLIP)",
+                f"reward_model.mode={r.mode} scores frames with one model: got "
+                + " and ".join(f"reward_model.{k}={v!r}" for k, v in named.items()),
+                "keep one of them (none: the built-in tiny CLIP)",
             )
         needs.insert(0, r.frame_key)
     missing = [k for k in needs if k not in cfg.env.info_keys]

@@ -48,6 +48,12 @@ class RewardModelConfig:
     two cores) and cached under `$SURGE_CACHE` (surge/rewards/tinyclip.py); it knows
     highway-env's look and its captions' words only."""
 
+    open_clip: str | None = None
+    """An OpenCLIP model, loaded offline: `NAME:WEIGHTS` (an architecture open_clip knows and
+    its weights file, e.g. `ViT-bigG-14:/models/open_clip_pytorch_model.bin`, VLM-RL's model)
+    or `local-dir:DIR` (a folder open_clip saved). Needs open-clip-torch with a torchvision
+    built for this torch; where it does not import, the run stops before it starts."""
+
     frame_key: str = "frame"
     """The info entry holding each step's frame (it must be among `env.info_keys`)."""
 

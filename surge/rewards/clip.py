@@ -72,14 +72,9 @@ class ClipScorer:
 
     def embed(self, frames: np.ndarray) -> np.ndarray:
         """Image embeddings [N, D] of uint8 frames [N, H, W, 3]."""
-        torch = self.torch
-        x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.0
-        if x.shape[-2:] != (self.size, self.size):
-            x = torch.nn.functional.interpolate(
-                x, size=(self.size, self.size), mode="bilinear", antialias=True
-            )
-        with torch.inference_mode():
-            features = self.model.get_image_features(pixel_values=(x - self.mean) / self.std)
+        x = pixels(frames, self.size, self.mean, self.std)
+        with self.torch.inference_mode():
+            features = self.model.get_image_features(pixel_values=x)
         return _features(features).numpy().astype(np.float64)
 
     def __call__(self, frames: np.ndarray) -> np.ndarray:
@@ -87,6 +82,17 @@ class ClipScorer:
         return clg_reward(embeddings, self.positive, self.negative, self.threshold).astype(
             np.float32
         )
+
+
+def pixels(frames: np.ndarray, size: int, mean: Any, std: Any) -> Any:
+    """uint8 frames [N, H, W, 3] as a vision tower's input: [N, 3, size, size] floats,
+    resized (bilinear, antialiased) and normalised with `mean` and `std` ([1, 3, 1, 1])."""
+    import torch
+
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.0
+    if x.shape[-2:] != (size, size):
+        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True)
+    return (x - mean) / std
 
 
 def _features(out: Any) -> Any:

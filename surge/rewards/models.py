@@ -1,12 +1,13 @@
 """The scorers of a reward-model stage, and the step rewards made from their scores.
 
 A scorer maps a batch of frames, uint8 [N, H, W, 3], to each frame's r_CLG in [0, 1] (1: the
-positive goal; surge/rewards/clg.py). Three kinds, by setting (surge/config/
+positive goal; surge/rewards/clg.py). Four kinds, by setting (surge/config/
 reward_model_schema.py):
 
 - `reward_model.fn=module:function`: the user's function is the scorer;
 - `reward_model.path=DIR`: a Hugging Face CLIP directory, loaded offline (surge/rewards/
   clip.py);
+- `reward_model.open_clip=NAME:WEIGHTS`: an OpenCLIP model (surge/rewards/open_clip_scorer.py);
 - neither: the built-in tiny CLIP (surge/rewards/tinyclip.py), trained on highway-env frames
   the first time and cached under `$SURGE_CACHE`.
 
@@ -24,8 +25,9 @@ import numpy as np
 from surge.config.reward_model_schema import STATE_KEYS, RewardModelConfig
 from surge.errors import ConfigError
 from surge.imports import import_object
-from surge.rewards.clg import SynthesisSettings, synthesize
+from surge.rewards.clg import CLG_THRESHOLD, SynthesisSettings, synthesize
 from surge.rewards.clip import ClipScorer, check_clip_dir, suggested_threshold
+from surge.rewards.open_clip_scorer import OpenClipScorer, check_open_clip
 from surge.rewards.tinyclip import cached_model
 
 Scorer = Callable[[np.ndarray], np.ndarray]
@@ -45,6 +47,9 @@ def make_scorer(cfg: RewardModelConfig) -> Scorer | None:
                 "name a function `module:function` importable from the working directory",
             ) from e
         return _checked(fn, cfg.fn)
+    if cfg.open_clip is not None:
+        threshold = CLG_THRESHOLD if cfg.threshold is None else cfg.threshold
+        return OpenClipScorer(cfg.open_clip, cfg.positive, cfg.negative, threshold)
     path = model_dir(cfg)
     threshold = suggested_threshold(path) if cfg.threshold is None else cfg.threshold
     return ClipScorer(path, cfg.positive, cfg.negative, threshold)
@@ -64,6 +69,8 @@ def check_scorer(cfg: RewardModelConfig, log: Callable[[str], None] = lambda tex
         return
     if cfg.fn is not None:
         make_scorer(cfg)  # a function is only imported
+    elif cfg.open_clip is not None:
+        check_open_clip(cfg.open_clip)
     else:
         check_clip_dir(model_dir(cfg, log))
 

@@ -92,6 +92,8 @@ def test_a_model_that_cannot_be_found_stops_the_run_with_exit_2(
     assert "reward_model.path" in capsys.readouterr().err
     assert main([*base, "reward_model.fn=surge.envs.testing:nothing"]) == 2
     assert "reward_model.fn='surge.envs.testing:nothing'" in capsys.readouterr().err
+    assert main([*base, f"reward_model.open_clip=ViT-B-32:{tmp_path / 'missing.bin'}"]) == 2
+    assert "reward_model.open_clip" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 

@@ -131,9 +131,7 @@ def test_crash_in_dense_traffic() -> None:
 def test_a_whole_episode_on_the_road_is_a_success() -> None:
     """Held in its lane with no traffic, the car drives the episode's whole duration (3 s at
     2 decisions a second): truncated, a success, and its distance is its speed x time."""
-    env = make_driving_env(
-        vehicles_count=0, duration=3, policy_frequency=2, simulation_frequency=4
-    )
+    env = make_driving_env(vehicles_count=0, duration=3, policy_frequency=2, simulation_frequency=4)
     infos = _rollout(env, straight(), seed=0, steps=50)
     last = infos[-1]
     assert last["truncated"] and not last["terminated"] and len(infos) == 7

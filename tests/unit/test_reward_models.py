@@ -3,6 +3,8 @@ scorers, the step rewards of each mode, and the env's recorded info entries."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from surge.errors import ConfigError, EnvSpecError
 from surge.rewards.clg import clg_reward, synthesize
 from surge.rewards.clip import ClipScorer, check_clip_dir
 from surge.rewards.models import make_scorer, step_rewards
+from surge.rewards.open_clip_scorer import check_open_clip, parse_open_clip
 
 CAMERA = "surge.envs.testing:surge/CameraPendulum-v0"
 
@@ -117,6 +120,50 @@ def test_a_directory_that_is_not_clip_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(ConfigError, match="a 'llama' model, not a CLIP model"):
         check_clip_dir(str(tmp_path))
+
+
+def test_open_clip_settings_name_what_is_missing(tmp_path: Path) -> None:
+    for value, says in [
+        ("ViT-B-32", "expected NAME:WEIGHTS"),
+        (f"ViT-B-32:{tmp_path / 'none.bin'}", "no weights file at"),
+        (f"local-dir:{tmp_path}", "holds no open_clip_config.json"),
+    ]:
+        with pytest.raises(ConfigError, match=says):
+            parse_open_clip(value)
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"")
+    assert parse_open_clip(f"ViT-B-32:{weights}") == ("ViT-B-32", str(weights))
+
+
+def test_open_clip_that_does_not_import_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As open-clip-torch does beside a CPU torch with pip's CUDA torchvision: its import
+    raises from torchvision's missing compiled operators. (A package of that name that fails
+    the same way stands in for it; with none installed, the error says so.)"""
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"")
+    value = f"ViT-B-32:{weights}"
+    monkeypatch.delitem(sys.modules, "open_clip", raising=False)
+    if importlib.util.find_spec("open_clip") is None:
+        with pytest.raises(ConfigError, match="open_clip is not installed"):
+            check_open_clip(value)
+    package = tmp_path / "site" / "open_clip"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        'raise RuntimeError("operator torchvision::nms does not exist")\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(ConfigError, match=r"does not import here: RuntimeError: operator torch"):
+        check_open_clip(value)
+    with pytest.raises(ConfigError, match="scores frames with one model"):
+        from surge.config.load import load_config
+
+        load_config(
+            "pendulum-sac",
+            ["reward_model.mode=clg", "env.info_keys=[frame]", f"reward_model.open_clip={value}",
+             "reward_model.fn=a:b", "env.id=surge.envs.testing:surge/CameraPendulum-v0"],
+        )  # fmt: skip
 
 
 def test_an_env_group_records_each_steps_own_info_the_last_one_before_its_reset() -> None:
