@@ -61,6 +61,10 @@ class RolloutConfig:
     stop: list[str] = field(default_factory=list)
     """Strings that end a completion (besides the end-of-sequence token)."""
 
+    device: str = "auto"
+    """Where generation workers decode: `auto` (CUDA when the worker's process sees a GPU),
+    `cpu`, `cuda` or `cuda:N` (surge/devices.py)."""
+
     slots: int = 0
     """Sequences a generation worker decodes at once (continuous batching: a finished one
     frees its slot for the next prompt at once). 0: two batches' worth."""

@@ -22,6 +22,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from surge import devices
 from surge.config.algorithms import load_algorithm
 from surge.config.reward_model_schema import STATE_KEYS
 from surge.config.schema import ExperimentConfig
@@ -415,6 +416,15 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
         for n in ("v_target", "d_max", "theta_max_deg", "sigma_max")
     ],
     ("reward_model.threshold", lambda v: v is None or _positive(v), "> 0 (or null)"),
+    *[
+        (name, devices.valid, "auto, cpu, cuda or cuda:N")
+        for name in (
+            "workers.trainer_device",
+            "workers.policy_device",
+            "eval.device",
+            "rollout.device",
+        )
+    ],
 ]
 """(field, check, the rule in words): the value checks the types cannot express."""
 
@@ -432,8 +442,38 @@ def validate(cfg: ExperimentConfig) -> None:
     _check_policies(cfg)
     _check_extras(cfg)
     _check_reward_model(cfg, algorithm.reward_stage)
+    _check_devices(cfg)
     # the algorithm's own checks, by its plug-in (found by import path: config/algorithms.py)
     algorithm.validate(cfg)
+
+
+def _check_devices(cfg: ExperimentConfig) -> None:
+    """The numpy learners run on the CPU only; on Ray a worker sees only the GPUs it
+    declares, so a CUDA device asked of a role that declares none could never be found.
+    (Whether this machine has the GPU a serial or local run asks for is checked before it
+    starts: surge/devices.py `check_devices`.)"""
+    trainer = cfg.workers.trainer_device
+    if trainer.startswith("cuda") and cfg.model.backend == "numpy":
+        raise ConfigError(
+            f"workers.trainer_device={trainer} with model.backend=numpy: the numpy learner "
+            "runs on the CPU only",
+            "set model.backend=auto or torch to train on the GPU, or workers.trainer_device=cpu",
+        )
+    if cfg.runtime != "ray":
+        return
+    declared = {
+        "workers.trainer_device": ("ray.trainer_gpus", cfg.ray.trainer_gpus),
+        "workers.policy_device": ("ray.policy_gpus", cfg.ray.policy_gpus),
+        "rollout.device": ("ray.policy_gpus", cfg.ray.policy_gpus),
+        "eval.device": ("the evaluation workers' GPUs (none on Ray)", 0.0),
+    }
+    for _, name, value in devices.settings_of(cfg):
+        if value.startswith("cuda") and name in declared and declared[name][1] <= 0:
+            gpus, amount = declared[name]
+            raise ConfigError(
+                f"{name}={value} on Ray, but {gpus}={amount:g}: Ray gives the worker no GPU",
+                f"set {gpus} to the GPUs it needs (a fraction shares one), or {name}=auto",
+            )
 
 
 def _check_reward_model(cfg: ExperimentConfig, supported: bool) -> None:

@@ -185,6 +185,16 @@ class WorkersConfig:
     cores, `trainer_threads: 1` with 2 here lets a CNN learner use the second core once
     the actor is done with the next batch."""
 
+    trainer_device: str = "auto"
+    """Where the learner's torch model trains: `auto` (CUDA when the trainer's process sees a
+    GPU and its model is a torch one; numpy MLP learners stay on the CPU), `cpu`, `cuda` or
+    `cuda:N` (surge/devices.py). On Ray the trainer sees the GPUs `ray.trainer_gpus`
+    declares."""
+
+    policy_device: str = "auto"
+    """Where policy workers run a torch model's batched inference (as `trainer_device`; on
+    Ray they see the GPUs `ray.policy_gpus` declares, a fraction to share one)."""
+
     heartbeat_timeout_s: float = 60.0
     """A worker that has not reported progress for this long is declared hung: an actor or
     policy worker is then killed and restarted (see `max_restarts`), the trainer stops the run."""
@@ -485,6 +495,9 @@ class EvalConfig:
 
     nice: int = 19
     """OS niceness added to evaluation processes, so that they use the CPU training leaves."""
+
+    device: str = "auto"
+    """Where evaluation workers run a torch policy (as `workers.trainer_device`)."""
 
 
 @dataclass

@@ -286,8 +286,8 @@ class Backend(Protocol):
 def backend_name(cfg: Any, env: Any) -> str:
     """The backend `model.backend` selects for this model (`env`: its spaces)."""
     choice = cfg.model.backend
-    if choice == "torch":
-        return "torch"
+    if choice == "torch" or cfg.workers.trainer_device.startswith("cuda"):
+        return "torch"  # numpy learners run on the CPU only (config/load.py checks numpy)
     covered = numpy_layout(env.observation_space, env.action_space, cfg.model) is not None
     if choice == "numpy" and not covered:
         why = (

@@ -26,8 +26,8 @@ Step = tuple[float, np.ndarray, np.ndarray]
 def q_backend_name(cfg: Any, env: Any) -> str:
     """The backend `model.backend` selects for this Q-network (`env`: its spaces)."""
     choice = cfg.model.backend
-    if choice == "torch":
-        return "torch"
+    if choice == "torch" or cfg.workers.trainer_device.startswith("cuda"):
+        return "torch"  # numpy learners run on the CPU only (config/load.py checks numpy)
     covered = cfg.model.core == "none" and bool(
         q_params(env.observation_space, int(env.action_space.n), cfg.model, cfg.dqn.dueling)
     )

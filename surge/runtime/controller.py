@@ -18,6 +18,8 @@ from typing import Any
 
 from surge.config.load import dump_yaml, load_config
 from surge.config.schema import ExperimentConfig
+from surge.devices import check_devices
+from surge.devices import describe as describe_devices
 from surge.errors import ConfigError, UserError
 from surge.recipes import Recipe, algorithm_of
 from surge.recipes.base import Algorithm
@@ -66,6 +68,7 @@ def train(
     runtime; the caller closes it whatever happens. `recipe`: builds the graph from the
     run's context instead of the algorithm's own (e.g. to add a worker of a new kind)."""
     algorithm = algorithm_of(cfg)
+    check_devices(cfg)  # before the run directory: a run that cannot start leaves nothing
     run_dir = create_run_dir(cfg, name)
     try:
         ctx = algorithm.prepare(cfg, run_dir, checkpoint=None)
@@ -93,6 +96,7 @@ def resume(run_dir: Path, overrides: list[str], warm: WarmProcess | None = None)
                 "start a new run with `surge train` instead",
             )
     cfg, _ = load_config(str(config_path), overrides)
+    check_devices(cfg)
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise UserError(
@@ -210,6 +214,7 @@ def _print_header(algorithm: Algorithm, ctx: RunContext, graph: Graph) -> None:
     )
     for line in algorithm.describe(ctx, graph):
         print(f"  {line}", file=sys.stderr)
+    print(f"  {describe_devices(cfg)}", file=sys.stderr)
     if ctx.checkpoint is not None:
         print(f"  resuming from {ctx.checkpoint}", file=sys.stderr)
 

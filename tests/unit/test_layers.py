@@ -12,14 +12,8 @@ from pathlib import Path
 SURGE = Path(__file__).resolve().parents[2] / "surge"
 
 LAYERS = [
-    (
-        "",
-        "errors",
-        "seeds",
-        "threads",
-        "imports",
-        "cache",
-    ),  # the package root and its small helpers
+    # the package root and its small helpers
+    ("", "errors", "seeds", "threads", "imports", "cache", "devices"),
     ("config",),  # the typed config, presets, validation, the algorithm registry
     ("tracking",),  # run directories, metrics, checkpoints, progress
     ("envs",),  # env adapters, groups, spaces
