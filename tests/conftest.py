@@ -23,6 +23,18 @@ if TYPE_CHECKING:
     from surge.workers.base import RunContext
     from surge.workers.graph import Graph
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`cuda` tests are skipped, saying why, where this machine shows no CUDA GPU."""
+    from surge.devices import visible_gpus
+
+    if any(item.get_closest_marker("cuda") for item in items) and visible_gpus() == 0:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU: none is visible here")
+        for item in items:
+            if item.get_closest_marker("cuda"):
+                item.add_marker(skip)
+
+
 SURGE = [sys.executable, "-m", "surge"]
 # Short runs: small segments, frequent logs, no live display.
 QUICK = ["ppo.rollout_len=32", "log.interval_s=0", "log.progress=false"]

@@ -1,8 +1,9 @@
 """Advantage estimation: pure numpy functions over time-major [T, N] arrays.
 
-`gae` and `vtrace` also take CPU torch tensors (the torch learner's batches, which share
-memory with numpy) and then return tensors. The maths runs in numpy either way: the time
-loop costs about 1 us per step there against about 10 us per torch call, and the numpy
+`gae` and `vtrace` also take torch tensors (the torch learner's batches: on the CPU they
+share memory with numpy) and then return tensors on the same device. The maths runs in
+numpy either way: the time loop costs about 1 us per step there against about 10 us per
+torch call (on a GPU, a kernel launch per step), the [T, N] arrays are small, and the numpy
 learner (numpy_ppo.py) must not import torch at all.
 """
 
@@ -13,11 +14,11 @@ from typing import Any
 import numpy as np
 
 Array = Any
-"""A numpy array, or a CPU torch tensor."""
+"""A numpy array, or a torch tensor."""
 
 
 def _numpy(x: Array) -> np.ndarray:
-    return x.detach().numpy() if hasattr(x, "detach") else np.asarray(x)
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
 def _like(result: np.ndarray, example: Array) -> Array:
@@ -25,7 +26,7 @@ def _like(result: np.ndarray, example: Array) -> Array:
     if hasattr(example, "detach"):
         import torch  # already imported by whoever passed a tensor
 
-        return torch.from_numpy(result)
+        return torch.from_numpy(result).to(example.device)
     return result
 
 

@@ -107,7 +107,7 @@ def current_policy_on(model: ActorCritic, batch: RolloutBatch, chunk: int = 256)
     T, N = batch.rewards.shape
     obs = {key: _flat(x) for key, x in batch.obs.items()}
     actions = _flat(batch.actions)
-    out = torch.empty(T * N, 2, dtype=batch.rewards.dtype)
+    out = torch.empty(T * N, 2, dtype=batch.rewards.dtype, device=batch.rewards.device)
     with torch.no_grad():
         for start in range(0, T * N, chunk):
             rows = slice(start, start + chunk)
@@ -217,7 +217,8 @@ class PPOLearner:
         T, N = batch.rewards.shape
         check_minibatches(cfg, T, N)
         rows_np = trained_rows(batch.active)  # None: every sample trains
-        train = None if rows_np is None else torch.from_numpy(rows_np)
+        device = batch.rewards.device
+        train = None if rows_np is None else torch.from_numpy(rows_np).to(device)
         samples = T * N if train is None else len(train)
         if samples == 0:
             return {"lr": float(lr)}  # no agent was in an episode: nothing to learn from
@@ -226,7 +227,7 @@ class PPOLearner:
         advantages, returns, anchor_values, target_stats = self.targets(batch)
         old_values, returns = _flat(anchor_values), _flat(returns)
         if self.value_norm is not None:  # the value loss works in normalised units
-            self.value_norm.update((returns if train is None else returns[train]).numpy())
+            self.value_norm.update((returns if train is None else returns[train]).cpu().numpy())
             old_values, returns = (self.value_norm.normalize(x) for x in (old_values, returns))
         # The per-sample scalars in one [T * N, 4] table, shuffled with the samples.
         scalars = torch.stack(
@@ -236,7 +237,7 @@ class PPOLearner:
         if self.model.core is None:
             epoch = self._row_minibatches(batch, scalars, train, samples)
         else:  # whole sequences (algos/sequences.py)
-            active = None if train is None else torch.from_numpy(batch.active)  # type: ignore[arg-type]
+            active = None if train is None else torch.from_numpy(batch.active).to(device)  # type: ignore[arg-type]
             epoch = partial(
                 sequence_minibatches,
                 self.model, batch, resets_before(batch.terminated, batch.truncated),
@@ -246,7 +247,7 @@ class PPOLearner:
         self.optimizer.lr = lr
         # Summed as one detached tensor and read out once at the end: one sync per update,
         # not one per minibatch, when the model lives on a GPU.
-        totals = torch.zeros(len(STATS))
+        totals = torch.zeros(len(STATS), device=device)
         steps = threads = 0
         for _epoch in range(cfg.epochs):
             for evaluate, mb_scalars in epoch():
@@ -298,7 +299,8 @@ class PPOLearner:
         def epoch() -> Iterator[Minibatch]:
             # Each epoch shuffles the [size, 4] table with one gather, and every minibatch
             # is a slice of the shuffled copy (a view).
-            perm = torch.randperm(samples, generator=self.generator)
+            # drawn on the CPU by the learner's generator (the same order on any device)
+            perm = torch.randperm(samples, generator=self.generator).to(scalars.device)
             if train is not None:
                 perm = train[perm]
             epoch_obs = {key: gather_rows(x, perm) for key, x in obs.items()}

@@ -56,9 +56,10 @@ def policy_on_sequences(
     `core0` over `chunk` columns at a time."""
     assert batch.core0 is not None, "a recurrent model's batch carries core0"
     T, N = batch.rewards.shape
-    logp = torch.empty(T, N, dtype=batch.rewards.dtype)
+    device = batch.rewards.device
+    logp = torch.empty(T, N, dtype=batch.rewards.dtype, device=device)
     values = torch.empty_like(logp)
-    states = torch.empty(T, N, model.state_size, dtype=batch.core0.dtype)
+    states = torch.empty(T, N, model.state_size, dtype=batch.core0.dtype, device=device)
     with torch.no_grad():
         for start in range(0, N, chunk):
             cols = slice(start, start + chunk)
@@ -120,7 +121,7 @@ def sequence_minibatches(
     if N % minibatches:
         raise ValueError(f"{N} sequences do not divide into {minibatches} minibatches")
     size = N // minibatches
-    perm = torch.randperm(N, generator=generator)
+    perm = torch.randperm(N, generator=generator).to(scalars.device)  # the CPU's draw
     for start in range(0, N, size):
         idx = perm[start : start + size]
         obs = {k: _columns(x, idx) for k, x in batch.obs.items()}

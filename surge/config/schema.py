@@ -349,7 +349,8 @@ class ModelConfig:
     and linear layer; parameters, gradients, Adam state and the heads stay float32).
     `bfloat16` makes a Nature CNN PPO update about 2x cheaper on CPUs with native bf16
     (AVX512-BF16 or AMX) and emulates it slowly elsewhere; `auto`: `bfloat16` on such CPUs,
-    else `float32`. The flat and small_cnn encoders always compute in float32."""
+    else `float32`. On a CUDA device `auto` is `bfloat16` where the GPU computes it
+    (Ampere and later). The flat and small_cnn encoders always compute in float32."""
 
 
 @dataclass

@@ -355,20 +355,25 @@ class TorchBackend:
         import torch
 
         from surge.algos.ppo import PPOLearner as TorchPPO
+        from surge.algos.staging import DeviceStaging
         from surge.models.actor_critic import ActorCritic
 
         cfg = self.cfg = ctx.cfg
         torch.set_num_threads(cfg.workers.trainer_threads)
         torch.manual_seed(derive_seed(cfg.seed, "model"))
-        self.model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
+        self.device = learner_device(cfg)
+        model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
+        self.model = model.to(self.device)  # before its parameters move into flat buffers
+        self.staging = DeviceStaging(self.device)
+        # on the CPU whatever the device: the same shuffles, and a CPU-loadable checkpoint
         generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "trainer"))
         self.value_norm = ValueNormalizer() if cfg.model.value_norm else None
         self.learner = TorchPPO(self.model, cfg.ppo, generator, _vtrace(ctx), self.value_norm)
 
     def update(self, arrays: dict[str, np.ndarray], lr: float) -> dict[str, float]:
-        import torch
 
-        batch = slot_batch(arrays, self.cfg.ppo.rollout_len, torch.from_numpy)
+        self.staging.begin()
+        batch = slot_batch(arrays, self.cfg.ppo.rollout_len, self.staging)
         return self.learner.update(batch, lr)
 
     def flat_parameters(self) -> np.ndarray:
@@ -385,6 +390,19 @@ class TorchBackend:
 
     def use_threads(self, threads: Callable[[], int]) -> None:
         self.learner.threads = threads
+
+
+def learner_device(cfg: Any) -> Any:
+    """The torch device of this process's learner (`workers.trainer_device`, surge/devices.py):
+    checked here too, where Ray placed the trainer."""
+    import torch
+
+    from surge.devices import choose_device, require, visible_gpus
+
+    visible = visible_gpus()
+    device = choose_device(cfg.workers.trainer_device, True, visible)
+    require(device, "workers.trainer_device", visible)
+    return torch.device(device)
 
 
 def warm_up() -> None:

@@ -104,7 +104,10 @@ class NatureCNN(Encoder):
     (no reorder of activations and gradients around every conv): the same maths, a PPO
     update about 30% cheaper on CPU. `bf16` runs the trunk under CPU bfloat16 autocast
     (oneDNN uses AVX512-BF16 where the CPU has it); parameters, gradients and the returned
-    features stay float32. benchmarks/learner_speed.py measures both.
+    features stay float32. benchmarks/learner_speed.py measures both. On a CUDA device the
+    trunk runs under CUDA bfloat16 autocast instead by `cuda_precision` (`auto`: where the
+    GPU computes bf16, asked when the first frames arrive there, so that building the model
+    never initialises CUDA in a process that forks workers).
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class NatureCNN(Encoder):
         features: int = 512,
         channels_last: bool = True,
         bf16: bool = False,
+        cuda_precision: str = "float32",
     ) -> None:
         super().__init__()
         self.key, shape = _image_field(obs_space)
@@ -136,6 +140,8 @@ class NatureCNN(Encoder):
         self.is_torso = True
         self.channels_last = channels_last
         self.bf16 = bf16
+        self.cuda_precision = cuda_precision
+        self._cuda_bf16: bool | None = None
         if channels_last:
             self.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
@@ -148,11 +154,18 @@ class NatureCNN(Encoder):
         x = obs[self.key]
         if self.channels_last:  # a no-op for frames from `prepare`
             x = x.contiguous(memory_format=torch.channels_last)
-        if not self.bf16:
+        bf16 = self.bf16 if x.is_cpu else self._on_cuda_bf16()
+        if not bf16:
             return self._trunk(x.to(torch.float32))
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
             out = self._trunk(x.to(torch.bfloat16))
         return out.to(torch.float32)
+
+    def _on_cuda_bf16(self) -> bool:
+        if self._cuda_bf16 is None:
+            auto = self.cuda_precision == "auto" and torch.cuda.is_bf16_supported()
+            self._cuda_bf16 = self.cuda_precision == "bfloat16" or auto
+        return self._cuda_bf16
 
     def _trunk(self, x: Tensor) -> Tensor:
         relu = nn.functional.relu
@@ -315,7 +328,7 @@ def make_encoder(obs_space: gym.Space[Any], cfg: ModelConfig) -> Encoder:
     encoder: Encoder
     if name == "nature_cnn":
         bf16 = cfg.precision == "bfloat16" or (cfg.precision == "auto" and native_bf16())
-        encoder = NatureCNN(obs_space, bf16=bf16)
+        encoder = NatureCNN(obs_space, bf16=bf16, cuda_precision=cfg.precision)
     else:
         encoder = SmallCNN(obs_space)
     return ChannelsFirst(encoder, key) if hwc else encoder

@@ -17,7 +17,7 @@ def count_params(model: torch.nn.Module) -> int:
 def model_to_flat(model: torch.nn.Module) -> np.ndarray:
     with torch.no_grad():
         parts = [p.detach().reshape(-1).to(torch.float32) for p in model.parameters()]
-        return torch.cat(parts).numpy()
+        return torch.cat(parts).cpu().numpy()  # published from CPU memory, whatever the device
 
 
 def flat_to_model(flat: np.ndarray, model: torch.nn.Module) -> None:
