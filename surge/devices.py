@@ -88,6 +88,16 @@ def require(device: str, setting: str, visible: int) -> None:
         )
 
 
+def role_device(setting: str, name: str) -> str:
+    """The device a torch model of the role with `setting` (named `name`) runs on in this
+    process, checked against the GPUs it sees (ConfigError otherwise): what a worker calls
+    where its runtime placed it."""
+    visible = visible_gpus() if setting != "cpu" else 0
+    device = choose_device(setting, True, visible)
+    require(device, name, visible)
+    return device
+
+
 def settings_of(cfg: Any) -> list[tuple[str, str, str]]:
     """(role, setting name, value) of the run's roles."""
     values = {

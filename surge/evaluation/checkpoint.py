@@ -18,6 +18,7 @@ import yaml
 
 from surge.config.load import load_config
 from surge.config.schema import ExperimentConfig
+from surge.devices import role_device
 from surge.envs.make import probe_policies
 from surge.envs.spaces import EnvInfo
 from surge.errors import UserError
@@ -116,7 +117,8 @@ def evaluate_with(
     env = suite.env
     seed = cfg.seed if seed is None else seed
     spaces = EnvInfo(env.observation_space, env.action_space)
-    first = acting_policy(acting, spaces, cfg, derive_seed(seed, "eval"))
+    device = role_device(cfg.eval.device, "eval.device")
+    first = acting_policy(acting, spaces, cfg, derive_seed(seed, "eval"), device)
     first.load(published(cfg, env, state))
     policy: ActingPolicy | dict[str, ActingPolicy] = first
     if len(cfg.policy_names) > 1:  # every policy from its own newest checkpoint
@@ -180,7 +182,8 @@ def _other_policies(
         if checkpoint is None:
             raise UserError(f"policy {name} of {run_dir} has no checkpoint to evaluate")
         env = envs[name]
-        policy = acting_policy(acting, env, cfg, derive_seed(seed, "eval", name))
+        device = role_device(cfg.eval.device, "eval.device")
+        policy = acting_policy(acting, env, cfg, derive_seed(seed, "eval", name), device)
         policy.load(published(cfg, env, load_checkpoint(checkpoint)))
         policies[name] = policy
     return policies

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
+from surge.devices import role_device
 from surge.envs.make import make_env, probe_policies
 from surge.envs.multiagent import MultiAgentGroup
 from surge.envs.pettingzoo import is_pettingzoo_id
@@ -152,7 +153,8 @@ class InlineEvaluator:
     def __call__(self, flat: np.ndarray, episodes: int, seed: int) -> EpisodeResults:
         if self.suite is None or self.policy is None:
             self.suite = EvalSuite(self.cfg, video=False)
-            self.policy = acting_policy(self.acting, self.env, self.cfg, seed)
+            device = role_device(self.cfg.eval.device, "eval.device")
+            self.policy = acting_policy(self.acting, self.env, self.cfg, seed, device)
         self.policy.load(flat)
         played, _ = self.suite.play(self.policy, episodes, seed, self.cfg.eval.deterministic)
         return played

@@ -397,12 +397,9 @@ def learner_device(cfg: Any) -> Any:
     checked here too, where Ray placed the trainer."""
     import torch
 
-    from surge.devices import choose_device, require, visible_gpus
+    from surge.devices import role_device
 
-    visible = visible_gpus()
-    device = choose_device(cfg.workers.trainer_device, True, visible)
-    require(device, "workers.trainer_device", visible)
-    return torch.device(device)
+    return torch.device(role_device(cfg.workers.trainer_device, "workers.trainer_device"))
 
 
 def warm_up() -> None:

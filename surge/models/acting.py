@@ -47,10 +47,16 @@ class ActingPolicy(Protocol):
 
 
 class ActingFactory(Protocol):
-    def __call__(self, env: EnvInfo, cfg: ExperimentConfig, seed: int) -> ActingPolicy: ...
+    def __call__(
+        self, env: EnvInfo, cfg: ExperimentConfig, seed: int, device: str = "cpu"
+    ) -> ActingPolicy: ...
 
 
-def acting_policy(path: str, env: EnvInfo, cfg: ExperimentConfig, seed: int) -> ActingPolicy:
-    """The acting policy the factory at `path` builds for `env`'s spaces."""
+def acting_policy(
+    path: str, env: EnvInfo, cfg: ExperimentConfig, seed: int, device: str = "cpu"
+) -> ActingPolicy:
+    """The acting policy the factory at `path` builds for `env`'s spaces. `device`: where a
+    torch model acts (surge/devices.py); numpy MLP policies act on the CPU whatever it is.
+    Observations go to it once per batch, the outputs come back once."""
     factory: ActingFactory = import_object(path)
-    return factory(env, cfg, seed)
+    return factory(env, cfg, seed, device)

@@ -32,16 +32,23 @@ class TorchActing:
     """`ActorCritic.act` on numpy batches, for the models the numpy path does not cover."""
 
     def __init__(
-        self, obs_space: gym.Space[Any], action_space: gym.Space[Any], model: ModelConfig, seed: int
+        self,
+        obs_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        model: ModelConfig,
+        seed: int,
+        device: str = "cpu",
     ) -> None:
         import torch  # only processes that run a torch policy pay for the import
 
         from surge.models.actor_critic import ActorCritic
 
         self.torch = torch
-        self.model = ActorCritic(obs_space, action_space, model)
+        self.device = torch.device(device)
+        self.model = ActorCritic(obs_space, action_space, model).to(self.device)
         self.model.eval()
-        self.generator = torch.Generator().manual_seed(seed)
+        # sampling draws on the model's device, from a generator that lives there
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.state_size = self.model.state_size
 
     def size(self) -> int:
@@ -58,16 +65,17 @@ class TorchActing:
         self, obs: dict[str, np.ndarray], deterministic: bool = False, core: Any = None
     ) -> tuple[np.ndarray, ...]:
         torch = self.torch
+        device = self.device
         with torch.inference_mode():
-            t_obs = {k: torch.from_numpy(v) for k, v in obs.items()}
-            state = None if core is None else torch.from_numpy(core)
+            t_obs = {k: torch.from_numpy(v).to(device) for k, v in obs.items()}
+            state = None if core is None else torch.from_numpy(core).to(device)
             out = self.model.act(t_obs, deterministic, self.generator, state)
-        return tuple(t.numpy() for t in out)
+        return tuple(t.cpu().numpy() for t in out)
 
 
-def flat_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int) -> FlatPolicy:
+def flat_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int, device: str = "cpu") -> FlatPolicy:
     """The acting policy of PPO's family (`RunContext.acting_policy`, models/acting.py)."""
-    return FlatPolicy(env.observation_space, env.action_space, cfg.model, seed)
+    return FlatPolicy(env.observation_space, env.action_space, cfg.model, seed, device)
 
 
 class FlatPolicy:
@@ -78,12 +86,17 @@ class FlatPolicy:
     action and the value estimate, the sample fields PPO and APPO learn from."""
 
     def __init__(
-        self, obs_space: gym.Space[Any], action_space: gym.Space[Any], model: ModelConfig, seed: int
+        self,
+        obs_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        model: ModelConfig,
+        seed: int,
+        device: str = "cpu",
     ) -> None:
         layout = acting_layout(obs_space, action_space, model)
         torch_acting = None
-        if layout is None:
-            torch_acting = TorchActing(obs_space, action_space, model, seed)
+        if layout is None:  # a torch model acts on `device`; the numpy one on the CPU
+            torch_acting = TorchActing(obs_space, action_space, model, seed, device)
             n_weights = torch_acting.size()
         else:
             n_weights = layout_size(layout)

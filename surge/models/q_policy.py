@@ -70,9 +70,9 @@ def count_q_params(
     return sum(p.numel() for p in net.parameters())
 
 
-def q_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int) -> QPolicy:
+def q_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int, device: str = "cpu") -> QPolicy:
     """The acting policy of `algo: dqn` (`RunContext.acting_policy`)."""
-    return QPolicy(env.observation_space, env.action_space, cfg, seed)
+    return QPolicy(env.observation_space, env.action_space, cfg, seed, device)
 
 
 class QPolicy:
@@ -84,8 +84,10 @@ class QPolicy:
         action_space: gym.Space[Any],
         cfg: ExperimentConfig,
         seed: int,
+        device: str = "cpu",
     ) -> None:
         assert isinstance(action_space, gym.spaces.Discrete), "DQN acts on Discrete actions"
+        self.device = device  # where a CNN's torch network acts
         self.n = int(action_space.n)
         self.start = int(action_space.start)
         self.OUTPUTS: dict[str, tuple[str, tuple[int, ...]]] = (
@@ -102,7 +104,7 @@ class QPolicy:
         else:  # a CNN: the torch network acts
             from surge.models.q_network import QNetwork
 
-            self.net = QNetwork(obs_space, self.n, cfg.model, dueling).eval()
+            self.net = QNetwork(obs_space, self.n, cfg.model, dueling).to(device).eval()
             size = sum(p.numel() for p in self.net.parameters())
         self.relu = cfg.model.activation == "relu"
         self.dueling = dueling
@@ -143,12 +145,13 @@ class QPolicy:
             import torch
 
             with torch.inference_mode():
-                x = {k: torch.from_numpy(v) for k, v in obs.items()}
+                x = {k: torch.from_numpy(v).to(self.device) for k, v in obs.items()}
                 if self.net.core is None:
-                    return np.asarray(self.net(x).numpy()), None
-                state = self.net.core.step(self.net.encoder(x), torch.from_numpy(core))
+                    return np.asarray(self.net(x).cpu().numpy()), None
+                before = torch.from_numpy(core).to(self.device)
+                state = self.net.core.step(self.net.encoder(x), before)
                 q = self.net.heads(self.net.core.output(state))
-            return np.asarray(q.numpy()), np.asarray(state.numpy())
+            return np.asarray(q.cpu().numpy()), np.asarray(state.cpu().numpy())
         h = encode_fields(self.fields, obs)
         state = None
         if self.state_size:

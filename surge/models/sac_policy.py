@@ -80,9 +80,9 @@ def bound_log_std(raw: np.ndarray) -> np.ndarray:
     return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(raw) + 1.0)
 
 
-def sac_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int) -> SACPolicy:
+def sac_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int, device: str = "cpu") -> SACPolicy:
     """The acting policy of `algo: sac` (`RunContext.acting_policy`)."""
-    return SACPolicy(env.observation_space, env.action_space, cfg.model, seed)
+    return SACPolicy(env.observation_space, env.action_space, cfg.model, seed, device)
 
 
 class SACPolicy:
@@ -97,8 +97,10 @@ class SACPolicy:
         action_space: gym.Space[Any],
         cfg: ModelConfig,
         seed: int,
+        device: str = "cpu",
     ) -> None:
         self.scale, self.bias = box_scale_bias(action_space)
+        self.device = device  # where a CNN's torch actor computes the heads
         self.rng = np.random.default_rng(seed)
         self.params = sac_params(obs_space, action_space, cfg)
         self.net: Any = None  # the torch actor of a CNN
@@ -111,7 +113,7 @@ class SACPolicy:
         else:  # a CNN: the torch actor computes the heads
             from surge.models.sac_network import SACActor
 
-            self.net = SACActor(obs_space, action_space, cfg).eval()
+            self.net = SACActor(obs_space, action_space, cfg).to(device).eval()
             size = sum(p.numel() for p in self.net.parameters())
         self.relu = cfg.activation == "relu"
         self.flat = np.zeros(size, np.float32)
@@ -143,8 +145,9 @@ class SACPolicy:
             import torch
 
             with torch.inference_mode():
-                mean_t, raw_t = self.net({k: torch.from_numpy(v) for k, v in obs.items()})
-            mean, raw = mean_t.numpy(), raw_t.numpy()
+                x = {k: torch.from_numpy(v).to(self.device) for k, v in obs.items()}
+                mean_t, raw_t = self.net(x)
+            mean, raw = mean_t.cpu().numpy(), raw_t.cpu().numpy()
         else:
             h = encode_fields(self.fields, obs)
             for w, b in self.torso:

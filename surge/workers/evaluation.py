@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
+from surge.devices import role_device
 from surge.evaluation.suite import EvalSuite
 from surge.models.acting import acting_policy
 from surge.seeds import derive_seed
@@ -125,9 +126,11 @@ class EvalWorker(ScheduledEvaluations):
         self.env = self.suite.env
         seed = derive_seed(cfg.seed, "eval-policy", ctx.resumes, b.index, b.life)
         self.policies = {}
+        device = role_device(cfg.eval.device, "eval.device")
         for n in names:
             own = derive_seed(seed, n) if n else seed
-            self.policies[n] = acting_policy(ctx.acting_policy, ctx.for_policy(n).env, cfg, own)
+            env = ctx.for_policy(n).env
+            self.policies[n] = acting_policy(ctx.acting_policy, env, cfg, own, device)
         self.policy = self.policies[names[0]]
         limit_torch_threads(1)
         self.index, self.workers = b.index, cfg.eval.workers

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from surge.devices import role_device
 from surge.models.acting import acting_policy
 from surge.models.recurrent_state import CORE_IN, CORE_OUT
 from surge.seeds import derive_seed
@@ -51,7 +52,8 @@ class PolicyEngine:
     ) -> None:
         cfg = ctx.cfg
         self.params = ParameterService(transport, params.block)
-        self.policy = acting_policy(ctx.acting_policy, ctx.env, cfg, seed)
+        device = role_device(cfg.workers.policy_device, "workers.policy_device")
+        self.policy = acting_policy(ctx.acting_policy, ctx.env, cfg, seed, device)
         assert self.policy.flat.size == ctx.n_params, "the policy and the trainer disagree"
         self.loaded = -1  # version of the parameters in use; -1: none yet
         self.group_size = ctx.group_rows
