@@ -98,6 +98,14 @@ def role_device(setting: str, name: str) -> str:
     return device
 
 
+def trainer_device(cfg: Any) -> Any:
+    """The torch device of this process's learner (`workers.trainer_device`), checked here,
+    where the runtime placed the trainer."""
+    import torch
+
+    return torch.device(role_device(cfg.workers.trainer_device, "workers.trainer_device"))
+
+
 def settings_of(cfg: Any) -> list[tuple[str, str, str]]:
     """(role, setting name, value) of the run's roles."""
     values = {

@@ -356,12 +356,13 @@ class TorchBackend:
 
         from surge.algos.ppo import PPOLearner as TorchPPO
         from surge.algos.staging import DeviceStaging
+        from surge.devices import trainer_device
         from surge.models.actor_critic import ActorCritic
 
         cfg = self.cfg = ctx.cfg
         torch.set_num_threads(cfg.workers.trainer_threads)
         torch.manual_seed(derive_seed(cfg.seed, "model"))
-        self.device = learner_device(cfg)
+        self.device = trainer_device(cfg)
         model = ActorCritic(ctx.env.observation_space, ctx.env.action_space, cfg.model)
         self.model = model.to(self.device)  # before its parameters move into flat buffers
         self.staging = DeviceStaging(self.device)
@@ -390,16 +391,6 @@ class TorchBackend:
 
     def use_threads(self, threads: Callable[[], int]) -> None:
         self.learner.threads = threads
-
-
-def learner_device(cfg: Any) -> Any:
-    """The torch device of this process's learner (`workers.trainer_device`, surge/devices.py):
-    checked here too, where Ray placed the trainer."""
-    import torch
-
-    from surge.devices import role_device
-
-    return torch.device(role_device(cfg.workers.trainer_device, "workers.trainer_device"))
 
 
 def warm_up() -> None:

@@ -133,10 +133,14 @@ class TorchQ:
 
         from surge.algos.adam import FusedAdam
         from surge.algos.flat_params import FlatParameters
+        from surge.algos.staging import DeviceStaging
+        from surge.devices import trainer_device
 
         d = ctx.cfg.dqn
         torch.set_num_threads(d.threads)
-        self.q = _initial_network(ctx)
+        self.device = trainer_device(ctx.cfg)
+        self.staging = DeviceStaging(self.device)  # the batch row, copied once per update
+        self.q = _initial_network(ctx).to(self.device)
         self.target = copy.deepcopy(self.q)
         # One flat buffer for the weights and one for their gradients: zeroing, clipping
         # and Adam are one kernel each per update, and publishing reads the buffer as it is
@@ -153,10 +157,12 @@ class TorchQ:
         from surge.algos.dqn import double_q_target, q_learning_target, td_loss
 
         d = self.cfg.dqn
-        obs = {k[4:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("obs/")}
-        nxt = {k[9:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("next_obs/")}
-        action = torch.from_numpy(f["action"].astype(np.int64) - start_action)
-        returns, discount = torch.from_numpy(f["reward"]), torch.from_numpy(f["discount"])
+        put = self.staging
+        put.begin()
+        obs = {k[4:]: put(v) for k, v in f.items() if k.startswith("obs/")}
+        nxt = {k[9:]: put(v) for k, v in f.items() if k.startswith("next_obs/")}
+        action = put(f["action"].astype(np.int64) - start_action)
+        returns, discount = put(f["reward"]), put(f["discount"])
         q = self.q(obs)
         q_taken = q.gather(1, action.reshape(-1, 1)).squeeze(1)
         with torch.no_grad():
@@ -165,14 +171,15 @@ class TorchQ:
                 target = double_q_target(self.q(nxt), q_next, returns, discount)
             else:
                 target = q_learning_target(q_next, returns, discount)
-        weights = torch.from_numpy(f["weight"]) if prioritized else None
+        weights = put(f["weight"]) if prioritized else None
         loss, td = td_loss(q_taken, target, weights, d.loss)
         self.optimizer.zero_grad()
         loss.backward()
         if d.max_grad_norm is not None:
             self.flat.clip_grad_norm_(d.max_grad_norm)
         self.optimizer.step()
-        return loss.item(), q_taken.detach().numpy(), td.numpy()
+        # back on the CPU once per update: the replay's priorities and the metrics need them
+        return loss.item(), q_taken.detach().cpu().numpy(), td.cpu().numpy()
 
     def sync_target(self, tau: float) -> None:
         import torch
@@ -181,7 +188,7 @@ class TorchQ:
             self.target_flat.data.lerp_(self.flat.data, tau)
 
     def parameters(self) -> np.ndarray:
-        return self.flat.published().numpy()  # `parameters()` order, each row-major
+        return self.flat.published().cpu().numpy()  # `parameters()` order, each row-major
 
     def state(self) -> dict[str, Any]:
         return {

@@ -46,7 +46,7 @@ def sequence_targets(
     network's choice of action with `double`), `returns`, `discount` [T, B] float,
     `horizon` [T, B] int. With `value_rescale` the network's values live in h-space."""
     T = returns.shape[0]
-    at = (torch.arange(T).unsqueeze(1) + horizon).clamp(max=T - 1)  # [T, B]
+    at = (torch.arange(T, device=horizon.device).unsqueeze(1) + horizon).clamp(max=T - 1)
     index = at.unsqueeze(-1).expand(-1, -1, q_next_target.shape[-1])
     target_q = q_next_target.gather(0, index)  # [T, B, A]: Q at each step's bootstrap
     if double:
@@ -73,11 +73,14 @@ class R2D2Learner(DQNLearner):
         row, f = self.batches.take(version)
         burn = d.burn_in
 
+        put = net.staging  # each array on the learner's device once
+        put.begin()
+
         def steps(name: str) -> torch.Tensor:  # [B, T, ...] -> time-major [T, B, ...]
-            return torch.from_numpy(f[name]).transpose(0, 1)
+            return put(f[name]).transpose(0, 1)
 
         obs = {k[4:]: steps(k) for k in f if k.startswith("obs/")}
-        resets, core0 = steps("resets"), torch.from_numpy(f["core0"])
+        resets, core0 = steps("resets"), put(f["core0"])
         action = steps("action")[burn:].long() - self.start_action
         returns, discount = steps("reward")[burn:], steps("discount")[burn:]
         horizon, mask = steps("horizon")[burn:], steps("mask")[burn:]
@@ -94,7 +97,7 @@ class R2D2Learner(DQNLearner):
             per_step = F.mse_loss(q_taken, target, reduction="none")
         weight = mask.to(per_step.dtype)
         if self.cfg.replay.prioritized:
-            weight = weight * torch.from_numpy(f["weight"]).unsqueeze(0)
+            weight = weight * put(f["weight"]).unsqueeze(0)
         loss = (per_step * weight).sum() / mask.sum().clamp(min=1)
         net.optimizer.zero_grad()
         loss.backward()
@@ -102,7 +105,7 @@ class R2D2Learner(DQNLearner):
             net.flat.clip_grad_norm_(d.max_grad_norm)
         net.optimizer.step()
         td = (target - q_taken).detach()
-        f["priority"][:] = sequence_priority(td, mask, d.priority_eta).numpy()
+        f["priority"][:] = sequence_priority(td, mask, d.priority_eta).cpu().numpy()
         counted = mask.sum().clamp(min=1)
         self._after_update(
             {

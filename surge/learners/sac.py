@@ -37,6 +37,8 @@ from surge.algos.sac import (
     squashed_gaussian,
     temperature_loss,
 )
+from surge.algos.staging import DeviceStaging
+from surge.devices import trainer_device
 from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
 from surge.learners.replay import ReplayBatches
@@ -63,8 +65,10 @@ class SACLearner:
         s = cfg.sac
         torch.manual_seed(derive_seed(cfg.seed, "model"))
         obs_space, space = ctx.env.observation_space, ctx.env.action_space
-        self.actor = SACActor(obs_space, space, cfg.model)
-        self.critic = TwinQ(obs_space, space, cfg.model, threads=s.threads)
+        self.device = trainer_device(cfg)
+        self.staging = DeviceStaging(self.device)  # the batch row, copied once per update
+        self.actor = SACActor(obs_space, space, cfg.model).to(self.device)
+        self.critic = TwinQ(obs_space, space, cfg.model, threads=s.threads).to(self.device)
         # MLP critics take the threads side by side (models/layers.py `parallel_mlps`) and
         # torch keeps one; a CNN's large operations are torch's to spread.
         torch.set_num_threads(1 if self.critic.shared_input else s.threads)
@@ -77,11 +81,14 @@ class SACLearner:
         self.target_flat = FlatParameters(self.target)
         self.target.requires_grad_(False)
         scale, bias = box_scale_bias(space)
-        self.scale, self.bias = torch.from_numpy(scale), torch.from_numpy(bias)
+        self.scale = torch.from_numpy(scale).to(self.device)
+        self.bias = torch.from_numpy(bias).to(self.device)
         self.actor_optimizer = FusedAdam(self.actor_flat, lr=s.policy_lr)
         self.critic_optimizer = FusedAdam(self.critic_flat, lr=s.q_lr)
         # log alpha 0: alpha starts at 1 (CleanRL); without autotune alpha stays `sac.alpha`.
-        temperature = nn.ParameterList([nn.Parameter(torch.zeros(1), requires_grad=s.autotune)])
+        temperature = nn.ParameterList(
+            [nn.Parameter(torch.zeros(1, device=self.device), requires_grad=s.autotune)]
+        )
         self.log_alpha = temperature[0]
         self.alpha_optimizer = (
             FusedAdam(FlatParameters(temperature), lr=s.q_lr) if s.autotune else None
@@ -102,7 +109,7 @@ class SACLearner:
     def alpha(self) -> torch.Tensor:
         """The temperature now (a constant for the losses that use it)."""
         if self.alpha_optimizer is None:
-            return torch.tensor(self.cfg.sac.alpha)
+            return torch.tensor(self.cfg.sac.alpha, device=self.device)
         return self.log_alpha.detach().exp()
 
     def sample(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,10 +124,12 @@ class SACLearner:
     def update(self, version: int) -> Update:
         s = self.cfg.sac
         row, f = self.batches.take(version)
-        obs = {k[4:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("obs/")}
-        nxt = {k[9:]: torch.from_numpy(v) for k, v in f.items() if k.startswith("next_obs/")}
-        action = torch.from_numpy(f["action"])
-        rewards, discount = torch.from_numpy(f["reward"]), torch.from_numpy(f["discount"])
+        put = self.staging
+        put.begin()
+        obs = {k[4:]: put(v) for k, v in f.items() if k.startswith("obs/")}
+        nxt = {k[9:]: put(v) for k, v in f.items() if k.startswith("next_obs/")}
+        action = put(f["action"])
+        rewards, discount = put(f["reward"]), put(f["discount"])
         stats = self._critic_step(obs, action, nxt, rewards, discount)
         self.updates += 1
         if self.updates % s.policy_every == 0:  # CleanRL: the 2nd, 4th, ... update
@@ -171,7 +180,7 @@ class SACLearner:
         return stats
 
     def parameters(self) -> np.ndarray:
-        return self.actor_flat.published().numpy()  # `parameters()` order, each row-major
+        return self.actor_flat.published().cpu().numpy()  # `parameters()` order, row-major
 
     def metrics(self, seconds: float) -> dict[str, Any]:
         keys = {k for s in self._stats for k in s}
