@@ -108,22 +108,30 @@ def trainer_device(cfg: Any) -> Any:
 
 def settings_of(cfg: Any) -> list[tuple[str, str, str]]:
     """(role, setting name, value) of the run's roles."""
+    if cfg.algo == "grpo":
+        return [
+            ("trainer", "workers.trainer_device", cfg.workers.trainer_device),
+            ("generation", "rollout.device", cfg.rollout.device),
+        ]
     values = {
         "workers.trainer_device": cfg.workers.trainer_device,
         "workers.policy_device": cfg.workers.policy_device,
         "eval.device": cfg.eval.device,
     }
-    roles = [(role, name, values[name]) for role, name in ROLES]
-    if cfg.algo == "grpo":
-        roles.append(("generation", "rollout.device", cfg.rollout.device))
-    return roles
+    return [(role, name, values[name]) for role, name in ROLES]
+
+
+def cpu_only(cfg: Any) -> bool:
+    """Whether the run's torch models stay on the CPU whatever the settings: GRPO's learner
+    and LLM generation do not run on CUDA in this version."""
+    return bool(cfg.algo == "grpo")
 
 
 def check_devices(cfg: Any, visible: int | None = None) -> None:
     """Before a serial or local run: every explicit CUDA setting names a GPU this machine
     has (ConfigError otherwise). `visible`: the GPUs seen (default: `visible_gpus()`)."""
     explicit = [(name, value) for _, name, value in settings_of(cfg) if value.startswith("cuda")]
-    if not explicit or cfg.runtime == "ray":
+    if not explicit or cfg.runtime == "ray" or cpu_only(cfg):
         return  # Ray: each worker sees the GPUs it declares (config/load.py checks those)
     seen = visible_gpus() if visible is None else visible
     for name, value in explicit:
@@ -135,6 +143,8 @@ def describe(cfg: Any, visible: int | None = None) -> str:
     if cfg.runtime == "ray":
         where = ", ".join(f"{role} {value}" for role, _, value in settings_of(cfg))
         return f"devices: {where} (auto: CUDA where Ray gives the worker a GPU)"
+    if cpu_only(cfg):
+        return "devices: " + ", ".join(f"{r} cpu" for r, _, _ in settings_of(cfg))
     seen = visible_gpus() if visible is None else visible
     where = ", ".join(
         f"{role} {choose_device(value, True, seen)}" for role, _, value in settings_of(cfg)
