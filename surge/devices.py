@@ -108,7 +108,7 @@ def trainer_device(cfg: Any) -> Any:
 
 def settings_of(cfg: Any) -> list[tuple[str, str, str]]:
     """(role, setting name, value) of the run's roles."""
-    if cfg.algo == "grpo":
+    if cfg.algo == "grpo":  # the reference model, if any, sits beside the trainer
         return [
             ("trainer", "workers.trainer_device", cfg.workers.trainer_device),
             ("generation", "rollout.device", cfg.rollout.device),
@@ -121,17 +121,11 @@ def settings_of(cfg: Any) -> list[tuple[str, str, str]]:
     return [(role, name, values[name]) for role, name in ROLES]
 
 
-def cpu_only(cfg: Any) -> bool:
-    """Whether the run's torch models stay on the CPU whatever the settings: GRPO's learner
-    and LLM generation do not run on CUDA in this version."""
-    return bool(cfg.algo == "grpo")
-
-
 def check_devices(cfg: Any, visible: int | None = None) -> None:
     """Before a serial or local run: every explicit CUDA setting names a GPU this machine
     has (ConfigError otherwise). `visible`: the GPUs seen (default: `visible_gpus()`)."""
     explicit = [(name, value) for _, name, value in settings_of(cfg) if value.startswith("cuda")]
-    if not explicit or cfg.runtime == "ray" or cpu_only(cfg):
+    if not explicit or cfg.runtime == "ray":
         return  # Ray: each worker sees the GPUs it declares (config/load.py checks those)
     seen = visible_gpus() if visible is None else visible
     for name, value in explicit:
@@ -143,8 +137,6 @@ def describe(cfg: Any, visible: int | None = None) -> str:
     if cfg.runtime == "ray":
         where = ", ".join(f"{role} {value}" for role, _, value in settings_of(cfg))
         return f"devices: {where} (auto: CUDA where Ray gives the worker a GPU)"
-    if cpu_only(cfg):
-        return "devices: " + ", ".join(f"{r} cpu" for r, _, _ in settings_of(cfg))
     seen = visible_gpus() if visible is None else visible
     where = ", ".join(
         f"{role} {choose_device(value, True, seen)}" for role, _, value in settings_of(cfg)

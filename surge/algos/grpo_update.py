@@ -98,7 +98,7 @@ def grpo_update(
         )
         _, clipped = L.clipped_surrogate(logp, prox, a, g.clip_low, g.clip_high)
     n = m.sum().clamp(min=1)
-    kl = torch.zeros(())
+    kl = torch.zeros((), device=logp.device)
     if g.kl_coef > 0:
         kl_terms = L.k3_kl(logp, data["ref"][rows])
         terms = terms + g.kl_coef * kl_terms

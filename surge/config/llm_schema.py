@@ -62,8 +62,10 @@ class RolloutConfig:
     """Strings that end a completion (besides the end-of-sequence token)."""
 
     device: str = "auto"
-    """Where generation workers decode (surge/devices.py: `auto`, `cpu`, `cuda`, `cuda:N`).
-    In this version generation runs on the CPU: `auto` is the CPU, and `cuda` is refused."""
+    """Where generation workers decode: `auto` (CUDA when the worker's process sees a GPU),
+    `cpu`, `cuda` or `cuda:N` (surge/devices.py); the KV cache, sampling and log-probs live
+    there. The learner (and the reference model beside it) follow
+    `workers.trainer_device`."""
 
     slots: int = 0
     """Sequences a generation worker decodes at once (continuous batching: a finished one

@@ -452,13 +452,6 @@ def _check_devices(cfg: ExperimentConfig) -> None:
     declares, so a CUDA device asked of a role that declares none could never be found.
     (Whether this machine has the GPU a serial or local run asks for is checked before it
     starts: surge/devices.py `check_devices`.)"""
-    for _, name, value in devices.settings_of(cfg):
-        if value.startswith("cuda") and devices.cpu_only(cfg):
-            raise ConfigError(
-                f"{name}={value}: GRPO's learner and LLM generation run on the CPU in this "
-                "version of surge",
-                f"leave {name} at auto (the CPU here) or set it to cpu",
-            )
     trainer = cfg.workers.trainer_device
     if trainer.startswith("cuda") and cfg.model.backend == "numpy":
         raise ConfigError(

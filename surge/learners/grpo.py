@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from surge.algos.grpo_update import grpo_update
+from surge.devices import trainer_device
 from surge.errors import UserError
 from surge.learners.state import load_optimizer_state, optimizer_state
 from surge.llm.lean import LeanLlama
@@ -101,7 +102,8 @@ class GRPOLearner:
         self.ctx = ctx
         assert ctx.model_dir is not None
         self.model, self.tokenizer = load_model(ctx.model_dir)
-        self.model.train()
+        self.device = trainer_device(cfg)
+        self.model.to(self.device).train()  # before the optimizer takes its parameters
         g = cfg.grpo
         limit_torch_threads(g.threads)
         self.optimizer = torch.optim.AdamW(
@@ -145,7 +147,8 @@ class GRPOLearner:
                 )
             )
         self._check_staleness(data, version)
-        stats = grpo_update(self.lean, self.optimizer, data, self.cfg.grpo, self.group_size)
+        on_device = {k: v.to(self.device, non_blocking=True) for k, v in data.items()}
+        stats = grpo_update(self.lean, self.optimizer, on_device, self.cfg.grpo, self.group_size)
         rewards = data["reward"]
         self.tokens += int(data["mask"].sum())
         self._learned_tokens += stats.pop("learned_tokens")

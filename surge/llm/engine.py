@@ -111,7 +111,8 @@ class Engine:
         self.stop = stop
         self.queue: deque[Request] = deque()
         self.version = 0
-        self.rng = torch.Generator().manual_seed(seed)
+        self.device = self.lean.device  # the model's: every tensor made here goes there
+        self.rng = torch.Generator(device=self.device).manual_seed(seed)
         self.tokens_generated = 0
         self.prefill_tokens = 0  # tokens prefilled (admission and recompute)
         self.extend_tokens = 0  # tokens run to continue parked sequences
@@ -172,12 +173,10 @@ class Engine:
             if not grown:
                 return
             width = max(len(s.out.tokens) - 1 for _, s in grown)
-            tokens = torch.zeros(len(grown), width, dtype=torch.long)
-            for n, (_, s) in enumerate(grown):
-                tokens[n, : len(s.out.tokens) - 1] = torch.tensor(s.out.tokens[:-1])
-            rows = torch.tensor([i for i, _ in grown])
-            starts = torch.tensor([len(s.request.prompt) for _, s in grown])
-            lengths = torch.tensor([len(s.out.tokens) - 1 for _, s in grown])
+            tokens = self._padded([s.out.tokens[:-1] for _, s in grown], width)
+            rows = self._tensor([i for i, _ in grown])
+            starts = self._tensor([len(s.request.prompt) for _, s in grown])
+            lengths = self._tensor([len(s.out.tokens) - 1 for _, s in grown])
             self.lean.extend(self.cache, rows, tokens, starts, lengths)
 
     def drop_all(self) -> None:
@@ -201,7 +200,7 @@ class Engine:
                 tokens[i] = slot.out.tokens[-1]
                 positions[i] = slot.position
             logits = self.lean.decode(
-                self._rows(width), torch.tensor(tokens), torch.tensor(positions)
+                self._rows(width), self._tensor(tokens), self._tensor(positions)
             )
             sampled, logprobs = self._sample(logits[busy])
             for i, token, logprob in zip(busy, sampled.tolist(), logprobs.tolist(), strict=True):
@@ -217,6 +216,18 @@ class Engine:
             return done
 
     # ------------------------------------------------------------------ internals
+
+    def _tensor(self, values: list[int]) -> torch.Tensor:
+        """A list of ints as a tensor on the engine's device (one copy)."""
+        return torch.tensor(values, device=self.device)
+
+    def _padded(self, rows: list[list[int]] | list[tuple[int, ...]], width: int) -> torch.Tensor:
+        """Token rows right-padded with 0 to `width`, as one [len(rows), width] tensor built
+        on the host and copied to the device once."""
+        out = torch.zeros(len(rows), width, dtype=torch.long)
+        for n, row in enumerate(rows):
+            out[n, : len(row)] = torch.tensor(row)
+        return out.to(self.device)
 
     def _rows(self, width: int) -> KVCache:
         c = self.cache
@@ -277,17 +288,15 @@ class Engine:
         """Run each follower's tokens after its parked sequence's cache (the parked last
         sampled token first: it was never run) into that slot; the next-token logits."""
         missing = [r.prompt[len(p.tokens) - 1 :] for p, r in continued]
-        tokens = torch.zeros(len(missing), max(len(m) for m in missing), dtype=torch.long)
-        for n, m in enumerate(missing):
-            tokens[n, : len(m)] = torch.tensor(m)
+        tokens = self._padded(missing, max(len(m) for m in missing))
         lengths = [len(m) for m in missing]
         self.extend_tokens += sum(lengths)
         return self.lean.extend(
             self.cache,
-            torch.tensor([p.row for p, _ in continued]),
+            self._tensor([p.row for p, _ in continued]),
             tokens,
-            torch.tensor([len(p.tokens) - 1 for p, _ in continued]),
-            torch.tensor(lengths),
+            self._tensor([len(p.tokens) - 1 for p, _ in continued]),
+            self._tensor(lengths),
         )
 
     def _prefill(self, rows: list[int], prefixes: list[list[int]]) -> torch.Tensor:
@@ -298,20 +307,18 @@ class Engine:
         which = [first.setdefault(tuple(p), len(first)) for p in prefixes]
         unique = list(first)
         width = max(len(p) for p in unique)
-        tokens = torch.zeros(len(unique), width, dtype=torch.long)
-        for n, p in enumerate(unique):
-            tokens[n, : len(p)] = torch.tensor(p)
-        lengths = torch.tensor([len(p) for p in unique])
+        tokens = self._padded(unique, width)
+        lengths = self._tensor([len(p) for p in unique])
         self.prefill_tokens += sum(len(p) for p in unique)
         if len(unique) == len(prefixes):
-            return self.lean.prefill(self.cache, torch.tensor(rows), tokens, lengths)
+            return self.lean.prefill(self.cache, self._tensor(rows), tokens, lengths)
         owner = [rows[which.index(u)] for u in range(len(unique))]  # a row that runs prefix u
-        logits = self.lean.prefill(self.cache, torch.tensor(owner), tokens, lengths)
-        source = torch.tensor([owner[u] for u in which])
-        target = torch.tensor(rows)
+        logits = self.lean.prefill(self.cache, self._tensor(owner), tokens, lengths)
+        source = self._tensor([owner[u] for u in which])
+        target = self._tensor(rows)
         for layer in self.cache.keys + self.cache.values:
             layer[target, :, :width] = layer[source, :, :width]
-        return logits[torch.tensor(which)]
+        return logits[self._tensor(which)]
 
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens and their log-probs under the distribution they were drawn from."""

@@ -8,6 +8,10 @@ are generation slots (surge/llm/engine.py). It holds no weights of its own: it r
 `LlamaForCausalLM` (or Qwen2 / Mistral) module's tensors, so training it trains that model,
 and `save_pretrained` writes what was trained. tests/unit/test_llm_lean.py pins its logits to
 the transformers forward.
+
+It computes on the device of the model's weights (a CUDA device where `rollout.device` or
+`workers.trainer_device` put the model): every tensor it makes, the rotary tables and the
+cache included, is made there.
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ class LeanLlama:
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
         freqs = torch.outer(torch.arange(self.max_length).float(), inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)
-        self.cos, self.sin = emb.cos(), emb.sin()  # [max_length, head_dim]
         inner = model.model
+        self.device = inner.embed_tokens.weight.device
+        self.cos, self.sin = emb.cos().to(self.device), emb.sin().to(self.device)  # [L, D]
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
         self.lm_head = model.lm_head.weight
@@ -114,7 +119,7 @@ class LeanLlama:
         a real token never attends to padding that follows it)."""
         self.refresh()
         T = tokens.shape[1]
-        positions = torch.arange(T).expand(tokens.shape[0], T)
+        positions = torch.arange(T, device=self.device).expand(tokens.shape[0], T)
         x = F.embedding(tokens, self.embed)
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(i, self._rms(x, layer.input_layernorm.weight), positions)
@@ -147,11 +152,13 @@ class LeanLlama:
         lens = prompt_lens.repeat_interleave(G)
         x_p = F.embedding(prompts, self.embed)
         x_c = F.embedding(completions, self.embed)
-        pos_p = torch.arange(P).expand(groups, P)
-        pos_c = lens[:, None] + torch.arange(N)
+        device = self.device
+        pos_p = torch.arange(P, device=device).expand(groups, P)
+        pos_c = lens[:, None] + torch.arange(N, device=device)
         # A completion token sees its prompt's real tokens and the completion up to itself.
-        sees_prompt = (torch.arange(P)[None, :] < lens[:, None])[:, None, :].expand(S, N, P)
-        causal = torch.ones(N, N, dtype=torch.bool).tril().expand(S, N, N)
+        sees_prompt = (torch.arange(P, device=device)[None, :] < lens[:, None])[:, None, :]
+        sees_prompt = sees_prompt.expand(S, N, P)
+        causal = torch.ones(N, N, dtype=torch.bool, device=device).tril().expand(S, N, N)
         mask = torch.cat([sees_prompt, causal], dim=2)[:, None]  # [S, 1, N, P + N]
         gqa = self._gqa()
         for i, layer in enumerate(self.layers):
@@ -166,7 +173,8 @@ class LeanLlama:
             )
             x_p = self._finish_layer(i, x_p, attn_p)
             x_c = self._finish_layer(i, x_c, attn_c)
-        last_prompt = x_p[torch.arange(groups), prompt_lens - 1].repeat_interleave(G, dim=0)
+        last = x_p[torch.arange(groups, device=device), prompt_lens - 1]
+        last_prompt = last.repeat_interleave(G, dim=0)
         hidden = torch.cat([last_prompt[:, None], x_c[:, :-1]], dim=1)  # [S, N, H]
         return self._logits(hidden)
 
@@ -181,8 +189,10 @@ class LeanLlama:
             )
         shape = (slots, self.kv_heads, length, self.head_dim)
         n = len(self.layers)
+        like = {"dtype": self.embed.dtype, "device": self.device}
         return KVCache(
-            [torch.zeros(shape) for _ in range(n)], [torch.zeros(shape) for _ in range(n)]
+            [torch.zeros(shape, **like) for _ in range(n)],  # type: ignore[arg-type]
+            [torch.zeros(shape, **like) for _ in range(n)],  # type: ignore[arg-type]
         )
 
     def prefill(
@@ -191,7 +201,7 @@ class LeanLlama:
         """Run right-padded prefixes `tokens [J, P]` (real lengths `lengths`) from position 0
         into cache rows `slots`; the logits after each prefix's last token, `[J, vocab]`."""
         J, P = tokens.shape
-        positions = torch.arange(P).expand(J, P)
+        positions = torch.arange(P, device=self.device).expand(J, P)
         x = F.embedding(tokens, self.embed)
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(i, self._rms(x, layer.input_layernorm.weight), positions)
@@ -199,7 +209,7 @@ class LeanLlama:
             cache.values[i][slots, :, :P] = v
             attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self._gqa())
             x = self._finish_layer(i, x, attn)
-        last = x[torch.arange(J), lengths - 1]
+        last = x[torch.arange(J, device=self.device), lengths - 1]
         return self._logits(last)
 
     def extend(
@@ -218,10 +228,11 @@ class LeanLlama:
         token is never run), so rows of very different lengths fit the cache together."""
         J, T = tokens.shape
         length = cache.keys[0].shape[2]
-        steps = torch.arange(T)
+        steps = torch.arange(T, device=self.device)
         real = steps < lengths[:, None]
         positions = torch.where(real, starts[:, None] + steps, length - 1)  # [J, T]
-        visible = (torch.arange(length) <= positions[:, :, None]).unsqueeze(1)  # [J, 1, T, L]
+        span = torch.arange(length, device=self.device)
+        visible = (span <= positions[:, :, None]).unsqueeze(1)  # [J, 1, T, L]
         rows = slots[:, None]
         x = F.embedding(tokens, self.embed)
         for i, layer in enumerate(self.layers):
@@ -233,7 +244,7 @@ class LeanLlama:
                 q, keys[slots], values[slots], attn_mask=visible, enable_gqa=self._gqa()
             )
             x = self._finish_layer(i, x, attn)
-        return self._logits(x[torch.arange(J), lengths - 1])
+        return self._logits(x[torch.arange(J, device=self.device), lengths - 1])
 
     def decode(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One token for every cache row (`tokens [S]` at `positions [S]`, each row at its own
@@ -242,9 +253,10 @@ class LeanLlama:
         S = tokens.shape[0]
         length = cache.keys[0].shape[2]
         x = F.embedding(tokens, self.embed).unsqueeze(1)  # [S, 1, hidden]
-        visible = (torch.arange(length) <= positions[:, None]).view(S, 1, 1, length)
+        span = torch.arange(length, device=self.device)
+        visible = (span <= positions[:, None]).view(S, 1, 1, length)
         pos = positions.unsqueeze(1)
-        rows = torch.arange(S)
+        rows = torch.arange(S, device=self.device)
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(i, self._rms(x, layer.input_layernorm.weight), pos)
             keys, values = cache.keys[i], cache.values[i]

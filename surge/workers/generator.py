@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from surge.devices import role_device
 from surge.llm.engine import Engine
 from surge.llm.episodes import EpisodeRunner, Trajectory, episode_of
 from surge.llm.model import load_model, stop_sequences
@@ -59,7 +60,8 @@ class GenerationWorker:
         self.timers = b.control.timers
         assert ctx.model_dir is not None, "an LLM run has a starting model directory"
         self.model, self.tokenizer = load_model(ctx.model_dir)
-        self.model.eval()
+        # the engine decodes where the model is (its cache, sampling and log-probs there)
+        self.model.to(role_device(r.device, "rollout.device")).eval()
         limit_torch_threads(r.threads)
         self.task = task_of(cfg)
         port = b.port("rollouts")

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from surge.devices import trainer_device
 from surge.llm.lean import LeanLlama
 from surge.llm.model import load_model
 from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows, trained_width
@@ -41,6 +42,8 @@ class ReferenceWorker(StageWorker):
 
         start = model_directory(ctx.cfg, Path(ctx.run_dir), resuming=False)
         model, _ = load_model(start)
+        # beside the trainer, on its device (a GPU's memory holds both models)
+        model.to(trainer_device(ctx.cfg))
         self.lean = LeanLlama(model.eval().requires_grad_(False))
         limit_torch_threads(ctx.cfg.grpo.threads)
         port = b.port("scored")
@@ -70,14 +73,16 @@ def reference_logprobs(
     tokens (`mask [rows, G, width]`), zero elsewhere."""
     rows, g, width = tokens.shape
     P, N = int(prompt_lens.max()), trained_width(mask)
-    completions = torch.from_numpy(tokens[:, :, :N].reshape(rows * g, N).astype(np.int64))
+    device = lean.device
+    tokens_in = tokens[:, :, :N].reshape(rows * g, N).astype(np.int64)
+    completions = torch.from_numpy(tokens_in).to(device)
     with torch.inference_mode():
         logits = lean.forward_groups(
-            torch.from_numpy(prompts[:, :P].astype(np.int64)),
-            torch.from_numpy(prompt_lens.astype(np.int64)),
+            torch.from_numpy(prompts[:, :P].astype(np.int64)).to(device),
+            torch.from_numpy(prompt_lens.astype(np.int64)).to(device),
             completions,
         )
         logp = torch.log_softmax(logits.float(), -1).gather(2, completions[..., None])[..., 0]
     out = np.zeros(tokens.shape, np.float32)
-    out[:, :, :N] = logp.numpy().reshape(rows, g, N) * mask[:, :, :N]
+    out[:, :, :N] = logp.cpu().numpy().reshape(rows, g, N) * mask[:, :, :N]
     return out

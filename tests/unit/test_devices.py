@@ -52,8 +52,8 @@ def test_settings_are_checked_by_syntax_backend_and_ray_gpus() -> None:
         load_config("cartpole-ppo", ["workers.trainer_device=cuda", "model.backend=numpy"])
     with pytest.raises(ConfigError, match="ray.trainer_gpus=0: Ray gives the worker no GPU"):
         load_config("cartpole-ppo", ["runtime=ray", "workers.trainer_device=cuda"])
-    with pytest.raises(ConfigError, match="rollout.device=cuda: GRPO's learner and LLM gen"):
-        load_config("arith-grpo", ["rollout.device=cuda"])
+    with pytest.raises(ConfigError, match="ray.policy_gpus=0"):
+        load_config("arith-grpo", ["runtime=ray", "rollout.device=cuda"])
     with pytest.raises(ConfigError, match="ray.policy_gpus=0"):
         load_config("cartpole-ppo", ["runtime=ray", "workers.policy_device=cuda"])
     cfg, _ = load_config(
@@ -81,8 +81,10 @@ def test_the_header_says_what_each_role_got() -> None:
         "devices: trainer cpu, policy workers cpu, evaluation cpu "
         "(torch models; numpy MLPs run on the CPU)"
     )
-    cfg, _ = load_config("arith-grpo", [])  # GRPO stays on the CPU in this version
-    assert describe(cfg, visible=1) == "devices: trainer cpu, generation cpu"
+    cfg, _ = load_config("arith-grpo", ["rollout.device=cpu"])
+    assert describe(cfg, visible=1) == (
+        "devices: trainer cuda:0, generation cpu (torch models; numpy MLPs run on the CPU)"
+    )
     cfg, _ = load_config("cartpole-ppo", ["eval.device=cpu"])
     assert describe(cfg, visible=1).startswith(
         "devices: trainer cuda:0, policy workers cuda:0, evaluation cpu ("
