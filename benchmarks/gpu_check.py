@@ -1,15 +1,18 @@
-"""What surge does with a CUDA GPU, in one script for a machine that has one (about 5
-minutes). It prints the device, then:
+"""What surge does with a CUDA GPU, in one script for a machine that has one (about 8
+minutes, the LLM warm start on the CPU aside). It prints the device, then:
 
 (a) PPO's learner (APPO's update: V-trace, the Nature CNN, 4 epochs x 4 minibatches of a
     1,024-frame Pong batch, surge/algos/ppo.py as the trainer runs it) timed on the CPU and
     on the GPU from the same parameters and batch: learner samples/s and their ratio; then
     `pong-appo` trained for --seconds with `workers.trainer_device=cpu` and `=cuda`: env
     steps/s end to end;
+(b) `arith-grpo` with generation and the learner on the GPU for --grpo-seconds (180): the
+    held-out accuracy of the first and the last evaluation, tokens/s generated and trained
+    (its supervised warm start runs first, on the CPU, cached for later runs);
+(c) GRPO's throughput on a config-built Llama of about 100M parameters (hidden 768, 12
+    layers, 12 heads; random weights, no warm start) for --big-seconds (60): tokens/s
+    generated and trained;
 (d) the CUDA-marked tests (`pytest -m cuda`).
-
-Not in it yet: GRPO on the GPU (arith-grpo's accuracy within 3 minutes, tokens/s of a 100M
-model): LLM generation and the GRPO learner do not run on CUDA yet.
 
     python benchmarks/gpu_check.py                  # writes benchmarks/results/gpu.md
     python benchmarks/gpu_check.py --seconds 30 --out /tmp/gpu.md
@@ -99,6 +102,51 @@ def train_pong(trainer_device: str, seconds: float, workdir: Path) -> dict[str, 
     }
 
 
+def train_grpo(name: str, options: list[str], seconds: float, workdir: Path) -> dict[str, Any]:
+    """An arith-grpo run for `seconds` of training: its first and last held-out evaluation
+    and its mean tokens/s."""
+    run_dir = workdir / name
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "surge", "train", "arith-grpo", f"max_train_time_s={seconds}",
+            f"run_dir={run_dir}", "log.progress=false", *options,
+        ],
+        capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    if proc.returncode != 0:
+        return {"exit_code": proc.returncode, "error": proc.stderr[-1500:]}
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if r.get("eval/accuracy") is not None]
+    train = [r for r in rows if r.get("tokens_per_s") is not None]
+    header = [line.strip() for line in proc.stderr.splitlines() if "devices:" in line]
+    return {
+        "exit_code": 0,
+        "devices": header[0] if header else None,
+        "evals": [(r["wall_time_s"], r["eval/accuracy"]) for r in evals],
+        "tokens_per_s": float(np.mean([r["tokens_per_s"] for r in train])) if train else None,
+        "trained_tokens_per_s": float(np.mean([r["trained_tokens_per_s"] for r in train]))
+        if train
+        else None,
+    }
+
+
+def grpo_lines(r: dict[str, Any], what: str) -> list[str]:
+    if r["exit_code"] != 0:
+        return [f"- {what}: exit {r['exit_code']}: {r['error']}"]
+    line = (
+        f"- {what}: {r['tokens_per_s']:,.0f} tokens/s generated, "
+        f"{r['trained_tokens_per_s']:,.0f} trained; {r['devices']}"
+    )
+    if r["evals"]:
+        (t0, a0), (t1, a1) = r["evals"][0], r["evals"][-1]
+        gain = 100 * (a1 - a0)
+        line += (
+            f"\n- held-out accuracy {a0:.1%} at {t0:.0f} s -> {a1:.1%} at {t1:.0f} s: "
+            f"{gain:+.1f} points ({'met' if gain >= 30 else 'NOT met'}: +30 within 3 minutes)"
+        )
+    return [line]
+
+
 def cuda_tests() -> tuple[int, str]:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rs", "tests"],
@@ -111,7 +159,9 @@ def main() -> int:
     import torch
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=45.0, help="each pong-appo run")
+    parser.add_argument("--grpo-seconds", type=float, default=180.0)
+    parser.add_argument("--big-seconds", type=float, default=60.0)
     parser.add_argument("--updates", type=int, default=3)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "gpu.md")
     args = parser.parse_args()
@@ -150,11 +200,30 @@ def main() -> int:
                     else f"exit {r['exit_code']}: {r['error']}"
                 )
             )
-    print("\n".join(part_a), flush=True)
+        print("\n".join(part_a), flush=True)
+        small = train_grpo("arith", [], args.grpo_seconds, Path(work))
+        big = train_grpo(
+            "arith-100m",
+            ["tiny_model.hidden=768", "tiny_model.layers=12", "tiny_model.heads=12",
+             "sft.steps=0", "eval.workers=0"],
+            args.big_seconds,
+            Path(work),
+        )  # fmt: skip
+    part_bc = [
+        "",
+        "## (b) arith-grpo on the GPU",
+        "",
+        *grpo_lines(small, f"{args.grpo_seconds:g} s"),
+        "",
+        "## (c) GRPO on a config-built Llama of about 100M parameters",
+        "",
+        *grpo_lines({**big, "evals": []}, f"{args.big_seconds:g} s"),
+    ]
+    print("\n".join(part_bc), flush=True)
     code, tail = cuda_tests()
     part_d = ["", "## (d) `pytest -m cuda`", "", "```", tail.strip(), "```", ""]
     print("\n".join(part_d))
-    args.out.write_text("\n".join([*lines, *part_a, *part_d]))
+    args.out.write_text("\n".join([*lines, *part_a, *part_bc, *part_d]))
     return 0 if code == 0 else 1
 
 
