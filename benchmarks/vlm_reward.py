@@ -86,6 +86,20 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
 
 
 def evaluate(run_dir: Path, episodes: int, seed: int) -> dict[str, Any]:
+    """`surge eval` of the run's newest checkpoint on the held-out seeds; an eval.json of
+    that checkpoint, seed and episode count from an earlier call is read instead (the
+    evaluation is deterministic: same checkpoint, same seeds, same episodes)."""
+    done = run_dir / "eval.json"
+    if done.is_file():
+        result = json.loads(done.read_text())
+        latest = sorted((run_dir / "checkpoints").glob("ckpt-*.safetensors"))
+        if (
+            result.get("episodes") == episodes
+            and result.get("seed") == seed
+            and latest
+            and Path(result["checkpoint"]).name == latest[-1].name
+        ):
+            return {"per_episode": result["episode_metrics"], "return_mean": result["return_mean"]}
     proc = subprocess.run(
         [
             sys.executable, "-m", "surge", "eval", str(run_dir), f"episodes={episodes}",

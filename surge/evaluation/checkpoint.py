@@ -136,6 +136,7 @@ def evaluate_with(
         "env_steps": int(state["env_steps"]),
         "episodes": episodes,
         "deterministic": deterministic,
+        "seed": seed,
         "return_mean": played.return_mean,
         "return_std": played.return_std,
         "length_mean": played.length_mean,
