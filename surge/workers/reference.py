@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from surge.devices import trainer_device
+from surge.devices import choose_device, require, visible_gpus
 from surge.llm.lean import LeanLlama
 from surge.llm.model import load_model
 from surge.streams.rollouts import REFERENCED, SCORED, RolloutRows, trained_width
@@ -42,8 +42,7 @@ class ReferenceWorker(StageWorker):
 
         start = model_directory(ctx.cfg, Path(ctx.run_dir), resuming=False)
         model, _ = load_model(start)
-        # beside the trainer, on its device (a GPU's memory holds both models)
-        model.to(trainer_device(ctx.cfg))
+        model.to(reference_device(ctx.cfg.workers.trainer_device))
         self.lean = LeanLlama(model.eval().requires_grad_(False))
         limit_torch_threads(ctx.cfg.grpo.threads)
         port = b.port("scored")
@@ -59,6 +58,18 @@ class ReferenceWorker(StageWorker):
         a = self.a
         groups = {k: a[k][rows] for k in ("prompt", "prompt_len", "tokens", "mask")}
         a["ref_logprobs"][rows] = reference_logprobs(self.lean, *groups.values())
+
+
+def reference_device(trainer_setting: str) -> str:
+    """The reference model's device: the trainer's setting where this process sees a GPU
+    (beside the trainer on one machine, a GPU's memory holds both models), else the CPU
+    (on Ray the reference worker declares no GPU)."""
+    visible = visible_gpus()
+    if visible == 0:
+        return "cpu"
+    device = choose_device(trainer_setting, True, visible)
+    require(device, "workers.trainer_device", visible)
+    return device
 
 
 def reference_logprobs(
