@@ -20,6 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from surge.algos.replay import ReplaySetup, Spec, ring_length, storage_fields
 from surge.config.schema import ExperimentConfig
 from surge.envs.atari import is_atari_id
@@ -95,6 +97,7 @@ def probe(cfg: ExperimentConfig) -> EnvInfo:
     """The env's spaces (and a check that an encoder fits its observations)."""
     env = next(iter(probe_policies(cfg).values()))
     choose_encoder(env.observation_space, cfg.model)
+    _check_frames(cfg, env)
     check_scorer(cfg.reward_model, log=lambda text: print(f"  {text}", file=sys.stderr))
     if env.agents:
         raise ConfigError(
@@ -102,6 +105,23 @@ def probe(cfg: ExperimentConfig) -> EnvInfo:
             "use algo=ppo (or mappo settings) for multi-agent envs",
         )
     return env
+
+
+def _check_frames(cfg: ExperimentConfig, env: EnvInfo) -> None:
+    """A mode that scores frames needs the env's recorded frame to be an RGB image, uint8
+    [H, W, 3], as vision-language models read them."""
+    r = cfg.reward_model
+    if r.mode not in ("clg", "clg+state"):
+        return
+    spec = env.info[r.frame_key]  # recorded: config/load.py checked env.info_keys
+    if spec.dtype != np.uint8 or len(spec.shape) != 3 or spec.shape[2] != 3:
+        raise ConfigError(
+            f"reward_model.frame_key={r.frame_key!r}: env {cfg.env.id} records it as "
+            f"{spec.dtype} {list(spec.shape)}, not an RGB frame (uint8 [H, W, 3]); "
+            f"reward_model.mode={r.mode} scores RGB frames",
+            "record the env's camera image as uint8 [H, W, 3] in its info (surge/envs/"
+            "driving.py does with frames=true)",
+        )
 
 
 def frame_field(cfg: ExperimentConfig, env: EnvInfo) -> str | None:

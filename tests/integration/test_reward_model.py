@@ -94,6 +94,12 @@ def test_a_model_that_cannot_be_found_stops_the_run_with_exit_2(
     assert "reward_model.fn='surge.envs.testing:nothing'" in capsys.readouterr().err
     assert main([*base, f"reward_model.open_clip=ViT-B-32:{tmp_path / 'missing.bin'}"]) == 2
     assert "reward_model.open_clip" in capsys.readouterr().err
+    not_rgb = [
+        "reward_model.fn=surge.envs.testing:brightness",
+        "reward_model.frame_key=lane_offset",
+    ]
+    assert main([*base, *not_rgb]) == 2
+    assert "not an RGB frame (uint8 [H, W, 3])" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 
