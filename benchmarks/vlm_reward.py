@@ -12,9 +12,13 @@ each trained for 50k env steps per seed and evaluated on 100 held-out episodes.
 - Evaluation: `surge eval RUN episodes=100 seed=<held out>` (deterministic actions): success
   (the whole 30 s, no collision, on the road), collision rate, off-road rate, mean speed,
   distance; a random policy is played on the same seeds alongside.
-- Non-blocking: each run's env steps/s over its whole training, highway-vlmrl's against
-  highway-sac's; the reward model's scoring lag (p95, in batches) and frames scored against
-  env steps (the replay takes only scored segments, so every sampled transition was scored).
+- Non-blocking: first, back to back on an otherwise idle machine, --speed-steps (10k) env
+  steps each of highway-sac, highway-sac rendering the same frames it does not use, and
+  highway-vlmrl: env steps/s once learning runs (after 2k steps), highway-vlmrl's against
+  each (the second isolates the reward model's cost from the frames'); then each learning
+  run's steps/s over its whole training, the reward model's scoring lag (p95, in batches)
+  and frames scored against env steps (the replay takes only scored segments, so every
+  sampled transition was scored).
 
 Targets (printed): highway-sac >= 70% success; highway-vlmrl >= 60% and a collision rate no
 higher than highway-state's; highway-vlmrl steps/s >= 90% of highway-sac's; lag p95 <= 2.
@@ -47,13 +51,16 @@ HELDOUT_SEED = 900_000
 """Evaluation episodes' seeds derive from this, apart from any training seed."""
 
 
-def train(preset: str, seed: int, steps: int, run_dir: Path) -> dict[str, Any]:
+def train(
+    preset: str, seed: int, steps: int, run_dir: Path, options: list[str] | None = None
+) -> dict[str, Any]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
     proc = subprocess.run(
         [
             sys.executable, "-m", "surge", "train", preset, f"seed={seed}",
             f"total_env_steps={steps}", f"run_dir={run_dir}", "log.progress=false",
+            *(options or []),
         ],
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
@@ -61,6 +68,29 @@ def train(preset: str, seed: int, steps: int, run_dir: Path) -> dict[str, Any]:
         print(proc.stderr[-3000:], file=sys.stderr)
         raise SystemExit(f"{preset} seed {seed}: surge train exited {proc.returncode}")
     return {"wall_s": round(time.monotonic() - started, 1)}
+
+
+def learning_speed(preset: str, options: list[str], steps: int, run_dir: Path) -> float:
+    """Env steps/s of a run from its first log past learning's start (2k steps) to its end."""
+    train(preset, 1, steps, run_dir, options)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "episode_return_mean" in r]
+    start = next(r for r in rows if r["env_steps"] > 2_500)
+    end = rows[-1]
+    return (end["env_steps"] - start["env_steps"]) / (end["wall_time_s"] - start["wall_time_s"])
+
+
+def speed_section(steps: int, workdir: Path) -> dict[str, float]:
+    runs = {
+        "highway-sac": ("highway-sac", []),
+        "highway-sac + frames": ("highway-sac", ["env.kwargs.frames=true"]),
+        "highway-vlmrl": ("highway-vlmrl", []),
+    }
+    out = {}
+    for name, (preset, options) in runs.items():
+        out[name] = learning_speed(preset, options, steps, workdir / f"speed-{len(out)}")
+        print(f"{name}: {out[name]:.1f} env steps/s while learning", flush=True)
+    return out
 
 
 def run_summary(run_dir: Path) -> dict[str, Any]:
@@ -189,15 +219,24 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/surge-vlm-reward"))
     parser.add_argument("--include", nargs="*", default=[], help="PRESET:SEED:DIR, trained")
+    parser.add_argument("--speed-steps", type=int, default=10_000, help="0: no speed runs")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
 
+    args.speeds = speed_section(args.speed_steps, args.workdir) if args.speed_steps else {}
     results: dict[str, list[dict[str, Any]]] = {p: [] for p in args.presets}
-    jobs = [(p, s, args.workdir / f"{p}-{s}", False) for s in args.seeds for p in args.presets]
-    for item in args.include:
+    jobs = []
+    for item in args.include:  # trained already: evaluated (or read) and reported
         preset, seed, directory = item.split(":", 2)
         results.setdefault(preset, [])
-        jobs.insert(0, (preset, int(seed), Path(directory), True))
+        jobs.append((preset, int(seed), Path(directory), True))
+    done = {(p, s) for p, s, _, _ in jobs}
+    jobs += [
+        (p, s, args.workdir / f"{p}-{s}", False)
+        for s in args.seeds
+        for p in args.presets
+        if (p, s) not in done
+    ]
     for preset, seed, run_dir, done in jobs:  # seed by seed: a cut-short run covers every preset
         record: dict[str, Any] = {"seed": seed, "run_dir": str(run_dir)}
         if not done:
@@ -224,7 +263,7 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
     baseline = [{"seed": s, "eval": e} for s, e in zip(seeds, randoms, strict=True)]
     rows = table({**results, "random policy": baseline})
     (args.out / "vlm_reward.json").write_text(
-        json.dumps({"results": results, "random": randoms}, indent=1)
+        json.dumps({"speeds": args.speeds, "results": results, "random": randoms}, indent=1)
     )
     cmd = "python benchmarks/vlm_reward.py " + " ".join(sys.argv[1:])
     text = [
@@ -241,10 +280,26 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
         "",
         *rows,
         "",
+        *speed_lines(args.speeds),
         *verdict_lines(results),
         "",
     ]
     (args.out / "vlm_reward.md").write_text("\n".join(text))
+
+
+def speed_lines(speeds: dict[str, float]) -> list[str]:
+    if not speeds:
+        return []
+    vlm, sac, framed = (speeds[k] for k in ("highway-vlmrl", "highway-sac", "highway-sac + frames"))
+    return [
+        "Env steps/s while learning, back to back on an otherwise idle machine (seed 1): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in speeds.items()),
+        "",
+        f"- {'met' if vlm >= 0.9 * sac else 'NOT met'}: highway-vlmrl {vlm:.1f} = "
+        f"{vlm / sac:.0%} of highway-sac's {sac:.1f} (>= 90%)",
+        f"- highway-vlmrl = {vlm / framed:.0%} of highway-sac rendering the same frames "
+        f"({framed:.1f}): the reward model's own cost",
+    ]
 
 
 def verdict_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:

@@ -33,9 +33,12 @@ class RewardModelConfig:
     """Frames scored in one call of the model (VLM-RL scores each 64-step collection)."""
 
     max_pending: int = 2
-    """Segments per env group that may wait for scoring. The actors never wait for the model
-    until this many of a group's segments are unscored; then its next segment waits (logged
-    as the actor's wait), and no frame is dropped."""
+    """Segments per env group that may wait for scoring. The model scores once
+    `batch_size` frames wait, or once all but one of a group's slots wait, so an actor
+    writes its next segment while the last ones are scored; it waits (logged as the
+    actor's wait) only when the model falls behind and all its slots are unscored, and no
+    frame is dropped. Raise it until `batch_size` frames fit in it to score full batches
+    (segment_len x envs per group x (max_pending - 1) >= batch_size)."""
 
     fn: str | None = None
     """`module:function` scoring frames: uint8 [N, H, W, 3] -> float [N], each the frame's

@@ -105,13 +105,15 @@ class RewardModelWorker:
         return True
 
     def _worth_a_call(self, todo: list[tuple[int, int]]) -> bool:
-        """Score now: a whole batch of frames waits, or a group's slots are all waiting (its
-        actor would be held), or there is no model to call."""
+        """Score now: a whole batch of frames waits, or all but one of a group's slots wait
+        (scored now, its actor fills the last one meanwhile and never waits for the model
+        unless the model falls behind), or there is no model to call."""
         if self.scorer is None:
             return True
         frames = len(todo) * self.reader.steps * self.G
+        last_free = max(self.reader.depth - 1, 1)
         return frames >= self.cfg.batch_size or any(
-            self.reader.waiting(g) >= self.reader.depth for g, _ in todo
+            self.reader.waiting(g) >= last_free for g, _ in todo
         )
 
     def _score(self, segments: list[dict[str, np.ndarray]]) -> list[np.ndarray | None]:
