@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("highway_env", reason="needs highway-env: pip install -e '.[highway]'")
 
 from surge.config.schema import EnvConfig  # noqa: E402
-from surge.envs.driving import make_driving_env  # noqa: E402
+from surge.envs.driving import make_driving_env, resize_frame, surface_frame  # noqa: E402
 from surge.envs.make import probe_env  # noqa: E402
 
 
@@ -76,6 +76,21 @@ def test_frames() -> None:
     wide = make_driving_env(frames=True, frame_size=(32, 128))
     assert wide.reset(seed=0)[1]["frame"].shape == (32, 128, 3)
     wide.close()
+
+
+def test_frames_read_from_the_surface_are_highway_envs_own_image_resized() -> None:
+    """`surface_frame` reads the viewer's surface as row-major bytes; the pixels are those of
+    highway-env's `get_image()` resized by `resize_frame`, at any size."""
+    env = make_driving_env(frames=True)
+    env.reset(seed=2)
+    env.step(straight())
+    viewer = typing.cast(Any, env)._viewer
+    full = np.asarray(viewer.get_image(), np.uint8)
+    for size in ((64, 64), (32, 128), full.shape[:2]):
+        np.testing.assert_array_equal(
+            surface_frame(viewer.sim_surface, size), resize_frame(full, size)
+        )
+    env.close()
 
 
 @pytest.mark.parametrize("bad", [0, -3, (64,), (64, 0), 64.0, True, "64"])
