@@ -220,10 +220,17 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/surge-vlm-reward"))
     parser.add_argument("--include", nargs="*", default=[], help="PRESET:SEED:DIR, trained")
     parser.add_argument("--speed-steps", type=int, default=10_000, help="0: no speed runs")
+    parser.add_argument(
+        "--speed-only", action="store_true", help="the speed runs, into the last results"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
 
     args.speeds = speed_section(args.speed_steps, args.workdir) if args.speed_steps else {}
+    if args.speed_only:  # the learning runs of the last report, with these speeds
+        report(json.loads((args.out / "vlm_reward.json").read_text())["results"], args)
+        print((args.out / "vlm_reward.md").read_text())
+        return 0
     results: dict[str, list[dict[str, Any]]] = {p: [] for p in args.presets}
     jobs = []
     for item in args.include:  # trained already: evaluated (or read) and reported
