@@ -269,14 +269,22 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
     randoms = [random_policy(PRESETS[0], args.episodes, HELDOUT_SEED + s) for s in seeds]
     baseline = [{"seed": s, "eval": e} for s, e in zip(seeds, randoms, strict=True)]
     rows = table({**results, "random policy": baseline})
+    cmd = ("python benchmarks/vlm_reward.py " + " ".join(sys.argv[1:])).strip()
+    commands = {"learning": cmd, "speed": cmd}
+    if args.speed_only:  # the learning runs came from the command of the last report
+        last = json.loads((args.out / "vlm_reward.json").read_text())
+        commands["learning"] = last.get("commands", {}).get("learning", "(not recorded)")
     (args.out / "vlm_reward.json").write_text(
-        json.dumps({"speeds": args.speeds, "results": results, "random": randoms}, indent=1)
+        json.dumps(
+            {"commands": commands, "speeds": args.speeds, "results": results, "random": randoms},
+            indent=1,
+        )
     )
-    cmd = "python benchmarks/vlm_reward.py " + " ".join(sys.argv[1:])
     text = [
         "# Model-as-reward: SAC on highway-env driving with four rewards",
         "",
-        f"Command: `{cmd.strip()}`",
+        f"Command: `{commands['learning']}`"
+        + ("" if commands["speed"] == commands["learning"] else f"; speed runs: `{cmd}`"),
         "",
         f"Machine: {summary()}",
         "",
