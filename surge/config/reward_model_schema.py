@@ -30,15 +30,16 @@ class RewardModelConfig:
     (no model). Terminal steps of the synthesis get `terminal_penalty`."""
 
     batch_size: int = 64
-    """Frames scored in one call of the model (VLM-RL scores each 64-step collection)."""
+    """Most frames scored in one call of the model (VLM-RL scores each 64-step collection).
+    The worker scores whatever waits whenever it is free: frames pile up into full batches
+    while a slow model works, and a fast one keeps up a segment at a time."""
 
     max_pending: int = 2
-    """Segments per env group that may wait for scoring. The model scores once
-    `batch_size` frames wait, or once all but one of a group's slots wait, so an actor
-    writes its next segment while the last ones are scored; it waits (logged as the
-    actor's wait) only when the model falls behind and all its slots are unscored, and no
-    frame is dropped. Raise it until `batch_size` frames fit in it to score full batches
-    (segment_len x envs per group x (max_pending - 1) >= batch_size)."""
+    """Segments per env group that may wait for scoring. An actor writes its next segment
+    while earlier ones are scored, and waits (logged as the actor's wait) only when the
+    model has fallen behind and all its slots are unscored; no frame is dropped. A slow
+    model wants room for a batch: segment_len x envs per group x max_pending >=
+    batch_size."""
 
     fn: str | None = None
     """`module:function` scoring frames: uint8 [N, H, W, 3] -> float [N], each the frame's

@@ -302,6 +302,8 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     params = params_block(POLICY)
     subscribers = [p.name for p in servers] if remote else list(server)
     scoring = cfg.reward_model.mode != "env"  # a reward-model worker between actors and replay
+    # what the model scores in one call is handed on at once: as many slots as wait for it
+    scored_slots = max(SLOTS, cfg.reward_model.max_pending)
     reward_model = worker("reward-model", 0, threads=1, cpus=ray.actor_cpus, pod="trainer")
     shard_of = {a.name: f"replay-{a.index % r.shards}" for a in actors}
     if scoring:  # the actors' segments go to the reward model, and its scored ones on
@@ -358,9 +360,10 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             StreamSpec(
                 "scored", "segments", "scored",
                 tuple(Edge(reward_model.name, shard_of[a.name], groups[a.name]) for a in actors),
-                flow,
+                replace(flow, slots=scored_slots),
                 f"the segments with scored rewards ({cfg.reward_model.mode}), acknowledged by "
-                f"the replay shard that takes them ({SLOTS} slots per group)",
+                f"the replay shard that takes them ({scored_slots} slots per group: room for "
+                "what one call scores)",
             ),
             StreamSpec(
                 STATS, "stats", STATS, (Edge(reward_model.name, trainer.name, wake=False),),
@@ -401,7 +404,15 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     for s in replays:
         layouts[storage_block(s.index)] = storage_layout(ctx.replay.shards[s.index])
     if scoring:  # the actors' stream holds the segments waiting for the model, with info
-        layouts["scored"] = layouts["samples"]
+        layouts["scored"] = sample_layout(
+            env.obs, env.action, outputs,
+            depth=scored_slots,
+            steps=r.segment_len,
+            envs=cfg.total_groups * rows,
+            groups=cfg.total_groups,
+            state=segment_state_fields(cfg.model) if recurrent else None,
+            acked=True,
+        )  # fmt: skip
         layouts["samples"] = sample_layout(
             env.obs, env.action, outputs,
             depth=cfg.reward_model.max_pending,

@@ -89,7 +89,7 @@ class RewardModelWorker:
                 continue
             free = int(self.out_consumed[g]) + self.out_depth - done  # places downstream
             todo += [(g, k) for k in range(min(self.reader.waiting(g), free))]
-        if not todo or not self._worth_a_call(todo):
+        if not todo:
             waited = time.perf_counter()
             self.inbox.recv(timeout)
             self.timers.add_wait(waited)
@@ -103,18 +103,6 @@ class RewardModelWorker:
             self.reader.ack(g)  # after the hand-on: the actor may overwrite the slot now
         self.timers.add(INFERENCE, clock)
         return True
-
-    def _worth_a_call(self, todo: list[tuple[int, int]]) -> bool:
-        """Score now: a whole batch of frames waits, or all but one of a group's slots wait
-        (scored now, its actor fills the last one meanwhile and never waits for the model
-        unless the model falls behind), or there is no model to call."""
-        if self.scorer is None:
-            return True
-        frames = len(todo) * self.reader.steps * self.G
-        last_free = max(self.reader.depth - 1, 1)
-        return frames >= self.cfg.batch_size or any(
-            self.reader.waiting(g) >= last_free for g, _ in todo
-        )
 
     def _score(self, segments: list[dict[str, np.ndarray]]) -> list[np.ndarray | None]:
         """Each segment's frames' scores, [T * G] in step-major order (None without a model),

@@ -48,7 +48,7 @@ def test_every_stored_transition_has_its_own_frames_score(runtime: str, tmp_path
     options = [
         *SHORT, f"runtime={runtime}", "reward_model.mode=clg",
         "reward_model.fn=surge.envs.testing:brightness", "reward_model.batch_size=16",
-        f"run_dir={run_dir}",
+        "reward_model.max_pending=3", f"run_dir={run_dir}",
     ]  # fmt: skip
     result = train(load_config("pendulum-sac", options)[0])
     assert result.reason == "budget"
@@ -59,11 +59,11 @@ def test_every_stored_transition_has_its_own_frames_score(runtime: str, tmp_path
     assert one_step.sum() > 1000
     np.testing.assert_allclose(reward[one_step], expected[one_step], atol=1e-6)
     last = read_metrics(run_dir, "training")[-1]
-    # every stored step was scored, in batches of 16: two segments of 8 steps a call (one
-    # when only one place downstream was free, which the serial runtime never meets)
+    # every stored step was scored, whatever waited at each call (one to three segments of 8
+    # steps), in batches of at most 16
     frames, batches = last["reward_model/frames"], last["reward_model/batches"]
     assert frames >= int(replay["written"][0])
-    assert frames // 16 <= batches <= (frames // 16 if runtime == "serial" else 1.1 * frames / 16)
+    assert frames / 16 <= batches <= frames / 8
     assert 0 <= last["reward_model/lag_batches_p95"] <= 4
     assert math.isfinite(last["qf_loss"])
 
