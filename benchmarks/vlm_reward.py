@@ -336,8 +336,12 @@ def verdict_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     vc, sc = rate("highway-vlmrl", "collision"), rate("highway-state", "collision")
     if vc is not None and sc is not None:
         lines.append(
-            f"- {said(vc <= sc)}: highway-vlmrl collision rate {vc:.1%} <= highway-state's "
-            f"{sc:.1%} (VLM-RL's claim: fewer collisions than the state-only reward)"
+            f"- {said(vc <= sc)}: highway-vlmrl collision rate {vc:.1%} <= highway-state's {sc:.1%}"
+        )
+        claim = "shown" if vc < sc else "not shown (equal)" if vc == sc else "contradicted"
+        lines.append(
+            f"- VLM-RL's claim, fewer collisions with CLG + state than with the state-only "
+            f"reward: {claim} here"
         )
     scored = [r for p in results for r in results[p] if "frames_scored" in r.get("run", {})]
     if scored:
