@@ -370,6 +370,20 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
                 note="the reward model's counters, read by the trainer when it logs",
             ),
         ]  # fmt: skip
+
+    def segments(depth: int, info: Any = None) -> Any:
+        """The layout of a stream of the actors' segments, `depth` slots per group."""
+        return sample_layout(
+            env.obs, env.action, outputs,
+            depth=depth,
+            steps=r.segment_len,
+            envs=cfg.total_groups * rows,
+            groups=cfg.total_groups,
+            state=segment_state_fields(cfg.model) if recurrent else None,
+            acked=True,
+            info=info,
+        )  # fmt: skip
+
     layouts: dict[str, Any] = {
         "inference": inference_layout(
             env.obs,
@@ -379,17 +393,7 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             group_size=rows,
             state=inference_state_fields(cfg.model) if recurrent else None,
         ),
-        "samples": sample_layout(
-            env.obs,
-            env.action,
-            outputs,
-            depth=SLOTS,
-            steps=r.segment_len,
-            envs=cfg.total_groups * rows,
-            groups=cfg.total_groups,
-            state=segment_state_fields(cfg.model) if recurrent else None,
-            acked=True,
-        ),  # fmt: skip
+        "samples": segments(SLOTS),
         BATCHES: batch_layout(
             r.shards,
             r.prefetch,
@@ -404,25 +408,8 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     for s in replays:
         layouts[storage_block(s.index)] = storage_layout(ctx.replay.shards[s.index])
     if scoring:  # the actors' stream holds the segments waiting for the model, with info
-        layouts["scored"] = sample_layout(
-            env.obs, env.action, outputs,
-            depth=scored_slots,
-            steps=r.segment_len,
-            envs=cfg.total_groups * rows,
-            groups=cfg.total_groups,
-            state=segment_state_fields(cfg.model) if recurrent else None,
-            acked=True,
-        )  # fmt: skip
-        layouts["samples"] = sample_layout(
-            env.obs, env.action, outputs,
-            depth=cfg.reward_model.max_pending,
-            steps=r.segment_len,
-            envs=cfg.total_groups * rows,
-            groups=cfg.total_groups,
-            state=segment_state_fields(cfg.model) if recurrent else None,
-            acked=True,
-            info=env.info,
-        )  # fmt: skip
+        layouts["scored"] = segments(scored_slots)
+        layouts["samples"] = segments(cfg.reward_model.max_pending, env.info)
         layouts[STATS] = stats_layout(STAT_NAMES)
     stages = [reward_model] if scoring else []
     graph = Graph([trainer, *replays, *stages, *servers, *actors], layouts, streams)
