@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -71,7 +72,9 @@ def train(
 
 
 def learning_speed(preset: str, options: list[str], steps: int, run_dir: Path) -> float:
-    """Env steps/s of a run from its first log past learning's start (2k steps) to its end."""
+    """Env steps/s of a run from its first log past learning's start (2k steps) to its end.
+    `run_dir` is scratch: a speed run of an earlier report is replaced."""
+    shutil.rmtree(run_dir, ignore_errors=True)
     train(preset, 1, steps, run_dir, options)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "episode_return_mean" in r]

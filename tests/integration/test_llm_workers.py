@@ -345,7 +345,9 @@ def test_a_stopped_run_ends_its_warm_start_too(tmp_path: Path) -> None:
 
     env = {**os.environ, "SURGE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [*SURGE, "train", "guess-grpo", f"run_dir={tmp_path / 'run'}", "log.progress=false"],
+        # a warm start far longer than the test: it cannot end before the stop
+        [*SURGE, "train", "guess-grpo", f"run_dir={tmp_path / 'run'}", "log.progress=false",
+         "sft.steps=100000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
