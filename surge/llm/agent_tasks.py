@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from surge.llm.textenv import Unimitated
 from surge.llm.tiny import GUESS_ALPHABET, RECALL_ALPHABET
 
 _NUMBER = re.compile(r"[0-9]{1,4}")
@@ -198,9 +197,7 @@ class Recall:
             return f"{facts} {then}\n" if self.memory else f"{then}\n"
         if self.knows_question:
             digit = self.memory.get(self.asked)
-            if digit is None:  # forgotten: a guess, which the warm start should not learn
-                return Unimitated(f"{self.asked}={int(rng.integers(0, 10))}\n")
-            return f"{self.asked}={digit}\n"
+            return f"{self.asked}={digit if digit is not None else int(rng.integers(0, 10))}\n"
         return f"g{min(self.next, self.facts - 1)}\n"
 
     def summary_recall(self, summary: str) -> float | None:

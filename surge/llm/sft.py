@@ -31,7 +31,7 @@ from surge.llm.tasks import ALPHABETS, Task, heldout_set, make_task
 from surge.llm.text_sample import alphabet_of, text_sample
 from surge.llm.textenv import TextEnvTask, limits_from
 
-FORMAT = 3  # 2: the tokenizer adds <bos> itself, a generation config; 3: guesses not imitated
+FORMAT = 2  # 2: the tokenizer adds <bos> itself; a generation config
 """Bumped when the warm start's recipe changes, so old cache entries are not reused."""
 HELDOUT = 500
 

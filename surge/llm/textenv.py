@@ -8,8 +8,7 @@ A text env is a Gymnasium-like object over strings:
     step(action) -> (text, reward, terminated, truncated, info)
                                                  info["tool_call"]: the action called a tool
     expert(rng, summarize=False) -> str          optional: the expert's next action (or, asked
-                                                 to, a summary): the warm start imitates it,
-                                                 unless it is `Unimitated` (a guess)
+                                                 to, a summary): the warm start imitates it
 
 A turn of the policy ends at `rollout.stop` ("\\n"); the observation follows it in the
 context. The policy's tokens train; the env's, the summary instruction and everything a new
@@ -96,15 +95,7 @@ def limits_from(record: dict[str, Any]) -> EpisodeLimits:
 
 
 # What the loop's writer returns: tokens, behaviour log-probs, versions, finish reason.
-# A token of version -1 is not the policy's (an env token, or an expert's guess): no loss.
 Written = tuple[list[int], list[float], list[int], str]
-
-
-class Unimitated(str):
-    """An expert's action that its transcript carries but the warm start does not imitate:
-    a guess made without the knowledge it needs (Recall's answer after a lazy summary). Its
-    tokens stay in the context with loss weight 0, so the warm start learns to answer only
-    where the context supports the answer, rather than to write any digit."""
 
 
 @dataclass
@@ -126,7 +117,7 @@ class _Segment:
             self.versions += [-1] * len(tokens)
             return
         self.tokens += written[0]
-        self.mask += [v >= 0 for v in written[2]]
+        self.mask += [True] * len(written[0])
         self.logprobs += written[1]
         self.versions += written[2]
 
@@ -190,10 +181,8 @@ class TextEnvTask:
         prompt_text, _ = env.reset(seed)
 
         async def expert(context: list[int], max_new: int, summarize: bool) -> Written:
-            action = env.expert(rng, summarize=summarize)
-            tokens = engine.encode(action)[:max_new]
-            version = -1 if isinstance(action, Unimitated) else 0
-            return tokens, [0.0] * len(tokens), [version] * len(tokens), "stop"
+            tokens = engine.encode(env.expert(rng, summarize=summarize))[:max_new]
+            return tokens, [0.0] * len(tokens), [0] * len(tokens), "stop"
 
         return run_now(text_episode(env, engine, prompt_text, self.limits, expert))
 

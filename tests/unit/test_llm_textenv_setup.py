@@ -108,26 +108,3 @@ def test_an_expert_episode_is_seeded() -> None:
     a = task.expert_episode(engine, 5, np.random.default_rng(0))
     b = task.expert_episode(engine, 5, np.random.default_rng(0))
     assert a.tokens == b.tokens and [s.tokens for s in a.later] == [s.tokens for s in b.later]
-
-
-@pytest.mark.parametrize("lazy", [0.0, 1.0])
-def test_an_experts_guess_stays_in_context_but_is_not_imitated(lazy: float) -> None:
-    """Recall's expert answers from its summaries; after lazy ones it can only guess, and
-    the guess (`Unimitated`) carries loss weight 0 while its fetches and summaries train."""
-    from surge.llm.agent_tasks import Recall
-
-    configured = task_of(_cfg("recall-supo"))
-    task = TextEnvTask(Recall, {"lazy": lazy})
-    task.configure(configured.limits)
-    engine = EpisodeEngine(char_tokenizer(task.alphabet))
-    episode = task.expert_episode(engine, 3, np.random.default_rng(0))
-    last = (episode.later or [episode])[-1]
-    text = engine.decode(last.tokens)
-    # "...?0\n" "0=8\n" "\n": the question, the answer, the env's closing observation
-    assert text.endswith("\n\n")
-    answer = text[:-1].rstrip("\n").rsplit("\n", 1)[-1] + "\n"
-    assert answer[1] == "=" and text.endswith(answer + "\n")
-    mask = last.mask[-len(answer) - 1 : -1]
-    assert mask == [lazy == 0.0] * len(answer)
-    trained = sum(sum(s.mask) for s in [episode, *episode.later])
-    assert trained >= 12 * 4 + len(answer) * (lazy == 0.0)  # the fetches and summaries train
