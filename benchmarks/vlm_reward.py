@@ -231,6 +231,8 @@ def main() -> int:
 
     args.speeds = speed_section(args.speed_steps, args.workdir) if args.speed_steps else {}
     if args.speed_only:  # the learning runs of the last report, with these speeds
+        if not args.speed_steps:  # --speed-steps 0: the last report again, as it was measured
+            args.speeds = json.loads((args.out / "vlm_reward.json").read_text())["speeds"]
         report(json.loads((args.out / "vlm_reward.json").read_text())["results"], args)
         print((args.out / "vlm_reward.md").read_text())
         return 0
@@ -277,6 +279,8 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
     if args.speed_only:  # the learning runs came from the command of the last report
         last = json.loads((args.out / "vlm_reward.json").read_text())
         commands["learning"] = last.get("commands", {}).get("learning", "(not recorded)")
+        if not args.speed_steps:  # re-rendered: the speeds came from the last report's runs
+            commands["speed"] = last.get("commands", {}).get("speed", "(not recorded)")
     (args.out / "vlm_reward.json").write_text(
         json.dumps(
             {"commands": commands, "speeds": args.speeds, "results": results, "random": randoms},
@@ -287,7 +291,7 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
         "# Model-as-reward: SAC on highway-env driving with four rewards",
         "",
         f"Command: `{commands['learning']}`"
-        + ("" if commands["speed"] == commands["learning"] else f"; speed runs: `{cmd}`"),
+        + ("" if commands["speed"] == commands["learning"] else f"; speed runs: `{commands['speed']}`"),
         "",
         f"Machine: {summary()}",
         "",
@@ -328,6 +332,12 @@ def verdict_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
         runs = results.get(preset) or []
         return float(np.mean(pooled([r["eval"] for r in runs])[key])) if runs else None
 
+    def count(preset: str, key: str) -> tuple[int, int] | None:
+        """(episodes with `key`, episodes) over the preset's seeds."""
+        runs = results.get(preset) or []
+        flags = pooled([r["eval"] for r in runs])[key] if runs else []
+        return (int(np.sum(flags)), len(flags)) if runs else None
+
     def said(ok: bool) -> str:
         return "met" if ok else "NOT met"
 
@@ -336,12 +346,18 @@ def verdict_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
         lines.append(f"- {said(sac >= 0.7)}: highway-sac success {sac:.1%} >= 70%")
     if vlm is not None:
         lines.append(f"- {said(vlm >= 0.6)}: highway-vlmrl success {vlm:.1%} >= 60%")
-    vc, sc = rate("highway-vlmrl", "collision"), rate("highway-state", "collision")
+    vc, sc = count("highway-vlmrl", "collision"), count("highway-state", "collision")
     if vc is not None and sc is not None:
+        (a, n1), (b, n2) = vc, sc
+        p = fisher_exact_p(a, n1, b, n2)
         lines.append(
-            f"- {said(vc <= sc)}: highway-vlmrl collision rate {vc:.1%} <= highway-state's {sc:.1%}"
+            f"- {said(a / n1 <= b / n2)}: highway-vlmrl collision rate {a / n1:.1%} ({a}/{n1}) "
+            f"<= highway-state's {b / n2:.1%} ({b}/{n2}); Fisher's exact test p = {p:.2f}"
         )
-        claim = "shown" if vc < sc else "not shown (equal)" if vc == sc else "contradicted"
+        if p >= 0.05:
+            claim = "neither shown nor contradicted (the difference is within chance)"
+        else:
+            claim = "shown" if a / n1 < b / n2 else "contradicted"
         lines.append(
             f"- VLM-RL's claim, fewer collisions with CLG + state than with the state-only "
             f"reward: {claim} here"
@@ -357,6 +373,19 @@ def verdict_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
             + ")"
         )
     return lines
+
+
+def fisher_exact_p(a: int, n1: int, b: int, n2: int) -> float:
+    """Two-sided Fisher's exact test of a/n1 against b/n2: the chance, with both rates
+    equal, of a split of the a + b events at most as likely as the one seen."""
+    k, total = a + b, n1 + n2
+
+    def chance(x: int) -> float:
+        return math.comb(n1, x) * math.comb(n2, k - x) / math.comb(total, k)
+
+    seen = chance(a)
+    splits = range(max(0, k - n2), min(k, n1) + 1)
+    return min(1.0, sum(c for x in splits if (c := chance(x)) <= seen * (1 + 1e-9)))
 
 
 if __name__ == "__main__":
