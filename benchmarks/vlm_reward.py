@@ -287,11 +287,12 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
             indent=1,
         )
     )
+    speed = commands["speed"]
+    speed_command = "" if speed == commands["learning"] else f"; speed runs: `{speed}`"
     text = [
         "# Model-as-reward: SAC on highway-env driving with four rewards",
         "",
-        f"Command: `{commands['learning']}`"
-        + ("" if commands["speed"] == commands["learning"] else f"; speed runs: `{commands['speed']}`"),
+        f"Command: `{commands['learning']}`" + speed_command,
         "",
         f"Machine: {summary()}",
         "",
