@@ -329,15 +329,15 @@ def speed_lines(speeds: dict[str, float]) -> list[str]:
 def verdict_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     lines = []
 
-    def rate(preset: str, key: str) -> float | None:
-        runs = results.get(preset) or []
-        return float(np.mean(pooled([r["eval"] for r in runs])[key])) if runs else None
-
     def count(preset: str, key: str) -> tuple[int, int] | None:
         """(episodes with `key`, episodes) over the preset's seeds."""
         runs = results.get(preset) or []
         flags = pooled([r["eval"] for r in runs])[key] if runs else []
         return (int(np.sum(flags)), len(flags)) if runs else None
+
+    def rate(preset: str, key: str) -> float | None:
+        counted = count(preset, key)
+        return counted[0] / counted[1] if counted else None
 
     def said(ok: bool) -> str:
         return "met" if ok else "NOT met"
