@@ -366,7 +366,7 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("log.first_checkpoint_s", _at_least(0), ">= 0"),
     ("log.keep_checkpoints", _at_least(1), ">= 1"),
     *[(f"eval.{n}", _at_least(0), ">= 0") for n in ("workers", "every_versions", "video_every")],
-    ("eval.every_s", _positive, "> 0"),
+    *[(f"eval.{n}", _positive, "> 0") for n in ("every_s", "final_timeout_s")],
     ("eval.episodes", _at_least(1), ">= 1"),
     ("eval.nice", lambda v: 0 <= v <= 19, "in [0, 19]"),
     *[(f"selfplay.{n}", _at_least(1), ">= 1") for n in ("snapshot_every", "pool_size")],

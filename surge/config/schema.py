@@ -500,6 +500,14 @@ class EvalConfig:
     device: str = "auto"
     """Where evaluation workers run a torch policy (as `workers.trainer_device`)."""
 
+    final: bool = True
+    """When the run ends on its budget or time, the evaluation workers also evaluate its last
+    version before the run closes (unless the schedule just did), so the closing line and the
+    metrics report the policy the run saved, not one a few versions older."""
+
+    final_timeout_s: float = 600.0
+    """The longest the run waits for that final evaluation before it closes without it."""
+
 
 @dataclass
 class SelfPlayConfig:

@@ -19,6 +19,9 @@ what one update does. The chassis here owns everything around the updates:
   also reaches `stop_return` (`stop_confirm`): the evaluation workers play it when the graph
   has them, else the trainer plays it itself (the learner's `evaluate`). Training waits for
   that evaluation, so the checkpoint it then writes holds the version that was evaluated.
+- the final evaluation (`eval.final`): a run that ends on its budget or time with evaluation
+  workers asks them for its last version too, and closes once that result is logged (or
+  after `eval.final_timeout_s`), so its closing line reports the policy it saved.
 """
 
 from __future__ import annotations
@@ -190,6 +193,8 @@ class TrainerWorker:
         self._timing_at_last_log = self.control.timing.sum(axis=0)
         self._checked_at_episodes: int | None = None  # episodes when the last stop check ran
         self._awaiting: int | None = None  # the version the evaluation workers are asked for
+        self._final: tuple[str, float] | None = None  # (reason, deadline): awaiting the last
+        self._evaluated = -1  # the newest version an evaluation result was logged for
         self._exporting: int | None = None  # the last checkpoint's version, not all written
         self._closing: tuple[str, float] | None = None  # (reason, deadline) while it is
         self.params.reset()
@@ -264,7 +269,21 @@ class TrainerWorker:
             self.save_checkpoint()  # a checkpoint never queues behind one still being written
         if done:
             self.save_checkpoint(wait=True)
-            self._finish("solved" if solved else "budget" if out_of_budget else "time")
+            reason = "solved" if solved else "budget" if out_of_budget else "time"
+            if not solved and self._ask_final_evaluation(reason):
+                return
+            self._finish(reason)
+
+    def _ask_final_evaluation(self, reason: str) -> bool:
+        """Ask the evaluation workers for the last version (`eval.final`); False when there
+        is nothing to ask: no evaluation workers, or that version's result is logged."""
+        e = self.cfg.eval
+        if not e.final or self.evaluations is None or self._evaluated >= self.version:
+            return False
+        self._final = (reason, time.monotonic() + e.final_timeout_s)
+        self._awaiting = self.version
+        self.evaluations.request(self.version)
+        return True
 
     def _check_stop_return(self) -> bool:
         """Whether the run is solved: the mean return of the last `return_window` episodes
@@ -296,6 +315,13 @@ class TrainerWorker:
         (confirmed) or go back to training."""
         assert self._awaiting is not None and self.evaluations is not None
         found = self._log_evaluations(answer=self._awaiting)
+        if self._final is not None:
+            reason, deadline = self._final
+            if found is None and time.monotonic() < deadline:
+                self._wait(min(timeout, 0.05))
+                return False
+            self._awaiting = self._final = None
+            return self._finish(reason)
         if found is None:
             self._wait(min(timeout, 0.05))  # evaluators do not wake the trainer
             return False
@@ -339,8 +365,10 @@ class TrainerWorker:
                 "time": round(time.time(), 3),
                 **fields,
             }
-            if answer is not None and int(result["version"]) == answer:
-                record["eval/stop_check"] = True
+            version = int(result["version"])
+            self._evaluated = max(self._evaluated, version)
+            if answer is not None and version == answer:
+                record["eval/final" if self._final else "eval/stop_check"] = True
                 found = measure
             self.metrics.write(record)
             if self.primary:

@@ -67,3 +67,23 @@ def test_a_confirmed_stop_names_both_numbers(
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"mean return {result.episode_return_mean:.1f}" in line
     assert f"evaluation of version {result.eval_version}: {result.eval_return_mean:.1f}" in line
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("runtime", ["serial", "local"])
+def test_a_run_that_ends_on_its_budget_reports_an_evaluation_of_its_last_version(
+    tmp_path: Path, runtime: str
+) -> None:
+    """No scheduled evaluation falls due (`eval.every_s` 1000), so the only evaluation row is
+    the final one; without `eval.final` there is none."""
+    common = ["stop_return=null", "total_env_steps=2048", "eval.workers=1", "eval.every_s=1000"]
+    common += [f"runtime={runtime}", "eval.nice=0"]
+    result, records = _run(tmp_path / "final", *common)
+    assert result.reason == "budget", result
+    last = [r for r in records if "steps_per_s" in r][-1]["policy_version"]
+    evals = [r for r in records if "eval/return_mean" in r]
+    assert [(r["eval/policy_version"], r.get("eval/final")) for r in evals] == [(last, True)]
+    assert result.eval_version == last and result.eval_episodes == 10
+    result, records = _run(tmp_path / "none", *common, "eval.final=false")
+    assert result.reason == "budget" and result.eval_version == -1
+    assert not [r for r in records if "eval/return_mean" in r]
