@@ -312,20 +312,19 @@ class TrainerWorker:
 
     def _await_stop_check(self, timeout: float) -> bool:
         """Wait for the evaluation workers' result of the version `_awaiting`; then stop
-        (confirmed) or go back to training."""
+        (confirmed) or go back to training, or, for the final evaluation, finish (also once
+        its deadline has passed without a result)."""
         assert self._awaiting is not None and self.evaluations is not None
         found = self._log_evaluations(answer=self._awaiting)
-        if self._final is not None:
-            reason, deadline = self._final
-            if found is None and time.monotonic() < deadline:
-                self._wait(min(timeout, 0.05))
-                return False
-            self._awaiting = self._final = None
-            return self._finish(reason)
-        if found is None:
+        overdue = self._final is not None and time.monotonic() >= self._final[1]
+        if found is None and not overdue:
             self._wait(min(timeout, 0.05))  # evaluators do not wake the trainer
             return False
         self._awaiting = None
+        if self._final is not None:
+            reason, self._final = self._final[0], None
+            return self._finish(reason)
+        assert found is not None
         if found < (self.cfg.stop_return or 0.0):
             return True  # not confirmed: train on
         now = time.monotonic()
