@@ -74,7 +74,8 @@ def test_recall_formats() -> None:
         observation, *_ = env.step(f"g{i}\n")
     question = f"?{env.asked}\n"
     assert observation.endswith(question) and env.asked < 4
-    assert env.step("g5\n")[0].endswith(question)  # a fetch asks again
+    asked_fact = f"g{env.asked}\n"
+    assert env.step(asked_fact)[0] == question  # a fetch asks again, showing no fact
     answer = f"{env.asked}={env.digits[env.asked]}\n"  # "2=7": the fact's number and digit
     assert env.step(answer)[1:3] == (1.0, True)
 
