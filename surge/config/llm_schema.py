@@ -195,6 +195,11 @@ class SFTConfig:
     lr: float = 1e-3
     """Warm-start learning rate."""
 
+    aggregation: Aggregation = "token-mean"
+    """How the warm start's token losses become its loss, as `grpo.aggregation`. A multi-turn
+    task whose deciding action is one token among many (recall's answer) learns it faster per
+    segment first (`seq-mean-token-mean`): its last segment is short, so the action weighs more."""
+
 
 @dataclass
 class TinyModelConfig:

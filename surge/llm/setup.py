@@ -122,6 +122,7 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
             batch_size=cfg.sft.batch_size,
             lr=cfg.sft.lr,
             target_accuracy=cfg.sft.target_accuracy,
+            aggregation=cfg.sft.aggregation,
             seed=cfg.seed,
             limits=limits_record(task.limits) if isinstance(task, TextEnvTask) else {},
         )

@@ -19,11 +19,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
+from surge.algos.llm_losses import Aggregation, aggregate
 from surge.cache import cache_root, publish_dir, staging_dir
 from surge.llm.model import encode_prompt, save_model_dir
 from surge.llm.problems import Problem
@@ -49,6 +50,7 @@ class WarmStartSettings:
     batch_size: int = 128
     lr: float = 1e-3
     target_accuracy: float = 0.0
+    aggregation: str = "token-mean"
     seed: int = 1
     threads: int = 2
     limits: dict[str, Any] = field(default_factory=dict)
@@ -58,6 +60,8 @@ class WarmStartSettings:
     def key(self) -> str:
         fields = dataclasses.asdict(self)
         fields.pop("threads")  # changes the speed, not the result
+        if self.aggregation == "token-mean":  # the default keeps earlier runs' cache entries
+            fields.pop("aggregation")
         fields["format"] = FORMAT
         fields["alphabet"] = self.alphabet()
         if self.task not in ALPHABETS:  # the data itself: a changed file trains anew
@@ -132,6 +136,7 @@ def train_sft(
     lr: float,
     seed: int,
     target_accuracy: float = 0.0,
+    aggregation: Aggregation = "token-mean",
 ) -> list[float]:
     """Up to `steps` AdamW steps on fresh training problems, stopping once the greedy
     accuracy on a fixed sample of training problems reaches `target_accuracy` (> 0); the
@@ -157,7 +162,7 @@ def train_sft(
             tokens, mask = example_batch(tokenizer, [(p.prompt, p.answer) for p in problems])
         logp = torch.log_softmax(model(tokens).logits[:, :-1].float(), dim=-1)
         token_logp = logp.gather(2, tokens[:, 1:, None])[..., 0]
-        loss = -(token_logp * mask).sum() / mask.sum()
+        loss = aggregate(-token_logp, mask, aggregation)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -194,7 +199,15 @@ def warm_start(
         if isinstance(task, TextEnvTask):
             task.configure(limits_from(s.limits))
         losses = train_sft(
-            model, tokenizer, task, s.steps, s.batch_size, s.lr, s.seed, s.target_accuracy
+            model,
+            tokenizer,
+            task,
+            s.steps,
+            s.batch_size,
+            s.lr,
+            s.seed,
+            s.target_accuracy,
+            cast(Aggregation, s.aggregation),
         )
         accuracy = greedy_accuracy(model, tokenizer, task, heldout_set(task, HELDOUT))
         seconds = time.monotonic() - started

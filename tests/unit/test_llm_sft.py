@@ -30,6 +30,24 @@ def test_examples_train_the_answer_and_the_end_token_only() -> None:
     assert mask[1].tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1]
 
 
+def test_the_aggregation_reaches_the_loss_and_only_a_new_one_changes_the_cache_key() -> None:
+    from surge.config.load import load_config
+    from surge.llm.tasks import task_of
+
+    cfg, _ = load_config("recall-supo", [])
+    task = task_of(cfg)  # summaries: segments of unequal numbers of trained tokens
+    tok = char_tokenizer(task.alphabet)  # type: ignore[attr-defined]
+    first = {}
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        model = tiny_llama(len(tok), hidden=64, layers=1, heads=2, max_length=256, seed=0)
+        first[mode] = train_sft(model, tok, task, 1, 4, 1e-3, 0, aggregation=mode)[0]
+    # the same batch and model: only the reduction of the token losses differs
+    assert abs(first["token-mean"] - first["seq-mean-token-mean"]) > 1e-3
+    default = WarmStartSettings(task="arithmetic")
+    assert default.key() == WarmStartSettings(task="arithmetic", aggregation="token-mean").key()
+    assert default.key() != WarmStartSettings("arithmetic", aggregation="seq-mean-token-mean").key()
+
+
 def test_a_short_warm_start_lowers_the_loss() -> None:
     tok = char_tokenizer(ARITHMETIC_ALPHABET)
     model = tiny_llama(len(tok), hidden=64, layers=2, heads=2, seed=0)
