@@ -152,13 +152,13 @@ class Recall:
         self.fetched_before = set(self.fetched)
         text = action.strip()
         fetch = _FETCH.fullmatch(text)
-        if fetch and int(fetch[1]) < self.facts and self.question:
-            # A fetch after the question asks it again, so a policy whose summary replaced
-            # the question's exchange can get it back; it shows no fact, so the answer must
-            # come from what the context kept, not from fetching the asked fact anew.
-            self.knows_question = True
-            return f"?{self.asked}\n", 0.0, False, False, {"tool_call": True}
         if fetch and int(fetch[1]) < self.facts:
+            if self.question:
+                # A fetch after the question asks it again, so a policy whose summary
+                # replaced the question's exchange can get it back; it shows no fact, so the
+                # answer must come from what the context kept, not from a fetch anew.
+                self.knows_question = True
+                return f"?{self.asked}\n", 0.0, False, False, {"tool_call": True}
             i = int(fetch[1])  # the tool is idempotent
             self.fetched.add(i)
             observation = f"={self.digits[i]}{self.fillers[i]}\n"

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ class WarmStartSettings:
     batch_size: int = 128
     lr: float = 1e-3
     target_accuracy: float = 0.0
-    aggregation: str = "token-mean"
+    aggregation: Aggregation = "token-mean"
     seed: int = 1
     threads: int = 2
     limits: dict[str, Any] = field(default_factory=dict)
@@ -199,16 +199,9 @@ def warm_start(
         if isinstance(task, TextEnvTask):
             task.configure(limits_from(s.limits))
         losses = train_sft(
-            model,
-            tokenizer,
-            task,
-            s.steps,
-            s.batch_size,
-            s.lr,
-            s.seed,
-            s.target_accuracy,
-            cast(Aggregation, s.aggregation),
-        )
+            model, tokenizer, task, s.steps, s.batch_size, s.lr, s.seed, s.target_accuracy,
+            s.aggregation,
+        )  # fmt: skip
         accuracy = greedy_accuracy(model, tokenizer, task, heldout_set(task, HELDOUT))
         seconds = time.monotonic() - started
     finally:
