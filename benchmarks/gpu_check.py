@@ -79,26 +79,44 @@ def learner_samples_per_s(device: str, frames: np.ndarray, updates: int) -> floa
     return updates * BATCH / (time.perf_counter() - start)
 
 
+def surge_train(args: list[str], seconds: float) -> subprocess.CompletedProcess[str]:
+    """`surge train ARGS`, stopped (exit 124) if it runs 3 minutes past its budget."""
+    command = [sys.executable, "-m", "surge", "train", *args, "log.progress=false"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, check=False, env=env, timeout=seconds + 180
+        )
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        return subprocess.CompletedProcess(command, 124, "", err + "\n(stopped: no end in time)")
+
+
 def train_pong(trainer_device: str, seconds: float, workdir: Path) -> dict[str, Any]:
+    """pong-appo for `seconds` with its learner on `trainer_device` (the actor's inline CNN
+    on the CPU in both runs, so that only the learner's device differs)."""
     run_dir = workdir / f"pong-{trainer_device.replace(':', '')}"
-    proc = subprocess.run(
+    proc = surge_train(
         [
-            sys.executable, "-m", "surge", "train", "pong-appo",
-            f"workers.trainer_device={trainer_device}", f"max_train_time_s={seconds}",
-            f"run_dir={run_dir}", "log.progress=false",
+            "pong-appo",
+            f"workers.trainer_device={trainer_device}",
+            "workers.policy_device=cpu",
+            f"max_train_time_s={seconds}",
+            f"run_dir={run_dir}",
         ],
-        capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+        seconds,
+    )
+    if proc.returncode != 0:
+        return {"exit_code": proc.returncode, "error": proc.stderr[-1500:]}
     header = [line.strip() for line in proc.stderr.splitlines() if "devices:" in line]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in rows if "steps_per_s" in r][-1]
     return {
-        "exit_code": proc.returncode,
+        "exit_code": 0,
         "devices": header[0] if header else None,
         "env_steps": last["env_steps"],
         "steps_per_s": last["env_steps"] / last["wall_time_s"],
         "time_learn": last.get("time_learn"),
-        "error": proc.stderr[-1500:] if proc.returncode else None,
     }
 
 
@@ -106,13 +124,9 @@ def train_grpo(name: str, options: list[str], seconds: float, workdir: Path) -> 
     """An arith-grpo run for `seconds` of training: its first and last held-out evaluation
     and its mean tokens/s."""
     run_dir = workdir / name
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "surge", "train", "arith-grpo", f"max_train_time_s={seconds}",
-            f"run_dir={run_dir}", "log.progress=false", *options,
-        ],
-        capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    proc = surge_train(
+        ["arith-grpo", f"max_train_time_s={seconds}", f"run_dir={run_dir}", *options], seconds
+    )
     if proc.returncode != 0:
         return {"exit_code": proc.returncode, "error": proc.stderr[-1500:]}
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -148,11 +162,86 @@ def grpo_lines(r: dict[str, Any], what: str) -> list[str]:
 
 
 def cuda_tests() -> tuple[int, str]:
+    """`pytest -m cuda` over tests/cuda (every CUDA-marked test lives there), on 4 workers
+    where pytest-xdist is installed."""
+    import importlib.util
+
+    parallel = ["-n", "4"] if importlib.util.find_spec("xdist") else []
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rs", "tests"],
+        [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rs", *parallel, "tests/cuda"],
         capture_output=True, text=True, check=False, cwd=HERE.parent,
     )  # fmt: skip
-    return proc.returncode, proc.stdout[-3000:]
+    return proc.returncode, proc.stdout[-6000:]
+
+
+def parameters(hidden: int, layers: int, heads: int) -> int:
+    """Parameters of the tiny Llama config at this size (vocabulary of the arithmetic task's
+    alphabet aside: its embedding is a few rows)."""
+    import torch
+
+    from surge.llm.tiny import tiny_config
+
+    with torch.device("meta"):
+        from transformers import LlamaForCausalLM
+
+        model = LlamaForCausalLM(tiny_config(16, hidden, layers, heads, 64))
+    return sum(p.numel() for p in model.parameters())
+
+
+def part_a(args: argparse.Namespace, work: Path) -> list[str]:
+    import torch
+
+    frames = pong_frames(BATCH)
+    cpu = learner_samples_per_s("cpu", frames, args.updates)
+    gpu_rate = learner_samples_per_s("cuda", frames, args.updates)
+    ratio = gpu_rate / cpu
+    lines = [
+        "## (a) PPO's learner on Pong frames (APPO update, Nature CNN, 1,024-frame batch)",
+        "",
+        f"- learner samples/s: CPU {cpu:,.0f} ({torch.get_num_threads()} torch threads), "
+        f"GPU {gpu_rate:,.0f}: {ratio:.1f}x ({'met' if ratio >= 5 else 'NOT met'}: >= 5x)",
+    ]
+    print(lines[-1], flush=True)
+    for device in ("cpu", "cuda"):
+        r = train_pong(device, args.seconds, work)
+        lines.append(
+            f"- pong-appo, trainer on {device}, {args.seconds:g} s: "
+            + (
+                f"{r['steps_per_s']:,.0f} env steps/s ({r['env_steps']:,} steps; "
+                f"learner busy {r['time_learn']:.0%} of the trainer's time); {r['devices']}"
+                if r["exit_code"] == 0
+                else f"exit {r['exit_code']}: {r['error']}"
+            )
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
+def part_b(args: argparse.Namespace, work: Path) -> list[str]:
+    small = train_grpo("arith", [], args.grpo_seconds, work)
+    return ["## (b) arith-grpo on the GPU", "", *grpo_lines(small, f"{args.grpo_seconds:g} s")]
+
+
+def part_c(args: argparse.Namespace, work: Path) -> list[str]:
+    size = {"hidden": 768, "layers": 12, "heads": 12}
+    big = train_grpo(
+        "arith-100m",
+        [*(f"tiny_model.{k}={v}" for k, v in size.items()), "sft.steps=0", "eval.workers=0"],
+        args.big_seconds,
+        work,
+    )
+    return [
+        "## (c) GRPO on a config-built Llama of about 100M parameters",
+        "",
+        f"- {parameters(**size) / 1e6:.0f}M parameters (hidden 768, 12 layers, 12 heads)",
+        *grpo_lines({**big, "evals": []}, f"{args.big_seconds:g} s"),
+    ]
+
+
+def part_d(args: argparse.Namespace, work: Path) -> list[str]:
+    code, tail = cuda_tests()
+    args.tests_failed = code != 0
+    return ["## (d) `pytest -m cuda`", "", "```", tail.strip(), "```"]
 
 
 def main() -> int:
@@ -163,6 +252,7 @@ def main() -> int:
     parser.add_argument("--grpo-seconds", type=float, default=180.0)
     parser.add_argument("--big-seconds", type=float, default=60.0)
     parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--parts", default="abcd", help="which parts to run, in this order")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "gpu.md")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -175,56 +265,23 @@ def main() -> int:
         f"Command: `python benchmarks/gpu_check.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
         "",
         f"GPU: {gpu} (torch {torch.__version__}, CUDA {torch.version.cuda}); {summary()}",
-        "",
     ]
     print("\n".join(lines), flush=True)
-    frames = pong_frames(BATCH)
-    cpu = learner_samples_per_s("cpu", frames, args.updates)
-    gpu_rate = learner_samples_per_s("cuda", frames, args.updates)
-    ratio = gpu_rate / cpu
-    part_a = [
-        "## (a) PPO's learner on Pong frames (APPO update, Nature CNN, 1,024-frame batch)",
-        "",
-        f"- learner samples/s: CPU {cpu:,.0f}, GPU {gpu_rate:,.0f}: {ratio:.1f}x "
-        f"({'met' if ratio >= 5 else 'NOT met'}: >= 5x)",
-    ]
+    parts = {"a": part_a, "b": part_b, "c": part_c, "d": part_d}
+    args.tests_failed = False
+    failed = False
     with tempfile.TemporaryDirectory(prefix="surge-gpu-") as work:
-        for device in ("cpu", "cuda"):
-            r = train_pong(device, args.seconds, Path(work))
-            part_a.append(
-                f"- pong-appo, trainer on {device}, {args.seconds:g} s: "
-                + (
-                    f"{r['steps_per_s']:,.0f} env steps/s ({r['env_steps']:,} steps; "
-                    f"learner busy {r['time_learn']:.0%} of the trainer's time); {r['devices']}"
-                    if r["exit_code"] == 0
-                    else f"exit {r['exit_code']}: {r['error']}"
-                )
-            )
-        print("\n".join(part_a), flush=True)
-        small = train_grpo("arith", [], args.grpo_seconds, Path(work))
-        big = train_grpo(
-            "arith-100m",
-            ["tiny_model.hidden=768", "tiny_model.layers=12", "tiny_model.heads=12",
-             "sft.steps=0", "eval.workers=0"],
-            args.big_seconds,
-            Path(work),
-        )  # fmt: skip
-    part_bc = [
-        "",
-        "## (b) arith-grpo on the GPU",
-        "",
-        *grpo_lines(small, f"{args.grpo_seconds:g} s"),
-        "",
-        "## (c) GRPO on a config-built Llama of about 100M parameters",
-        "",
-        *grpo_lines({**big, "evals": []}, f"{args.big_seconds:g} s"),
-    ]
-    print("\n".join(part_bc), flush=True)
-    code, tail = cuda_tests()
-    part_d = ["", "## (d) `pytest -m cuda`", "", "```", tail.strip(), "```", ""]
-    print("\n".join(part_d))
-    args.out.write_text("\n".join([*lines, *part_a, *part_bc, *part_d]))
-    return 0 if code == 0 else 1
+        for name in args.parts:
+            start = time.perf_counter()
+            try:
+                section = parts[name](args, Path(work))
+            except Exception as e:  # one part's failure leaves the others' results
+                failed = True
+                section = [f"## ({name})", "", f"- failed: {type(e).__name__}: {e}"]
+            lines += ["", *section, f"- ({time.perf_counter() - start:.0f} s)"]
+            print("\n".join(section), flush=True)
+            args.out.write_text("\n".join([*lines, ""]))  # each part kept as it ends
+    return 1 if failed or args.tests_failed else 0
 
 
 if __name__ == "__main__":
