@@ -41,8 +41,11 @@ from learner_speed import ACTIONS, BATCH, EPOCHS, MINIBATCHES, N, T, pong_frames
 from machine import summary  # noqa: E402
 
 
-def learner_samples_per_s(device: str, frames: np.ndarray, updates: int) -> float:
-    """Samples per second of APPO updates on `device` (after one untimed warm-up update)."""
+def learner_samples_per_s(
+    device: str, frames: np.ndarray, updates: int, cuda_graphs: bool = True
+) -> float:
+    """Samples per second of APPO updates on `device` (after one untimed warm-up update);
+    on a GPU with the minibatch steps replayed from CUDA graphs or not (`ppo.cuda_graphs`)."""
     import gymnasium as gym
     import torch
 
@@ -55,7 +58,9 @@ def learner_samples_per_s(device: str, frames: np.ndarray, updates: int) -> floa
     space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     model = ActorCritic(space, gym.spaces.Discrete(ACTIONS), ModelConfig(encoder="nature_cnn"))
     model.to(device)
-    cfg = PPOConfig(rollout_len=T, epochs=EPOCHS, minibatches=MINIBATCHES, lr=2.5e-4)
+    cfg = PPOConfig(
+        rollout_len=T, epochs=EPOCHS, minibatches=MINIBATCHES, lr=2.5e-4, cuda_graphs=cuda_graphs
+    )
     learner = PPOLearner(model, cfg, torch.Generator().manual_seed(1), APPOConfig())
     g = torch.Generator().manual_seed(2)
     obs = torch.from_numpy(frames[:BATCH].reshape(T, N, 4, 84, 84))
@@ -193,6 +198,7 @@ def part_a(args: argparse.Namespace, work: Path) -> list[str]:
 
     frames = pong_frames(BATCH)
     cpu = learner_samples_per_s("cpu", frames, args.updates)
+    eager = learner_samples_per_s("cuda", frames, args.updates, cuda_graphs=False)
     gpu_rate = learner_samples_per_s("cuda", frames, args.updates)
     ratio = gpu_rate / cpu
     lines = [
@@ -200,8 +206,10 @@ def part_a(args: argparse.Namespace, work: Path) -> list[str]:
         "",
         f"- learner samples/s: CPU {cpu:,.0f} ({torch.get_num_threads()} torch threads), "
         f"GPU {gpu_rate:,.0f}: {ratio:.1f}x ({'met' if ratio >= 5 else 'NOT met'}: >= 5x)",
+        f"- the GPU's minibatch steps launched eagerly (`ppo.cuda_graphs=false`): "
+        f"{eager:,.0f} samples/s, {eager / cpu:.1f}x the CPU",
     ]
-    print(lines[-1], flush=True)
+    print("\n".join(lines[-2:]), flush=True)
     for device in ("cpu", "cuda"):
         r = train_pong(device, args.seconds, work)
         lines.append(
@@ -262,7 +270,7 @@ def main() -> int:
     lines = [
         "# surge on a CUDA GPU",
         "",
-        f"Command: `python benchmarks/gpu_check.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
+        f"Command: `{' '.join(['python benchmarks/gpu_check.py', *sys.argv[1:]])}`",
         "",
         f"GPU: {gpu} (torch {torch.__version__}, CUDA {torch.version.cuda}); {summary()}",
     ]

@@ -27,12 +27,27 @@ class FusedAdam:
         betas: tuple[float, float] = (0.9, 0.999),
     ) -> None:
         self.flat = flat
+        # On a GPU the rate lives on the device, so that a step captured in a CUDA graph
+        # (algos/cuda_graph.py) reads the current rate rather than the one at its capture.
+        self._lr_on_device = (
+            None if flat.data.device.type == "cpu" else torch.tensor(lr, device=flat.data.device)
+        )
         self.lr = lr
         self.eps = eps
         self.betas = betas
         self.exp_avg = torch.zeros_like(flat.data)
         self.exp_avg_sq = torch.zeros_like(flat.data)
         self.step_count = torch.zeros((), dtype=torch.float32, device=flat.data.device)
+
+    @property
+    def lr(self) -> float:
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._lr = float(value)
+        if self._lr_on_device is not None:
+            self._lr_on_device.fill_(self._lr)
 
     def zero_grad(self) -> None:
         self.flat.zero_grad()
@@ -47,7 +62,7 @@ class FusedAdam:
             [self.exp_avg_sq],
             [],
             [self.step_count],
-            lr=self.lr,
+            lr=self.lr if self._lr_on_device is None else self._lr_on_device,
             beta1=self.betas[0],
             beta2=self.betas[1],
             weight_decay=0.0,

@@ -12,6 +12,7 @@ algos/sequences.py (truncated BPTT from the stored state, minibatches of columns
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -22,6 +23,7 @@ from torch import Tensor
 from surge.algos.adam import FusedAdam
 from surge.algos.advantages import gae, vtrace, vtrace_stats
 from surge.algos.batch import RolloutBatch
+from surge.algos.cuda_graph import GraphedStep
 from surge.algos.flat_params import FlatParameters
 from surge.algos.losses import explained_variance, ppo_loss
 from surge.algos.ppo_common import (
@@ -150,6 +152,13 @@ class PPOLearner:
         self.threads: Callable[[], int] | None = None
         """If set, the torch thread count for what comes next, asked at the start of the
         update and before every minibatch (the trainer's `workers.trainer_threads_alone`)."""
+        # Summed as one detached tensor and read out once at the end of an update: one sync
+        # per update, not one per minibatch, when the model lives on a GPU.
+        self.totals = torch.zeros(len(STATS), device=self.flat.data.device)
+        self.graphs: dict[tuple[Any, ...], GraphedStep] = {}
+        """Captured minibatch steps (algos/cuda_graph.py), by their inputs' shapes."""
+        self.graph_error: str | None = None
+        """Why a capture failed; the minibatch steps then run eagerly."""
 
     def _set_threads(self) -> int:
         if self.threads is None:
@@ -233,9 +242,11 @@ class PPOLearner:
         scalars = torch.stack(
             [_flat(batch.logp), old_values, _flat(advantages), returns], dim=1
         ).to(batch.rewards.dtype)
-        epoch: Callable[[], Iterator[Minibatch]]
+        epoch: Callable[[], Iterator[Any]]
+        run: Callable[[Any], Tensor]
         if self.model.core is None:
             epoch = self._row_minibatches(batch, scalars, train, samples)
+            run = self._graphed_row_step if self._graphs_apply(train) else self._row_step
         else:  # whole sequences (algos/sequences.py)
             active = None if train is None else torch.from_numpy(batch.active).to(device)  # type: ignore[arg-type]
             epoch = partial(
@@ -243,39 +254,24 @@ class PPOLearner:
                 self.model, batch, resets_before(batch.terminated, batch.truncated),
                 scalars.view(T, N, -1), cfg.minibatches, cfg.burn_in, self.generator, active,
             )  # fmt: skip
+            run = self._sequence_step
 
         self.optimizer.lr = lr
-        # Summed as one detached tensor and read out once at the end: one sync per update,
-        # not one per minibatch, when the model lives on a GPU.
-        totals = torch.zeros(len(STATS), device=device)
+        self.totals.zero_()
         steps = threads = 0
+        minibatch: Any  # the inputs `run` takes: a row step's dict or a sequence Minibatch
         for _epoch in range(cfg.epochs):
-            for evaluate, mb_scalars in epoch():
+            for minibatch in epoch():
                 threads += self._set_threads()
-                new_logp, entropy, new_values = evaluate()
-                mb_logp, mb_values, mb_adv, mb_returns = mb_scalars.unbind(1)
-                # On CPU one autograd node for the whole loss (algos/losses.py): the value
-                # and gradients of the reference functions, at a fraction of the op cost.
-                loss, loss_stats = ppo_loss(
-                    new_logp, entropy, new_values, mb_logp, mb_adv, mb_values, mb_returns,
-                    clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss,
-                    ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, norm_adv=cfg.norm_adv,
-                )  # fmt: skip
-
-                self.optimizer.zero_grad()
-                torch.autograd.backward(loss)
-                grad_norm = self.flat.clip_grad_norm_(cfg.max_grad_norm)
-                self.optimizer.step()
-
+                loss_stats = run(minibatch)
                 steps += 1
-                totals[:-1] += loss_stats
-                totals[-1] += grad_norm
             if cfg.target_kl is not None and float(loss_stats[APPROX_KL]) > cfg.target_kl:
                 break
 
         if steps == 0:  # every minibatch of sequences was inactive past the burn-in
             return {"lr": float(lr), **target_stats}
-        stats = {key: float(total) / steps for key, total in zip(STATS, totals, strict=True)}
+        totals = self.totals.tolist()  # the update's one read from the device
+        stats = {key: total / steps for key, total in zip(STATS, totals, strict=True)}
         if train is not None:
             old_values, returns = old_values[train], returns[train]
         stats["explained_variance"] = float(explained_variance(old_values, returns))
@@ -285,18 +281,80 @@ class PPOLearner:
             stats["learner_threads"] = threads / steps  # mean over the minibatches
         return stats
 
+    def _step(
+        self, evaluate: Callable[[], tuple[Tensor, Tensor, Tensor]], scalars: Tensor
+    ) -> Tensor:
+        """One minibatch's optimiser step: `evaluate()` gives its (logp, entropy, value) with
+        gradient, `scalars` its [B, 4] rows (behaviour logp, old values, advantages,
+        returns). Adds its stats to `totals` and returns its loss stats (on the device)."""
+        cfg = self.cfg
+        new_logp, entropy, new_values = evaluate()
+        mb_logp, mb_values, mb_adv, mb_returns = scalars.unbind(1)
+        # On CPU one autograd node for the whole loss (algos/losses.py): the value and
+        # gradients of the reference functions, at a fraction of the op cost.
+        loss, loss_stats = ppo_loss(
+            new_logp, entropy, new_values, mb_logp, mb_adv, mb_values, mb_returns,
+            clip_coef=cfg.clip_coef, clip_vloss=cfg.clip_vloss,
+            ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, norm_adv=cfg.norm_adv,
+        )  # fmt: skip
+        self.optimizer.zero_grad()
+        torch.autograd.backward(loss)
+        grad_norm = self.flat.clip_grad_norm_(cfg.max_grad_norm)
+        self.optimizer.step()
+        self.totals[:-1] += loss_stats
+        self.totals[-1] += grad_norm
+        return loss_stats
+
+    def _sequence_step(self, minibatch: Minibatch) -> Tensor:
+        evaluate, scalars = minibatch
+        return self._step(evaluate, scalars)
+
+    def _row_step(self, inputs: dict[str, Tensor]) -> Tensor:
+        """The step of a feed-forward minibatch: `inputs` holds its observation fields (keys
+        `obs/<field>`), `actions` and `scalars`."""
+        obs = {key[4:]: x for key, x in inputs.items() if key.startswith("obs/")}
+        return self._step(partial(self.model.evaluate, obs, inputs["actions"]), inputs["scalars"])
+
+    def _graphs_apply(self, train: Tensor | None) -> bool:
+        """Whether this update's row steps replay CUDA graphs: `ppo.cuda_graphs` on a CUDA
+        learner, with every row training (inactive rows make minibatches of varying size)."""
+        return self.cfg.cuda_graphs and train is None and self.totals.device.type == "cuda"
+
+    def _graphed_row_step(self, inputs: dict[str, Tensor]) -> Tensor:
+        """`_row_step` replayed from a CUDA graph captured on the first minibatch of its shape
+        (`ppo.cuda_graphs`); eager if a capture failed (`graph_error` says why)."""
+        if self.graph_error is not None:
+            return self._row_step(inputs)
+        key = tuple((name, tuple(x.shape)) for name, x in inputs.items())
+        graph = self.graphs.get(key)
+        if graph is None:
+            optimizer = self.optimizer
+            state = [self.flat.data, self.flat.grad, optimizer.exp_avg, optimizer.exp_avg_sq]
+            state += [optimizer.step_count, self.totals]
+            try:
+                graph = self.graphs[key] = GraphedStep(self._row_step, inputs, state)
+            except RuntimeError as e:  # the eager step is the same maths
+                self.graph_error = f"{type(e).__name__}: {e}"
+                print(
+                    f"ppo.cuda_graphs: capturing the minibatch step failed ({self.graph_error}); "
+                    "the steps run eagerly",
+                    file=sys.stderr,
+                )
+                return self._row_step(inputs)
+        return graph(inputs)
+
     def _row_minibatches(
         self, batch: RolloutBatch, scalars: Tensor, train: Tensor | None, samples: int
-    ) -> Callable[[], Iterator[Minibatch]]:
+    ) -> Callable[[], Iterator[dict[str, Tensor]]]:
         """A feed-forward model's epochs: each shuffles the samples that train (`train`: their
-        flat indices, None: all [T * N]) and yields, per minibatch, (a function returning its
-        (logp, entropy, value) with gradient, its rows of `scalars`)."""
+        flat indices, None: all [T * N]) and yields, per minibatch, the inputs of `_row_step`:
+        its observation fields, actions and rows of `scalars`."""
         # The encoder's own layout (channels-last frames for the CNN), made once per batch
         # rather than once per minibatch of every epoch.
         obs = self.model.encoder.prepare({key: _flat(x) for key, x in batch.obs.items()})
         actions = _flat(batch.actions)
 
-        def epoch() -> Iterator[Minibatch]:
+        def epoch() -> Iterator[dict[str, Tensor]]:
             # Each epoch shuffles the [size, 4] table with one gather, and every minibatch
             # is a slice of the shuffled copy (a view).
             # drawn on the CPU by the learner's generator (the same order on any device)
@@ -307,8 +365,8 @@ class PPOLearner:
             epoch_actions, epoch_scalars = gather_rows(actions, perm), gather_rows(scalars, perm)
             for start, end in minibatch_bounds(samples, self.cfg.minibatches):
                 rows = slice(start, end)
-                mb_obs, mb_actions = _rows(epoch_obs, rows), epoch_actions[rows]
-                yield partial(self.model.evaluate, mb_obs, mb_actions), epoch_scalars[rows]
+                inputs = {f"obs/{key}": x[rows] for key, x in epoch_obs.items()}
+                yield {**inputs, "actions": epoch_actions[rows], "scalars": epoch_scalars[rows]}
 
         return epoch
 

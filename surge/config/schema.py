@@ -401,6 +401,13 @@ class PPOConfig:
     norm_adv: bool = True
     """Normalise advantages per minibatch."""
 
+    cuda_graphs: bool = True
+    """With the learner on a CUDA GPU and a feed-forward model: capture the minibatch step
+    (forward, loss, backward, clip, Adam) as a CUDA graph once per minibatch shape and replay
+    it, one launch instead of a few hundred kernels (algos/cuda_graph.py). The same maths
+    as the eager step; updates with inactive multi-agent rows run eagerly. No effect on the
+    CPU."""
+
     target_kl: float | None = None
     """Stop the epochs of an update early once the approximate KL exceeds this. None: never."""
 

@@ -114,3 +114,53 @@ def test_a_run_with_the_learner_on_the_gpu(preset: str, options: list[str], tmp_
     assert rows[-1]["policy_version"] >= 2
     evaluated = run_surge("eval", str(run_dir), "episodes=2", timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]  # its checkpoint loads on a CPU
+
+
+def _frames_batch(T: int, N: int) -> RolloutBatch:
+    g = torch.Generator().manual_seed(3)
+    frames = torch.randint(0, 256, (T, N, 4, 84, 84), generator=g, dtype=torch.uint8)
+    return RolloutBatch(
+        obs={"obs": frames},
+        last_obs={"obs": frames[-1]},
+        final_obs={"obs": frames},
+        actions=torch.randint(0, 6, (T, N), generator=g),
+        logp=torch.full((T, N), -float(np.log(6))),
+        values=torch.zeros(T, N),
+        rewards=torch.randn(T, N, generator=g),
+        terminated=torch.zeros(T, N, dtype=torch.bool),
+        truncated=torch.zeros(T, N, dtype=torch.bool),
+    )
+
+
+@pytest.mark.parametrize("encoder", ["auto", "nature_cnn"])
+def test_a_graphed_minibatch_step_matches_the_eager_one(encoder: str) -> None:
+    """`ppo.cuda_graphs`: two APPO updates, the second at another learning rate, replayed
+    from CUDA graphs give the eager updates' parameters and stats."""
+    from surge.config.schema import APPOConfig
+
+    obs_space: gym.Space = gym.spaces.Box(-1, 1, (6,), np.float32)
+    action_space: gym.Space = gym.spaces.Discrete(3)
+    if encoder == "nature_cnn":
+        obs_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+        action_space = gym.spaces.Discrete(6)
+    model_cfg = ModelConfig(encoder=encoder, precision="float32")  # type: ignore[arg-type]
+    results = []
+    for graphs in (False, True):
+        torch.manual_seed(0)
+        model = ActorCritic(obs_space, action_space, model_cfg)
+        batch = _frames_batch(T, N) if encoder == "nature_cnn" else _batch(model, 6, False)
+        model.to("cuda")
+        before = model_to_flat(model)
+        ppo = PPOConfig(rollout_len=T, epochs=2, minibatches=4, cuda_graphs=graphs)
+        learner = PPOLearner(model, ppo, torch.Generator().manual_seed(2), APPOConfig())
+        cuda_batch = batch.map(lambda t: t.to("cuda"))
+        stats = [learner.update(cuda_batch, 2.5e-4), learner.update(cuda_batch, 1e-4)]
+        assert learner.graph_error is None
+        assert len(learner.graphs) == int(graphs)
+        assert not np.array_equal(model_to_flat(model), before)
+        results.append((model_to_flat(model), stats))
+    (eager, eager_stats), (graphed, graphed_stats) = results
+    np.testing.assert_allclose(graphed, eager, rtol=1e-4, atol=1e-6)
+    for a, b in zip(graphed_stats, eager_stats, strict=True):
+        for key in ("policy_loss", "value_loss", "approx_kl", "grad_norm", "lr"):
+            assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-6), key
