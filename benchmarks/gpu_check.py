@@ -1,21 +1,22 @@
-"""What surge does with a CUDA GPU, in one script for a machine that has one (about 8
-minutes, the LLM warm start on the CPU aside). It prints the device, then:
+"""What surge does with a CUDA GPU, in one script for a machine that has one (7.5 minutes on
+an H200, the LLM warm start on the CPU aside). It prints the device, then:
 
 (a) PPO's learner (APPO's update: V-trace, the Nature CNN, 4 epochs x 4 minibatches of a
     1,024-frame Pong batch, surge/algos/ppo.py as the trainer runs it) timed on the CPU and
     on the GPU from the same parameters and batch: learner samples/s and their ratio; then
-    `pong-appo` trained for --seconds with `workers.trainer_device=cpu` and `=cuda`: env
+    on the GPU with the minibatch steps launched eagerly (`ppo.cuda_graphs=false`); then
+    `pong-appo` trained for --seconds (30) with `workers.trainer_device=cpu` and `=cuda`: env
     steps/s end to end;
 (b) `arith-grpo` with generation and the learner on the GPU for --grpo-seconds (180): the
     held-out accuracy of the first and the last evaluation, tokens/s generated and trained
     (its supervised warm start runs first, on the CPU, cached for later runs);
 (c) GRPO's throughput on a config-built Llama of about 100M parameters (hidden 768, 12
-    layers, 12 heads; random weights, no warm start) for --big-seconds (60): tokens/s
+    layers, 12 heads; random weights, no warm start) for --big-seconds (40): tokens/s
     generated and trained;
 (d) the CUDA-marked tests (`pytest -m cuda`).
 
     python benchmarks/gpu_check.py                  # writes benchmarks/results/gpu.md
-    python benchmarks/gpu_check.py --seconds 30 --out /tmp/gpu.md
+    python benchmarks/gpu_check.py --parts ad --out /tmp/gpu.md   # the learner and the tests
 
 Needs gymnasium and ale-py beside torch (a GPU machine without a package index: install
 their wheels from a folder, `pip install --no-index --find-links WHEELS gymnasium ale-py`).
@@ -256,9 +257,9 @@ def main() -> int:
     import torch
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=45.0, help="each pong-appo run")
+    parser.add_argument("--seconds", type=float, default=30.0, help="each pong-appo run")
     parser.add_argument("--grpo-seconds", type=float, default=180.0)
-    parser.add_argument("--big-seconds", type=float, default=60.0)
+    parser.add_argument("--big-seconds", type=float, default=40.0)
     parser.add_argument("--updates", type=int, default=3)
     parser.add_argument("--parts", default="abcd", help="which parts to run, in this order")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "gpu.md")
