@@ -2,8 +2,9 @@
 
 A small model's training step on a GPU is bound by launching kernels, not by running them:
 the Nature CNN's forward, PPO loss, backward, gradient clip and Adam on a 256-frame
-minibatch are about 200 kernels of a few microseconds each, and the host spends longer
-issuing them than the GPU spends running them. Captured once, the step is one graph launch.
+minibatch are a few hundred kernels of microseconds each, and the host spends longer
+issuing them than the GPU spends running them. Captured once, the step is one graph launch:
+on an NVIDIA H200, PPO's Pong update ran 3.7x as fast (benchmarks/results/gpu.md).
 
 `GraphedStep` holds the step's inputs in static buffers (each minibatch is copied into them)
 and replays the graph; whatever the step writes (parameters, Adam's moments, running sums)
