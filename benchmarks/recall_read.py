@@ -5,8 +5,10 @@
 DIR is a model directory (a warm start under `$SURGE_CACHE/warm-start/<key>`, or a run's
 `run_dir/model`). Each held-out episode of the preset's `recall` runs with the env's expert
 writing every fetch and every summary in full (no lazy summaries), and the model writing
-the answer greedily once the question is in its context. The share answered right is the
-model's read: the most a policy that writes full summaries can win. It separates the two
+the answer greedily once the question is in its context (surge/llm/sft.py
+`expert_led_accuracy`, the check a recall warm start with `sft.target_accuracy` stops on).
+The share answered right is the model's read: the most a policy that writes full summaries
+can win. It separates the two
 skills a `recall-supo` run needs, summarising (RL learns it) and reading (the warm start
 must bring it).
 """
@@ -18,47 +20,17 @@ import json
 import sys
 from typing import Any
 
-import numpy as np
 import torch
 
 
 def read_accuracy(model: Any, tokenizer: Any, preset: str, problems: int) -> float:
     from surge.config.load import load_config
-    from surge.llm.episodes import EpisodeEngine
+    from surge.llm.sft import expert_led_accuracy
     from surge.llm.tasks import heldout_set, task_of
 
-    cfg, _ = load_config(preset, ["task.kwargs.lazy=0.0"])
+    cfg, _ = load_config(preset, [])
     task = task_of(cfg)
-    engine = EpisodeEngine(tokenizer)
-    held = heldout_set(task, problems)
-    right = sum(
-        read_once(model, engine, task, int(p.meta["seed"]), np.random.default_rng([7, n]))
-        for n, p in enumerate(held)
-    )
-    return right / problems
-
-
-def read_once(model: Any, engine: Any, task: Any, seed: int, rng: np.random.Generator) -> bool:
-    """One episode: the expert fetches and summarises in full, the model answers greedily."""
-    from surge.llm.textenv import run_now, text_episode
-
-    env = task.make_env()
-    prompt, _ = env.reset(seed)
-    newline = engine.encode("\n")[0]
-
-    async def write(context: list[int], max_new: int, summarize: bool) -> Any:
-        if env.knows_question and not summarize:  # the answer: the model's, greedy
-            ids, out = list(context), []
-            with torch.no_grad():
-                while len(out) < max_new and newline not in out:
-                    out.append(int(model(torch.tensor([ids + out])).logits[0, -1].argmax()))
-            finish = "stop" if out[-1] == newline else "length"
-            return out, [0.0] * len(out), [0] * len(out), finish
-        tokens = engine.encode(env.expert(rng, summarize=summarize))[:max_new]
-        return tokens, [0.0] * len(tokens), [0] * len(tokens), "stop"
-
-    trajectory = run_now(text_episode(env, engine, prompt, task.limits, write))
-    return trajectory is not None and trajectory.reward > 0
+    return expert_led_accuracy(model, tokenizer, task, heldout_set(task, problems))
 
 
 def main() -> None:

@@ -121,8 +121,9 @@ class ContextConfig:
     threshold x window minus it, so the context never exceeds the window."""
 
     max_summaries: int = 0
-    """Summaries (or, truncating, restarts) an episode may make in training (SUPO's S); past
-    them it is overlong (zero loss weight, its reward still in its group's statistics)."""
+    """`summarize`: summaries an episode may make in training (SUPO's S); past them it is
+    overlong (zero loss weight, its reward still in its group's statistics). Truncation
+    restarts without a budget: `rollout.max_turns` and `rollout.max_tool_calls` end it."""
 
     eval_max_summaries: int | None = None
     """Summaries allowed in evaluation (SUPO found more at test time than in training helps);
@@ -187,7 +188,9 @@ class SFTConfig:
 
     target_accuracy: float = 0.0
     """Stop the warm start early once greedy accuracy on training problems reaches this (RL
-    learns best from a start that solves some, not all: 20-60%). 0: run all `steps`."""
+    learns best from a start that solves some, not all: 20-60%). A text env that marks its
+    deciding action (recall's answer) is checked there, with its expert leading every other
+    turn (docs/agents.md). 0: run all `steps`."""
 
     batch_size: int = 128
     """Examples per warm-start step."""

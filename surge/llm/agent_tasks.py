@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -112,6 +112,8 @@ class Recall:
     apart); `lazy` is the chance that the expert's summaries list no facts (its first decides)."""
 
     alphabet = RECALL_ALPHABET
+    best_expert: ClassVar[dict[str, Any]] = {"lazy": 0.0}
+    """The expert at its best (every summary full): the warm start's expert-led check."""
 
     def __init__(
         self, facts: int = 12, asked_from: int = 4, filler: int = 6, lazy: float = 0.6
@@ -203,6 +205,11 @@ class Recall:
             digit = self.memory.get(self.asked)
             return f"{self.asked}={digit if digit is not None else int(rng.integers(0, 10))}\n"
         return f"g{min(self.next, self.facts - 1)}\n"
+
+    @property
+    def deciding(self) -> bool:
+        """Whether the next action decides the reward (the answer: the question is known)."""
+        return self.knows_question
 
     def summary_recall(self, summary: str) -> float | None:
         """The share of the askable facts fetched before the latest action (the exchange a

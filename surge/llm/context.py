@@ -39,7 +39,7 @@ class ContextRule:
     summary_tokens: int = 0
     """Room kept for the summary instruction and the summary (summarize only)."""
     max_segments: int = 1
-    """Segments an episode may use (summaries + 1; restarts + 1 when truncating)."""
+    """Segments an episode may use: summaries + 1 (truncating: `rollout.max_turns` + 1)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

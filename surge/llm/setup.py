@@ -177,13 +177,26 @@ def _alphabet(cfg: ExperimentConfig) -> str:
     return _sample(cfg).alphabet
 
 
+_WHY_NO_SUMMARIES = {"truncate": " (truncation restarts until rollout.max_turns ends the episode)"}
+
+
 def check_context(cfg: ExperimentConfig, task: Task) -> None:
-    """`context.*` belongs to multi-turn tasks: a ConfigError naming it on a single-turn one."""
+    """`context.*` belongs to multi-turn tasks, and its summary settings to
+    `context.mode=summarize`: a ConfigError naming the setting used elsewhere."""
     from surge.config.llm_schema import ContextConfig
 
-    if isinstance(task, TextEnvTask):
-        return
     default = ContextConfig()
+    if isinstance(task, TextEnvTask):
+        c = cfg.context
+        summary_only = ("max_summaries", "eval_max_summaries", "summary_tokens")
+        changed = [k for k in summary_only if getattr(default, k) != getattr(c, k)]
+        if c.mode != "summarize" and changed:
+            raise ConfigError(
+                f"context.{changed[0]}={getattr(c, changed[0])!r}: summaries belong to "
+                f"context.mode=summarize, not {c.mode!r}{_WHY_NO_SUMMARIES.get(c.mode, '')}",
+                f"remove context.{changed[0]}, or set context.mode=summarize",
+            )
+        return
     changed = [k for k, v in vars(cfg.context).items() if getattr(default, k) != v]
     if changed:
         raise ConfigError(
@@ -222,7 +235,8 @@ def text_env_shapes(
     cfg: ExperimentConfig, task: TextEnvTask, tokenizer: Any, positions: int, longest: int
 ) -> EnvInfo:
     """A multi-turn task's shapes: prompts as sampled; per episode, its segments (a context
-    each: `context.max_summaries` + 1 when it restarts) of up to `context.window` tokens, as
+    each: `context.max_summaries` + 1 when it summarises, `rollout.max_turns` + 1 when it
+    truncates) of up to `context.window` tokens, as
     a [segments, window] action space. ConfigErrors for a window the model cannot hold, and
     for a prompt and one exchange that do not fit under the context rule."""
     from surge.llm.context import check_fits

@@ -124,7 +124,44 @@ def transcript_batch(
 
 CHECK_EVERY = 5
 """Steps between the target-accuracy checks."""
+CHECK_EVERY_LED = 200
+"""Steps between the expert-led checks of a text env (a whole episode per problem)."""
 CHECK_PROBLEMS = 256
+
+
+def expert_led_accuracy(
+    model: Any, tokenizer: Any, task: TextEnvTask, problems: list[Problem], seed: int = 7
+) -> float:
+    """The share of `problems` won when the env's expert at its best leads each episode and
+    the model writes the deciding action greedily (for recall: the answer, read out of the
+    expert's full summaries). It measures the skill a warm start must bring where RL can
+    only improve the rest (which summaries to write)."""
+    from surge.llm.episodes import EpisodeEngine
+
+    engine = EpisodeEngine(tokenizer)
+    stops = tuple(task.limits.stop)
+
+    def greedy(context: list[int], max_new: int, summarize: bool) -> Any:
+        out: list[int] = []
+        finish = "length"
+        with torch.no_grad():
+            while len(out) < max_new:
+                token = int(model(torch.tensor([context + out])).logits[0, -1].argmax())
+                if token == tokenizer.eos_token_id:
+                    finish = "eos"
+                    break
+                out.append(token)
+                if stops and engine.decode(out).endswith(stops):
+                    finish = "stop"
+                    break
+        return out, [0.0] * len(out), [0] * len(out), finish
+
+    won = 0
+    for n, problem in enumerate(problems):
+        rng = np.random.default_rng([seed, n])
+        episode = task.expert_led_episode(engine, int(problem.meta["seed"]), rng, greedy)
+        won += episode is not None and episode.reward > 0
+    return won / max(len(problems), 1)
 
 
 def train_sft(
@@ -137,23 +174,32 @@ def train_sft(
     seed: int,
     target_accuracy: float = 0.0,
     aggregation: Aggregation = "token-mean",
+    on_check: Callable[[int, float], None] = lambda step, accuracy: None,
 ) -> list[float]:
-    """Up to `steps` AdamW steps on fresh training problems, stopping once the greedy
-    accuracy on a fixed sample of training problems reaches `target_accuracy` (> 0); the
-    losses. The check never looks at held-out problems."""
+    """Up to `steps` AdamW steps on fresh training problems, stopping once the accuracy on a
+    fixed sample of training problems reaches `target_accuracy` (> 0); the losses. The check
+    is greedy decoding, or, for a text env that marks its deciding action, the expert-led
+    accuracy (`expert_led_accuracy`); it never looks at held-out problems."""
     from surge.llm.evaluate import greedy_accuracy
 
     rng = random.Random(seed)
     check = task.sample("train", CHECK_PROBLEMS, random.Random(seed + 1))
+    led = isinstance(task, TextEnvTask) and task.has_deciding
+    every = CHECK_EVERY_LED if led else CHECK_EVERY
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     losses: list[float] = []
     for step in range(steps):
-        if target_accuracy > 0 and step and step % CHECK_EVERY == 0:
+        if target_accuracy > 0 and step and step % every == 0:
             model.eval()
-            reached = greedy_accuracy(model, tokenizer, task, check) >= target_accuracy
+            if led:
+                assert isinstance(task, TextEnvTask)
+                accuracy = expert_led_accuracy(model, tokenizer, task, check)
+            else:
+                accuracy = greedy_accuracy(model, tokenizer, task, check)
             model.train()
-            if reached:
+            on_check(step, accuracy)
+            if accuracy >= target_accuracy:
                 break
         problems = task.sample("train", batch_size, rng)
         if isinstance(task, TextEnvTask):
@@ -198,9 +244,16 @@ def warm_start(
         task = make_task(s.task, s.task_kwargs, s.reward_fn)
         if isinstance(task, TextEnvTask):
             task.configure(limits_from(s.limits))
+        checks: list[tuple[int, float]] = []
+
+        def checked(step: int, accuracy: float) -> None:
+            checks.append((step, round(accuracy, 4)))
+            if len(checks) % 5 == 1 or accuracy >= s.target_accuracy:
+                log(f"warm start: step {step}, check accuracy {accuracy:.1%}")
+
         losses = train_sft(
             model, tokenizer, task, s.steps, s.batch_size, s.lr, s.seed, s.target_accuracy,
-            s.aggregation,
+            s.aggregation, on_check=checked,
         )  # fmt: skip
         accuracy = greedy_accuracy(model, tokenizer, task, heldout_set(task, HELDOUT))
         seconds = time.monotonic() - started
@@ -215,6 +268,7 @@ def warm_start(
         "heldout_accuracy": accuracy,
         "heldout_problems": HELDOUT,
         "steps": len(losses),
+        "checks": checks,
         "final_loss": losses[-1] if losses else None,
         "seconds": round(seconds, 1),
     }

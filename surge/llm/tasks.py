@@ -241,7 +241,13 @@ def episode_limits(cfg: ExperimentConfig, evaluation: bool = False) -> EpisodeLi
     summaries = c.max_summaries
     if evaluation and c.eval_max_summaries is not None:
         summaries = c.eval_max_summaries
-    rule = ContextRule(c.mode, c.window, c.threshold, c.summary_tokens, summaries + 1)
+    segments = summaries + 1
+    if c.mode == "truncate":
+        # Truncation has no summary budget: the turn limits end an episode. Each segment
+        # holds at least one turn (a restart keeps under half the room, so the next turn
+        # fits), so max_turns + 1 segments always suffice.
+        segments = r.max_turns + 1
+    rule = ContextRule(c.mode, c.window, c.threshold, c.summary_tokens, segments)
     return EpisodeLimits(
         rule, r.max_new_tokens, r.max_tool_calls, r.max_turns, c.instruction, tuple(r.stop)
     )

@@ -133,6 +133,9 @@ class TextEnvTask:
         probe = env_factory(**self.kwargs)  # a TypeError here names the bad kwargs
         self.alphabet: str = getattr(probe, "alphabet", USER_ALPHABET)
         self.has_expert = callable(getattr(probe, "expert", None))
+        # An env that marks its deciding action lets the warm start check the model there
+        # with the expert leading (expert_led_episode).
+        self.has_deciding = self.has_expert and hasattr(probe, "deciding")
         self.limits = EpisodeLimits(ContextRule("none", 256))
         self.name = getattr(env_factory, "__name__", "env")
 
@@ -185,6 +188,25 @@ class TextEnvTask:
             return tokens, [0.0] * len(tokens), [0] * len(tokens), "stop"
 
         return run_now(text_episode(env, engine, prompt_text, self.limits, expert))
+
+    def expert_led_episode(
+        self, engine: EpisodeEngine, seed: int, rng: np.random.Generator, decide: Writer
+    ) -> Any:
+        """The problem of `seed` with the expert at its best (the env's `best_expert`
+        settings over the task's) writing every turn and summary until the env's `deciding`
+        is true; `decide(context, max_new, False)` writes that action and any after it,
+        synchronously (it must not await an engine)."""
+        best = getattr(self.env_factory, "best_expert", {})
+        env = self.env_factory(**{**self.kwargs, **best})
+        prompt_text, _ = env.reset(seed)
+
+        async def lead(context: list[int], max_new: int, summarize: bool) -> Written:
+            if env.deciding and not summarize:
+                return decide(context, max_new, False)
+            tokens = engine.encode(env.expert(rng, summarize=summarize))[:max_new]
+            return tokens, [0.0] * len(tokens), [0] * len(tokens), "stop"
+
+        return run_now(text_episode(env, engine, prompt_text, self.limits, lead))
 
 
 def run_now(episode: Any) -> Any:

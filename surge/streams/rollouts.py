@@ -177,7 +177,7 @@ class RolloutRows:
         if len(segments) > self.segments:
             raise ValueError(
                 f"an episode of {len(segments)} segments; the rollout rows hold "
-                f"{self.segments} (context.max_summaries + 1)"
+                f"{self.segments} (context.max_summaries + 1; truncating, rollout.max_turns + 1)"
             )
         for s in segments:
             if len(s.tokens) > width:

@@ -102,3 +102,40 @@ def test_the_target_accuracy_stops_the_warm_start_early() -> None:
 
     check = task.sample("train", 256, random.Random(1))  # the sample train_sft checks (seed + 1)
     assert greedy_accuracy(model, tok, task, check) >= 0.2
+
+
+def test_a_text_env_with_a_deciding_action_checks_the_expert_led_accuracy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """recall marks its answer as deciding: the warm start's target check is the model's
+    answer after the expert's full summaries, not its own greedy episodes."""
+    import random
+
+    from surge.config.load import load_config
+    from surge.llm import sft
+    from surge.llm.tasks import task_of
+
+    cfg, _ = load_config("recall-supo", [])
+    task = task_of(cfg)
+    assert task.has_deciding
+    tok = char_tokenizer(task.alphabet)
+    model = tiny_llama(len(tok), hidden=32, layers=1, heads=1, max_length=96, seed=0)
+    led: list[float] = []
+    real = sft.expert_led_accuracy
+
+    def recorded(*args: object, **kwargs: object) -> float:
+        led.append(real(*args, **kwargs))  # type: ignore[arg-type]
+        return led[-1]
+
+    monkeypatch.setattr(sft, "expert_led_accuracy", recorded)
+    monkeypatch.setattr(sft, "CHECK_EVERY_LED", 2)
+    monkeypatch.setattr(sft, "CHECK_PROBLEMS", 8)
+    checks: list[tuple[int, float]] = []
+    losses = train_sft(
+        model, tok, task, 5, 2, 1e-3, 0, target_accuracy=0.99,
+        on_check=lambda step, accuracy: checks.append((step, accuracy)),
+    )  # fmt: skip
+    assert len(losses) == 5 and [s for s, _ in checks] == [2, 4]
+    assert [a for _, a in checks] == led and all(0 <= a <= 1 for a in led)
+    check = task.sample("train", 8, random.Random(1))
+    assert real(model, tok, task, check) == real(model, tok, task, check)  # greedy: stable

@@ -108,3 +108,68 @@ def test_an_expert_episode_is_seeded() -> None:
     a = task.expert_episode(engine, 5, np.random.default_rng(0))
     b = task.expert_episode(engine, 5, np.random.default_rng(0))
     assert a.tokens == b.tokens and [s.tokens for s in a.later] == [s.tokens for s in b.later]
+
+
+def test_truncation_restarts_until_the_turn_limit_not_a_summary_budget() -> None:
+    """A policy that fetches every fact twice truncates about 9 times: with no summary
+    budget in truncate mode it still reaches the question, and the rows hold
+    `rollout.max_turns` + 1 segments (each segment holds at least one turn)."""
+    from surge.llm.textenv import run_now, text_episode
+
+    cfg = _cfg("recall-truncate")
+    task = task_of(cfg)
+    env_info, _ = setup.shapes_and_size(cfg, None)
+    assert env_info.action_space.shape == (cfg.rollout.max_turns + 1, 96)
+    engine = EpisodeEngine(char_tokenizer(task.alphabet))
+    env = task.make_env()
+    prompt, _ = env.reset(3)
+    fetches = [f"g{i}\n" for i in range(12) for _ in range(2)]
+
+    async def twice(context: list[int], max_new: int, summarize: bool) -> Any:
+        text = fetches.pop(0) if fetches else "0=0\n"
+        tokens = engine.encode(text)
+        return tokens, [0.0] * len(tokens), [0] * len(tokens), "stop"
+
+    episode = run_now(text_episode(env, engine, prompt, task.limits, twice))
+    assert episode.info["end"] == "done" and not episode.overlong
+    assert len(episode.segments()) > cfg.context.max_summaries + 1 + 2
+    assert episode.info["context_max"] <= 96
+
+
+@pytest.mark.parametrize("setting", ["context.max_summaries=6", "context.summary_tokens=28"])
+def test_summary_settings_outside_summarize_are_an_error(setting: str) -> None:
+    cfg = _cfg("recall-truncate", setting)
+    key = setting.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{key}=.*context.mode=summarize, not 'truncate'"):
+        setup.check_context(cfg, task_of(cfg))
+    setup.check_context(_cfg("recall-truncate"), task_of(_cfg("recall-truncate")))
+
+
+def _answering(engine: EpisodeEngine, env: Any, right: bool, calls: list[str]) -> Any:
+    """A stand-in for the model's deciding turn: recall's answer, right or one digit off."""
+
+    def decide(context: list[int], max_new: int, summarize: bool) -> Any:
+        calls.append(engine.decode(context))
+        digit = (int(env.digits[env.asked]) + (0 if right else 1)) % 10
+        tokens = engine.encode(f"{env.asked}={digit}\n")
+        return tokens, [0.0] * len(tokens), [0] * len(tokens), "stop"
+
+    return decide
+
+
+def test_expert_led_episodes_hand_the_model_only_the_deciding_action() -> None:
+    """The expert at its best (full summaries) leads; the model writes the answer alone, once,
+    with the question in its context: right answers win every episode, wrong ones none."""
+    task = task_of(_cfg("recall-supo"))
+    engine = EpisodeEngine(char_tokenizer(task.alphabet))
+    for right in (True, False):
+        for seed in range(10):
+            env = task.make_env()
+            env.reset(seed)
+            calls: list[str] = []
+            decide = _answering(engine, env, right, calls)
+            episode = task.expert_led_episode(engine, seed, np.random.default_rng(seed), decide)
+            assert episode.reward == float(right) and len(calls) == 1
+            assert calls[0].rstrip("\n").endswith(f"?{env.asked}")
+            # full summaries: every summary states the askable facts fetched so far
+            assert episode.info["summaries"] >= 3 and episode.info["summary_kept"] == 1.0
