@@ -73,11 +73,15 @@ def grpo_update(
         # A segment with no trained token (unused, or of an overlong episode) adds nothing to
         # the loss or its normaliser: it is left out of the forward too.
         trained = computed & (mask.sum(1) > 0)
-        if bool(trained.any()):
-            computed = trained
-            counts = computed.view(-1, per_group).sum(1)
-            groups = counts > 0
-            counts = counts[groups]
+        if not bool(trained.any()):
+            # Nothing trains (every computed episode overlong): the loss, its gradient and
+            # the statistics are zero whichever rows run, so one segment stands for all.
+            trained = torch.zeros_like(computed)
+            trained[0] = True
+        computed = trained
+        counts = computed.view(-1, per_group).sum(1)
+        groups = counts > 0
+        counts = counts[groups]
     rows = computed.nonzero()[:, 0]
     picked = groups.nonzero()[:, 0]
     tokens = completions[rows]

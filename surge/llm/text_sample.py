@@ -111,10 +111,15 @@ def _text_sample(name: str, kwargs_json: str, reward_fn: str | None) -> TextSamp
 
 def _text_env_sample(task: TextEnvTask) -> TextSample:
     """A text env's sample: its prompts; its alphabet is its own (`alphabet`, or printable
-    ASCII); the digest also covers the env's code, which makes its episodes."""
+    ASCII); the digest also covers the code that makes its episodes: the env's, the episode
+    loop's and the context rules' (a changed transcript trains a new warm start)."""
+    from surge.llm import context, textenv
+
     problems = task.sample("train", TEXT_SAMPLE, random.Random(SAMPLE_SEED))
     sample = summarise(problems)
     digest = hashlib.blake2b(sample.digest.encode(), digest_size=10)
+    digest.update(inspect.getsource(textenv.text_episode).encode())
+    digest.update(inspect.getsource(context).encode())
     # no source (a compiled or dynamic class): the prompts only
     with contextlib.suppress(OSError, TypeError):
         digest.update(inspect.getsource(task.env_factory).encode())

@@ -288,15 +288,20 @@ async def text_episode(
         if rule.mode == "truncate":
             # The oldest exchanges leave; this one (the env has seen it) stays in the new
             # context, after as many recent ones as fit (none, if it would cross again).
+            # The action trains where it was written, at the end of the full context, so
+            # its behaviour log-prob and the trainer's are of the same context; the new
+            # segment holds it as context.
             keep = kept_exchanges(rule, len(prompt), [n for _, n in segment.exchanges])
             start = segment.exchanges[-keep][0] if keep else len(segment.tokens)
             carried = segment.tokens[start:]
             if crosses(rule, len(prompt) + len(carried), exchange):
                 carried = []
+            if written is not None:
+                segment.add([], written)
             segment = restart(carried)
             if written is not None and not window_full:
                 segment.exchanges.append((len(segment.tokens), exchange))
-                segment.add([], written)
+                segment.add(written[0])
                 segment.add(observation_tokens)
             continue
         if written is not None:  # the context never holds it: only a warm start can teach it

@@ -5,6 +5,7 @@ moves its group's statistics (surge/algos/llm_losses.py, grpo_update.py)."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import numpy as np
 import pytest
@@ -100,6 +101,29 @@ def test_an_overlong_episode_moves_its_groups_statistics_but_trains_no_token() -
     stats = grpo_update(LeanLlama(model), optimizer, data, GRPOConfig(), group_size=2)
     assert stats["loss"] == pytest.approx(0.70710, abs=1e-4)
     assert stats["learned_tokens"] == pytest.approx(float(data["mask"][2:].sum()))
+
+
+def test_a_batch_of_overlong_episodes_forwards_one_segment_and_trains_nothing() -> None:
+    """Every episode overlong (a truncating policy that never finishes): nothing trains, so
+    the update runs one segment instead of all of them (a run of 64 episodes x 61 segments
+    spent 100 s on that forward), and its loss, statistics and zero gradient are those of
+    the whole batch."""
+    model = tiny_llama(16, hidden=64, layers=1, heads=2, max_length=32, seed=0)
+    data = _data(segments=4, rewards=[1.0, 0.0, 0.0, 1.0], overlong=[1.0] * 4)
+    data["behav"] = _forward_logp(model, data) - 0.1
+    lean = LeanLlama(model)
+    seen: list[int] = []
+    forward = lean.forward_groups
+
+    def counted(prompts: Any, lens: Any, tokens: torch.Tensor, counts: Any = None) -> Any:
+        seen.append(tokens.shape[0])
+        return forward(prompts, lens, tokens, counts)
+
+    lean.forward_groups = counted  # type: ignore[method-assign]
+    stats = grpo_update(lean, torch.optim.SGD(model.parameters(), lr=0.1), data, GRPOConfig(), 2)
+    assert seen == [1]
+    assert stats["loss"] == 0.0 and stats["learned_tokens"] == 0.0 and stats["entropy"] == 0.0
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
 
 
 def test_segments_train_as_sequences_of_their_episode() -> None:

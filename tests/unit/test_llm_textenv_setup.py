@@ -173,3 +173,25 @@ def test_expert_led_episodes_hand_the_model_only_the_deciding_action() -> None:
             assert calls[0].rstrip("\n").endswith(f"?{env.asked}")
             # full summaries: every summary states the askable facts fetched so far
             assert episode.info["summaries"] >= 3 and episode.info["summary_kept"] == 1.0
+
+
+def test_a_truncated_episode_trains_each_action_in_the_context_it_was_written_in() -> None:
+    """The action whose exchange crosses the limit was written after the full context: it
+    trains there (the end of the old segment) and is context only in the new one, so each
+    action trains once, in the context its behaviour log-prob came from."""
+    task = task_of(_cfg("recall-truncate"))
+    engine = EpisodeEngine(char_tokenizer(task.alphabet))
+    episode = task.expert_episode(engine, 5, np.random.default_rng(0))
+    segments = episode.segments()
+    assert len(segments) >= 3
+    actions: list[str] = []
+    for before, after in zip(segments, segments[1:], strict=False):
+        text = engine.decode(before.tokens)
+        last = text.rstrip("\n").split("\n")[-1] + "\n"  # the crossing action, e.g. "g6\n"
+        assert last.startswith("g") and before.mask[-len(last) :] == [True] * len(last)
+        position = engine.decode(after.tokens).index(last + "=")  # its exchange, carried
+        assert not any(after.mask[position : position + len(last)])
+    for s in segments:
+        actions += [engine.decode([t]) for t, m in zip(s.tokens, s.mask, strict=True) if m]
+    trained = "".join(actions).split("\n")[:-1]
+    assert trained[:12] == [f"g{i}" for i in range(12)]  # every fetch once, in order
