@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from surge.runtime.warm import WarmProcess
 from surge.streams.control import Control
 from surge.tracking.checkpoint import latest_checkpoint
 from surge.tracking.metrics import read_metrics
-from surge.tracking.progress import Progress
+from surge.tracking.progress import Progress, RecentRate
 from surge.tracking.run_dir import create_run_dir, discard_run_dir
 from surge.workers.base import RunContext
 from surge.workers.graph import Graph
@@ -156,22 +155,18 @@ class ProgressFeed:
     def __init__(self, progress: Progress, start_version: int) -> None:
         self.progress = progress
         self.start_version = start_version
-        self.recent: deque[tuple[float, float]] = deque()  # (time, env_steps)
+        self.rate = RecentRate(RATE_WINDOW_S)
 
     def __call__(self, control: Control) -> None:
         control.note_controller_cpu()
         p = control.progress()
         if p["policy_version"] <= self.start_version:
             return  # training has not started
-        now = time.monotonic()
-        self.recent.append((now, p["env_steps"]))
-        while now - self.recent[0][0] > RATE_WINDOW_S:
-            self.recent.popleft()
-        (t0, s0), (t1, s1) = self.recent[0], self.recent[-1]
+        rate = self.rate.update(time.monotonic(), p["env_steps"])
         self.progress.update(
             env_steps=int(p["env_steps"]),
             # None until two updates or a log give a rate: shown as "-", not 0
-            steps_per_s=(s1 - s0) / (t1 - t0) if t1 > t0 else (p["steps_per_s"] or None),
+            steps_per_s=rate if rate is not None else (p["steps_per_s"] or None),
             episode_return_mean=p["episode_return_mean"],
             policy_lag_mean=p["policy_lag_mean"],
             policy_version=int(p["policy_version"]),

@@ -16,11 +16,32 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TextIO
 
 TTY_INTERVAL_S = 0.2
 PIPE_INTERVAL_S = 10.0
+
+
+class RecentRate:
+    """Steps per second over the last `window_s` seconds, for a count that may grow in
+    bursts: it keeps the times the count grew (at least the last three, so a burst every
+    10 s still has two intervals to measure) and divides the growth since the oldest by
+    the time since it. Between bursts the rate holds; when the count stops, it falls."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.grew: deque[tuple[float, float]] = deque()  # (time, count) when it grew
+
+    def update(self, now: float, count: float) -> float | None:
+        """The rate after the count reads `count` at `now` (None: not measurable yet)."""
+        if not self.grew or count > self.grew[-1][1]:
+            self.grew.append((now, count))
+        while len(self.grew) > 3 and now - self.grew[1][0] > self.window_s:
+            self.grew.popleft()
+        (t0, c0), (_, c1) = self.grew[0], self.grew[-1]
+        return (c1 - c0) / (now - t0) if len(self.grew) > 1 and now > t0 else None
 
 
 def format_duration(seconds: float) -> str:

@@ -360,3 +360,22 @@ def test_resume_fit_check_names_the_parameters_that_differ() -> None:
     assert "value_head.weight (1, 8)" in _misfit(cfg, env, state)
     del state["value_head.bias"]
     assert "value_head.bias (1,)" in _misfit(cfg, env, state)
+
+
+def test_the_display_rate_holds_between_bursts_and_falls_when_the_count_stops() -> None:
+    """Batches of 64 episodes landing every 4 s, read every 2 s: the rate is 16/s at every
+    reading (a plain 5-second window read 0 at half of them), and it falls once they stop."""
+    from surge.tracking.progress import RecentRate
+
+    rate = RecentRate(window_s=5.0)
+    readings = [rate.update(t, 64 * (t // 4)) for t in range(0, 42, 2)]
+    assert readings[0] is None and readings[1] is None  # no growth measured yet
+    after_two_bursts = [r for r in readings[4:] if r is not None]
+    assert len(after_two_bursts) == len(readings) - 4
+    assert all(12.0 <= r <= 16.0 for r in after_two_bursts)  # a burst is due, or just came
+    assert min(after_two_bursts) > 0
+    stalled = [rate.update(t, 64 * 10) for t in range(42, 120, 2)]
+    assert stalled[-1] is not None and stalled[-1] < 4.0 and stalled == sorted(stalled)[::-1]
+    steady = RecentRate(window_s=5.0)  # a steady stream: the last 5 s only
+    values = [steady.update(t / 10, 100.0 * t / 10) for t in range(0, 300)]
+    assert values[-1] == pytest.approx(100.0)
