@@ -236,9 +236,9 @@ def text_env_shapes(
 ) -> EnvInfo:
     """A multi-turn task's shapes: prompts as sampled; per episode, its segments (a context
     each: `context.max_summaries` + 1 when it summarises, `rollout.max_turns` + 1 when it
-    truncates) of up to `context.window` tokens, as
-    a [segments, window] action space. ConfigErrors for a window the model cannot hold, and
-    for a prompt and one exchange that do not fit under the context rule."""
+    truncates) of up to `context.window` tokens, as a [segments, window] action space.
+    ConfigErrors for a window the model cannot hold, and for a prompt and one exchange that
+    do not fit under the context rule."""
     from surge.llm.context import check_fits
     from surge.llm.episodes import EpisodeEngine
 
