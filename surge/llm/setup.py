@@ -177,9 +177,6 @@ def _alphabet(cfg: ExperimentConfig) -> str:
     return _sample(cfg).alphabet
 
 
-_WHY_NO_SUMMARIES = {"truncate": " (truncation restarts until rollout.max_turns ends the episode)"}
-
-
 def check_context(cfg: ExperimentConfig, task: Task) -> None:
     """`context.*` belongs to multi-turn tasks, and its summary settings to
     `context.mode=summarize`: a ConfigError naming the setting used elsewhere."""
@@ -193,7 +190,10 @@ def check_context(cfg: ExperimentConfig, task: Task) -> None:
         if c.mode != "summarize" and changed:
             raise ConfigError(
                 f"context.{changed[0]}={getattr(c, changed[0])!r}: summaries belong to "
-                f"context.mode=summarize, not {c.mode!r}{_WHY_NO_SUMMARIES.get(c.mode, '')}",
+                f"context.mode=summarize, not {c.mode!r}"
+                + (
+                    " (truncation restarts until rollout.max_turns)" if c.mode == "truncate" else ""
+                ),
                 f"remove context.{changed[0]}, or set context.mode=summarize",
             )
         return
