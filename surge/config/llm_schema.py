@@ -203,6 +203,11 @@ class SFTConfig:
     task whose deciding action is one token among many (recall's answer) learns it faster per
     segment first (`seq-mean-token-mean`): its last segment is short, so the action weighs more."""
 
+    threads: int = 2
+    """torch threads of the warm start. Part of its cache entry: another count sums in
+    another order, and a long warm start drifts apart from it (recall's read of the answer
+    did)."""
+
 
 @dataclass
 class TinyModelConfig:

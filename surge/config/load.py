@@ -396,6 +396,7 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("sft.batch_size", _at_least(1), ">= 1"),
     ("sft.lr", _positive, "> 0"),
     ("sft.target_accuracy", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("sft.threads", _at_least(1), ">= 1"),
     ("task.heldout", _at_least(1), ">= 1"),
     ("task.pass_k", _at_least(0), ">= 0"),
     *[(f"tiny_model.{n}", _at_least(1), ">= 1") for n in ("hidden", "layers", "heads")],

@@ -124,6 +124,7 @@ def model_directory(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> Pat
             target_accuracy=cfg.sft.target_accuracy,
             aggregation=cfg.sft.aggregation,
             seed=cfg.seed,
+            threads=cfg.sft.threads,
             limits=limits_record(task.limits) if isinstance(task, TextEnvTask) else {},
         )
         return warm_start(settings, log=lambda text: print(f"  {text}", file=sys.stderr))

@@ -59,7 +59,8 @@ class WarmStartSettings:
 
     def key(self) -> str:
         fields = dataclasses.asdict(self)
-        fields.pop("threads")  # changes the speed, not the result
+        if self.threads == 2:  # the default keeps earlier runs' cache entries
+            fields.pop("threads")
         if self.aggregation == "token-mean":  # the default keeps earlier runs' cache entries
             fields.pop("aggregation")
         fields["format"] = FORMAT
