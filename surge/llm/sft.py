@@ -35,6 +35,9 @@ from surge.llm.textenv import TextEnvTask, limits_from
 FORMAT = 2  # 2: the tokenizer adds <bos> itself; a generation config
 """Bumped when the warm start's recipe changes, so old cache entries are not reused."""
 HELDOUT = 500
+KEY_DEFAULTS: dict[str, Any] = {"threads": 2, "aggregation": "token-mean"}
+"""Settings added after cache entries existed: left out of the key at these values (the
+defaults), so the earlier entries keep their keys."""
 
 
 @dataclass(frozen=True)
@@ -50,19 +53,18 @@ class WarmStartSettings:
     batch_size: int = 128
     lr: float = 1e-3
     target_accuracy: float = 0.0
-    aggregation: Aggregation = "token-mean"
+    aggregation: Aggregation = KEY_DEFAULTS["aggregation"]
     seed: int = 1
-    threads: int = 2
+    threads: int = KEY_DEFAULTS["threads"]
     limits: dict[str, Any] = field(default_factory=dict)
     """A multi-turn task's episode limits (surge/llm/textenv.py `limits_record`): they shape
     the expert's transcripts."""
 
     def key(self) -> str:
         fields = dataclasses.asdict(self)
-        if self.threads == 2:  # the default keeps earlier runs' cache entries
-            fields.pop("threads")
-        if self.aggregation == "token-mean":  # the default keeps earlier runs' cache entries
-            fields.pop("aggregation")
+        for name, default in KEY_DEFAULTS.items():
+            if fields[name] == default:
+                fields.pop(name)
         fields["format"] = FORMAT
         fields["alphabet"] = self.alphabet()
         if self.task not in ALPHABETS:  # the data itself: a changed file trains anew

@@ -14,7 +14,14 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from surge.llm.sft import WarmStartSettings, example_batch, train_sft, warm_start  # noqa: E402
+from surge.config.llm_schema import SFTConfig  # noqa: E402
+from surge.llm.sft import (  # noqa: E402
+    KEY_DEFAULTS,
+    WarmStartSettings,
+    example_batch,
+    train_sft,
+    warm_start,
+)
 from surge.llm.tasks import Arithmetic  # noqa: E402
 from surge.llm.tiny import ARITHMETIC_ALPHABET, char_tokenizer, tiny_llama  # noqa: E402
 
@@ -86,6 +93,12 @@ def test_the_cache_is_reused_and_loads_with_plain_transformers(tmp_path: Path) -
     # entries written before it was part of the key have.
     threads = [replace(settings, threads=n) for n in (1, 2)]
     assert threads[0].key() != settings.key() and threads[1].key() == settings.key()
+    # The config's defaults are the ones left out of the key, so default runs find them.
+    config = SFTConfig()
+    assert (config.threads, config.aggregation) == (
+        KEY_DEFAULTS["threads"],
+        KEY_DEFAULTS["aggregation"],
+    )
 
 
 def test_the_target_accuracy_stops_the_warm_start_early() -> None:
