@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import random
 import time
 from collections.abc import Callable
@@ -167,6 +168,27 @@ def expert_led_accuracy(
     return won / max(len(problems), 1)
 
 
+def check_every(task: Task) -> int:
+    """Steps between the target checks of `task`'s warm start."""
+    led = isinstance(task, TextEnvTask) and task.has_deciding
+    return CHECK_EVERY_LED if led else CHECK_EVERY
+
+
+CHECKPOINT_EVERY = 200
+"""Steps between the saves of a warm start's progress (a stopped one resumes from the last)."""
+
+
+@dataclass
+class SFTProgress:
+    """How far a warm start got: the steps taken, their losses and the target checks."""
+
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+    checks: list[tuple[int, float]] = field(default_factory=list)
+    seconds: float = 0.0
+    """Training time over every stretch of the warm start (resumed ones added)."""
+
+
 def train_sft(
     model: Any,
     tokenizer: Any,
@@ -178,21 +200,29 @@ def train_sft(
     target_accuracy: float = 0.0,
     aggregation: Aggregation = "token-mean",
     on_check: Callable[[int, float], None] = lambda step, accuracy: None,
-) -> list[float]:
+    checkpoint: Path | None = None,
+) -> SFTProgress:
     """Up to `steps` AdamW steps on fresh training problems, stopping once the accuracy on a
-    fixed sample of training problems reaches `target_accuracy` (> 0); the losses. The check
-    is greedy decoding, or, for a text env that marks its deciding action, the expert-led
-    accuracy (`expert_led_accuracy`); it never looks at held-out problems."""
+    fixed sample of training problems reaches `target_accuracy` (> 0). The check is greedy
+    decoding, or, for a text env that marks its deciding action, the expert-led accuracy
+    (`expert_led_accuracy`); it never looks at held-out problems.
+
+    With `checkpoint`, the weights, optimizer and sampler state are saved there every
+    `CHECKPOINT_EVERY` steps, and a run that finds the file resumes from it: the same steps
+    follow as if it had never stopped (the same thread count gives the same weights)."""
     from surge.llm.evaluate import greedy_accuracy
 
     rng = random.Random(seed)
     check = task.sample("train", CHECK_PROBLEMS, random.Random(seed + 1))
     led = isinstance(task, TextEnvTask) and task.has_deciding
-    every = CHECK_EVERY_LED if led else CHECK_EVERY
+    every = check_every(task)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    progress = SFTProgress()
+    if checkpoint is not None and checkpoint.is_file():
+        progress = _resume(checkpoint, model, optimizer, rng)
+    started = time.monotonic() - progress.seconds
     model.train()
-    losses: list[float] = []
-    for step in range(steps):
+    for step in range(progress.step, steps):
         if target_accuracy > 0 and step and step % every == 0:
             model.eval()
             if led:
@@ -201,6 +231,7 @@ def train_sft(
             else:
                 accuracy = greedy_accuracy(model, tokenizer, task, check)
             model.train()
+            progress.checks.append((step, round(accuracy, 4)))
             on_check(step, accuracy)
             if accuracy >= target_accuracy:
                 break
@@ -215,9 +246,46 @@ def train_sft(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        losses.append(float(loss.detach()))
+        progress.losses.append(float(loss.detach()))
+        progress.step = step + 1
+        if checkpoint is not None and progress.step % CHECKPOINT_EVERY == 0:
+            progress.seconds = time.monotonic() - started
+            _save(checkpoint, model, optimizer, rng, progress)
+    progress.seconds = time.monotonic() - started
     model.eval()
-    return losses
+    return progress
+
+
+def _save(
+    path: Path,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    rng: random.Random,
+    progress: SFTProgress,
+) -> None:
+    """Written beside and renamed into place: a stop mid-save leaves the previous one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": rng.getstate(),
+        "progress": dataclasses.asdict(progress),
+    }
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
+    torch.save(state, partial)
+    os.replace(partial, path)
+
+
+def _resume(
+    path: Path, model: Any, optimizer: torch.optim.Optimizer, rng: random.Random
+) -> SFTProgress:
+    state = torch.load(path, weights_only=False)  # the run's own file, in its own cache
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    rng.setstate(state["rng"])
+    saved = state["progress"]
+    saved["checks"] = [tuple(c) for c in saved["checks"]]
+    return SFTProgress(**saved)
 
 
 def warm_start(
@@ -241,28 +309,31 @@ def warm_start(
     try:
         s = settings
         log(f"warm start: {s.steps} supervised steps on {s.task} (cached for later runs)")
-        started = time.monotonic()
         tokenizer = char_tokenizer(s.alphabet())
         model = tiny_llama(len(tokenizer), s.hidden, s.layers, s.heads, s.max_length, s.seed)
         task = make_task(s.task, s.task_kwargs, s.reward_fn)
         if isinstance(task, TextEnvTask):
             task.configure(limits_from(s.limits))
-        checks: list[tuple[int, float]] = []
+        every = check_every(task)
 
         def checked(step: int, accuracy: float) -> None:
-            checks.append((step, round(accuracy, 4)))
-            if len(checks) % 5 == 1 or accuracy >= s.target_accuracy:
+            if (step // every) % 5 == 1 or accuracy >= s.target_accuracy:
                 log(f"warm start: step {step}, check accuracy {accuracy:.1%}")
 
-        losses = train_sft(
+        checkpoint = target.with_name(f".{target.name}.progress.pt")
+        if checkpoint.is_file():
+            log(f"warm start: resuming from {checkpoint}")
+        progress = train_sft(
             model, tokenizer, task, s.steps, s.batch_size, s.lr, s.seed, s.target_accuracy,
-            s.aggregation, on_check=checked,
+            s.aggregation, on_check=checked, checkpoint=checkpoint,
         )  # fmt: skip
+        evaluated = time.monotonic()
         accuracy = greedy_accuracy(model, tokenizer, task, heldout_set(task, HELDOUT))
-        seconds = time.monotonic() - started
+        seconds = progress.seconds + time.monotonic() - evaluated
     finally:
         torch.set_num_threads(threads)
-    log(f"warm start: held-out accuracy {accuracy:.1%} after {len(losses)} steps, {seconds:.0f} s")
+    steps, losses = progress.step, progress.losses
+    log(f"warm start: held-out accuracy {accuracy:.1%} after {steps} steps, {seconds:.0f} s")
     staging = staging_dir(target)
     save_model_dir(model, tokenizer, staging)  # the run's stops are the run's to add
     record = {
@@ -270,11 +341,12 @@ def warm_start(
         "format": FORMAT,
         "heldout_accuracy": accuracy,
         "heldout_problems": HELDOUT,
-        "steps": len(losses),
-        "checks": checks,
+        "steps": steps,
+        "checks": progress.checks,
         "final_loss": losses[-1] if losses else None,
         "seconds": round(seconds, 1),
     }
     (staging / "warm_start.json").write_text(json.dumps(record, indent=1))
     publish_dir(staging, target)  # another run's identical warm start may have come first
+    checkpoint.unlink(missing_ok=True)
     return target

@@ -7,6 +7,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_the_aggregation_reaches_the_loss_and_only_a_new_one_changes_the_cache_k
     first = {}
     for mode in ("token-mean", "seq-mean-token-mean"):
         model = tiny_llama(len(tok), hidden=64, layers=1, heads=2, max_length=256, seed=0)
-        first[mode] = train_sft(model, tok, task, 1, 4, 1e-3, 0, aggregation=mode)[0]
+        first[mode] = train_sft(model, tok, task, 1, 4, 1e-3, 0, aggregation=mode).losses[0]
     # the same batch and model: only the reduction of the token losses differs
     assert abs(first["token-mean"] - first["seq-mean-token-mean"]) > 1e-3
     # arith-grpo's warm start keeps the key it had before the setting existed (its cache
@@ -63,7 +64,7 @@ def test_the_aggregation_reaches_the_loss_and_only_a_new_one_changes_the_cache_k
 def test_a_short_warm_start_lowers_the_loss() -> None:
     tok = char_tokenizer(ARITHMETIC_ALPHABET)
     model = tiny_llama(len(tok), hidden=64, layers=2, heads=2, seed=0)
-    losses = train_sft(model, tok, Arithmetic(2), steps=30, batch_size=32, lr=3e-3, seed=0)
+    losses = train_sft(model, tok, Arithmetic(2), steps=30, batch_size=32, lr=3e-3, seed=0).losses
     assert len(losses) == 30
     assert sum(losses[-5:]) < 0.75 * sum(losses[:5])  # from ln(16) = 2.8 towards 0
 
@@ -108,7 +109,7 @@ def test_the_target_accuracy_stops_the_warm_start_early() -> None:
     tok = char_tokenizer(ARITHMETIC_ALPHABET)
     model = tiny_llama(len(tok), hidden=64, layers=2, heads=2, seed=0)
     task = Arithmetic(1)
-    losses = train_sft(model, tok, task, 300, 64, 3e-3, 0, target_accuracy=0.2)
+    losses = train_sft(model, tok, task, 300, 64, 3e-3, 0, target_accuracy=0.2).losses
     assert len(losses) < 300 and len(losses) % CHECK_EVERY == 0
     import random
 
@@ -143,11 +144,91 @@ def test_a_text_env_with_a_deciding_action_checks_the_expert_led_accuracy(
     monkeypatch.setattr(sft, "CHECK_EVERY_LED", 2)
     monkeypatch.setattr(sft, "CHECK_PROBLEMS", 8)
     checks: list[tuple[int, float]] = []
-    losses = train_sft(
+    progress = train_sft(
         model, tok, task, 5, 2, 1e-3, 0, target_accuracy=0.99,
         on_check=lambda step, accuracy: checks.append((step, accuracy)),
     )  # fmt: skip
-    assert len(losses) == 5 and [s for s, _ in checks] == [2, 4]
+    assert progress.step == len(progress.losses) == 5
+    assert progress.checks == [(s, round(a, 4)) for s, a in checks] and [s for s, _ in checks] == [
+        2,
+        4,
+    ]
     assert [a for _, a in checks] == led and all(0 <= a <= 1 for a in led)
     check = task.sample("train", 8, random.Random(1))
     assert real(model, tok, task, check) == real(model, tok, task, check)  # greedy: stable
+
+
+def test_a_stopped_warm_start_resumes_to_the_same_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped after its last save, a warm start resumes there: the weights, optimizer and
+    problem sampler continue as if it had never stopped (recall: transcripts, target checks)."""
+    from surge.config.load import load_config
+    from surge.llm import sft
+    from surge.llm.tasks import task_of
+
+    cfg, _ = load_config("recall-supo", [])
+    task = task_of(cfg)
+    tok = char_tokenizer(task.alphabet)  # type: ignore[attr-defined]
+    monkeypatch.setattr(sft, "CHECK_EVERY_LED", 2)
+    monkeypatch.setattr(sft, "CHECK_PROBLEMS", 4)
+    monkeypatch.setattr(sft, "CHECKPOINT_EVERY", 3)
+
+    def model() -> torch.nn.Module:
+        return tiny_llama(len(tok), hidden=32, layers=1, heads=1, max_length=96, seed=0)
+
+    def train(m: torch.nn.Module, steps: int, checkpoint: Path | None) -> sft.SFTProgress:
+        return train_sft(m, tok, task, steps, 2, 3e-3, 0, 0.99, checkpoint=checkpoint)
+
+    straight = model()
+    whole = train(straight, 8, None)
+    checkpoint = tmp_path / "progress.pt"
+    first = train(model(), 7, checkpoint)  # stopped at step 7: saved at step 6
+    assert first.step == 7 and checkpoint.is_file()
+    resumed = model()
+    rest = train(resumed, 8, checkpoint)
+    assert rest.step == 8 and rest.losses == whole.losses and rest.checks == whole.checks
+    assert [c for c, _ in whole.checks] == [2, 4, 6]
+    for (name, a), b in zip(
+        straight.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    # without the file it starts over: another first step than a resumed one
+    again = train(model(), 1, tmp_path / "absent.pt")
+    assert again.losses == whole.losses[:1]
+
+
+def test_the_warm_start_resumes_its_saved_progress_and_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from surge.llm import sft
+
+    monkeypatch.setattr(sft, "CHECKPOINT_EVERY", 2)
+    settings = WarmStartSettings(
+        "arithmetic", {"digits": 1}, hidden=64, layers=1, heads=2, steps=5, batch_size=8
+    )
+    straight = warm_start(settings, tmp_path / "straight")
+    assert not list((tmp_path / "straight" / "warm-start").glob(".*"))  # no progress left
+    # A warm start stopped at step 3 (its progress saved at step 2), then run again.
+    root = tmp_path / "stopped"
+    checkpoint = root / "warm-start" / f".{settings.key()}.progress.pt"
+    tok = char_tokenizer(settings.alphabet())
+    model = tiny_llama(len(tok), 64, 1, 2, 64, settings.seed)
+    train_sft(model, tok, Arithmetic(1), 3, 8, settings.lr, settings.seed, checkpoint=checkpoint)
+    lines: list[str] = []
+    batches: list[int] = []
+    real = sft.example_batch
+
+    def counted(*args: Any) -> Any:
+        batches.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(sft, "example_batch", counted)
+    resumed = warm_start(settings, root, lines.append)
+    assert len(batches) == 3  # steps 2, 3 and 4: on from the save
+    assert any("resuming" in line for line in lines) and not checkpoint.exists()
+    assert json.loads((resumed / "warm_start.json").read_text())["steps"] == 5
+    from transformers import AutoModelForCausalLM
+
+    a, b = (AutoModelForCausalLM.from_pretrained(d).state_dict() for d in (straight, resumed))
+    assert all(torch.equal(a[name], b[name]) for name in a)
