@@ -6,7 +6,9 @@ trains its tiny model on the task's solutions for `sft.steps` steps: each exampl
 a Hugging Face directory under `$SURGE_CACHE/warm-start/<key>` (default `~/.cache/surge`), the
 key a hash of every setting that changes it, so a second run with the same settings starts
 from it at once. It is written to a temporary directory and renamed into place, so a run never
-sees half of one, and two runs warming up at once both end with a complete directory.
+sees half of one, and two runs warming up at once both end with a complete directory. Its
+progress is saved beside it every `CHECKPOINT_EVERY` steps, so a warm start stopped part-way
+resumes there at the next run with the same settings (`train_sft`'s `checkpoint`).
 """
 
 from __future__ import annotations
