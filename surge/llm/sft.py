@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from surge.llm.problems import Problem
 from surge.llm.tasks import ALPHABETS, Task, heldout_set, make_task
 from surge.llm.text_sample import alphabet_of, text_sample
 from surge.llm.textenv import TextEnvTask, limits_from
+from surge.tracking.files import atomic_writer
 
 FORMAT = 2  # 2: the tokenizer adds <bos> itself; a generation config
 """Bumped when the warm start's recipe changes, so old cache entries are not reused."""
@@ -273,9 +273,8 @@ def _save(
         "rng": rng.getstate(),
         "progress": dataclasses.asdict(progress),
     }
-    partial = path.with_name(f"{path.name}.{os.getpid()}")
-    torch.save(state, partial)
-    os.replace(partial, path)
+    with atomic_writer(path, "wb", durable=True) as f:
+        torch.save(state, f)
 
 
 def _resume(
@@ -285,9 +284,7 @@ def _resume(
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     rng.setstate(state["rng"])
-    saved = state["progress"]
-    saved["checks"] = [tuple(c) for c in saved["checks"]]
-    return SFTProgress(**saved)
+    return SFTProgress(**state["progress"])
 
 
 def warm_start(
