@@ -417,6 +417,11 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
         for n in ("v_target", "d_max", "theta_max_deg", "sigma_max")
     ],
     ("reward_model.threshold", lambda v: v is None or _positive(v), "> 0 (or null)"),
+    (
+        "reward_model.threshold_min",
+        lambda v: v is None or math.isfinite(v),
+        "a finite number (or null)",
+    ),
     *[
         (name, devices.valid, "auto, cpu, cuda or cuda:N")
         for name in (

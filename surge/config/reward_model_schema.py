@@ -69,9 +69,15 @@ class RewardModelConfig:
 
     threshold: float | None = None
     """The contrast z = cos(frame, negative) - cos(frame, positive) at which r_CLG reaches 0
-    (r_CLG = 1 - clip(z, 0, threshold) / threshold). None: the model's own, where its
-    directory suggests one (the built-in tiny CLIP's, measured on held-out frames), else
-    VLM-RL's 0.03 (which fits ViT-bigG-14's cosines)."""
+    (r_CLG = 1 - (clip(z, m, threshold) - m) / (threshold - m), m: `threshold_min`). None:
+    the model's own, where its directory suggests one (the built-in tiny CLIP's, measured on
+    held-out frames), else VLM-RL's 0.03 (which fits ViT-bigG-14's cosines)."""
+
+    threshold_min: float | None = None
+    """The contrast at and below which r_CLG is 1 (below `threshold`). None: the model's
+    own, where its directory suggests one (the built-in tiny CLIP's: the held-out median z
+    of frames without a crash, so frames nearer the negative goal than an ordinary one
+    score less, as cars close ahead do), else VLM-RL's 0."""
 
     v_target: float = 25.0
     """km/h: the speed asked for when r_CLG = 1 (the synthesis; VLM-RL's code)."""

@@ -87,21 +87,33 @@ def clg_contrast(embeddings: ArrayLike, positive: ArrayLike, negative: ArrayLike
     return e @ _unit_goal(negative, "negative", dim) - e @ _unit_goal(positive, "positive", dim)
 
 
-def clg_from_contrast(contrast: ArrayLike, threshold: float = CLG_THRESHOLD) -> FloatArray:
-    """r_CLG = 1 - clip(z, 0, threshold) / threshold, in [0, 1]: [N] from z [N].
+def clg_from_contrast(
+    contrast: ArrayLike, threshold: float = CLG_THRESHOLD, threshold_min: float = 0.0
+) -> FloatArray:
+    """r_CLG = 1 - (clip(z, threshold_min, threshold) - threshold_min) / (threshold -
+    threshold_min), in [0, 1]: [N] from z [N].
 
     VLM-RL code, clip/clip_rewarded_sac.py `_compute_clip_rewards` (thre_min = 0,
     thre_max = 0.03): 1 where the frame is at least as near the positive goal as the
-    negative one, 0 from z = threshold on, linear in between.
+    negative one, 0 from z = threshold on, linear in between. A model whose ordinary frames
+    sit far below z = 0 (a tiny CLIP's cosines spread much wider than ViT-bigG's) needs a
+    lower `threshold_min` for the ramp to reach them: otherwise every frame short of a
+    crash scores exactly 1.
     """
     if not math.isfinite(threshold) or threshold <= 0.0:
         raise ValueError(f"threshold must be a finite number > 0, got {threshold}")
+    if not math.isfinite(threshold_min) or threshold_min >= threshold:
+        raise ValueError(
+            f"threshold_min must be a finite number < threshold ({threshold}), got {threshold_min}"
+        )
     z = np.asarray(contrast, dtype=np.float64)
     if z.ndim != 1:
         raise ValueError(f"contrast must be a 1-D array of N values, got shape {z.shape}")
     if not np.all(np.isfinite(z)):
         raise ValueError("contrast must be finite")
-    return 1.0 - np.clip(z, 0.0, threshold) / threshold
+    return 1.0 - (np.clip(z, threshold_min, threshold) - threshold_min) / (
+        threshold - threshold_min
+    )
 
 
 def clg_reward(
@@ -109,9 +121,10 @@ def clg_reward(
     positive: ArrayLike,
     negative: ArrayLike,
     threshold: float = CLG_THRESHOLD,
+    threshold_min: float = 0.0,
 ) -> FloatArray:
     """r_CLG of each frame: `clg_from_contrast(clg_contrast(...))`, [N] in [0, 1]."""
-    return clg_from_contrast(clg_contrast(embeddings, positive, negative), threshold)
+    return clg_from_contrast(clg_contrast(embeddings, positive, negative), threshold, threshold_min)
 
 
 def lord_reward(embeddings: ArrayLike, negative: ArrayLike) -> FloatArray:

@@ -41,7 +41,14 @@ def check_clip_dir(path: str) -> None:
 class ClipScorer:
     """r_CLG of frames under a CLIP model from a directory (transformers, offline, CPU)."""
 
-    def __init__(self, path: str, positive: str, negative: str, threshold: float) -> None:
+    def __init__(
+        self,
+        path: str,
+        positive: str,
+        negative: str,
+        threshold: float,
+        threshold_min: float = 0.0,
+    ) -> None:
         import torch
         from transformers import AutoTokenizer, CLIPModel
         from transformers.utils import logging
@@ -56,6 +63,7 @@ class ClipScorer:
         self.mean = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
         self.std = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
         self.threshold = threshold
+        self.threshold_min = threshold_min
         for field, goal in (("positive", positive), ("negative", negative)):
             unknown = tokenizer.unk_token_id
             if unknown is not None and unknown in tokenizer(goal).input_ids:
@@ -79,9 +87,9 @@ class ClipScorer:
 
     def __call__(self, frames: np.ndarray) -> np.ndarray:
         embeddings = self.embed(frames)
-        return clg_reward(embeddings, self.positive, self.negative, self.threshold).astype(
-            np.float32
-        )
+        return clg_reward(
+            embeddings, self.positive, self.negative, self.threshold, self.threshold_min
+        ).astype(np.float32)
 
 
 def pixels(frames: np.ndarray, size: int, mean: Any, std: Any) -> Any:
@@ -101,11 +109,18 @@ def _features(out: Any) -> Any:
     return out if hasattr(out, "numpy") else out.pooler_output
 
 
-def suggested_threshold(path: str) -> float:
-    """The r_CLG threshold a model directory suggests for its own contrasts: the built-in tiny
-    CLIP saves one measured on held-out frames (`tiny_clip.json`); any other directory gets
-    VLM-RL's 0.03 (which fits ViT-bigG-14's cosines)."""
+def suggested_thresholds(path: str) -> tuple[float, float]:
+    """The (threshold_min, threshold) of r_CLG's ramp a model directory suggests for its own
+    contrasts. The built-in tiny CLIP's `tiny_clip.json` holds them measured on held-out
+    frames: the median z of the frames without a crash (an ordinary frame scores 1 at and
+    below it, a frame nearer the negative goal less) and the median z of crashed frames (0
+    from there). Any other directory gets VLM-RL's (0, 0.03), which fit ViT-bigG-14's
+    cosines."""
     record = Path(path).expanduser() / "tiny_clip.json"
     if record.is_file():
-        return float(json.loads(record.read_text())["threshold"])
-    return CLG_THRESHOLD
+        saved = json.loads(record.read_text())
+        low, high = float(saved["heldout_z_other_median"]), float(saved["threshold"])
+        # an undertrained model (a few steps, in tests) may rank ordinary frames above
+        # crashes: it has no ramp of its own, so it gets the authors' floor
+        return (low if low < high else 0.0), high
+    return 0.0, CLG_THRESHOLD

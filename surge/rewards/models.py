@@ -26,7 +26,7 @@ from surge.config.reward_model_schema import STATE_KEYS, RewardModelConfig
 from surge.errors import ConfigError
 from surge.imports import import_object
 from surge.rewards.clg import CLG_THRESHOLD, SynthesisSettings, synthesize
-from surge.rewards.clip import ClipScorer, check_clip_dir, suggested_threshold
+from surge.rewards.clip import ClipScorer, check_clip_dir, suggested_thresholds
 from surge.rewards.open_clip_scorer import OpenClipScorer, check_open_clip
 from surge.rewards.tinyclip import cached_model
 
@@ -48,11 +48,24 @@ def make_scorer(cfg: RewardModelConfig) -> Scorer | None:
             ) from e
         return _checked(fn, cfg.fn)
     if cfg.open_clip is not None:
-        threshold = CLG_THRESHOLD if cfg.threshold is None else cfg.threshold
-        return OpenClipScorer(cfg.open_clip, cfg.positive, cfg.negative, threshold)
+        low, high = ramp(cfg, (0.0, CLG_THRESHOLD))
+        return OpenClipScorer(cfg.open_clip, cfg.positive, cfg.negative, high, low)
     path = model_dir(cfg)
-    threshold = suggested_threshold(path) if cfg.threshold is None else cfg.threshold
-    return ClipScorer(path, cfg.positive, cfg.negative, threshold)
+    low, high = ramp(cfg, suggested_thresholds(path))
+    return ClipScorer(path, cfg.positive, cfg.negative, high, low)
+
+
+def ramp(cfg: RewardModelConfig, suggested: tuple[float, float]) -> tuple[float, float]:
+    """r_CLG's (threshold_min, threshold): the settings, else the model's `suggested` ones."""
+    low = suggested[0] if cfg.threshold_min is None else cfg.threshold_min
+    high = suggested[1] if cfg.threshold is None else cfg.threshold
+    if not low < high:
+        raise ConfigError(
+            f"reward_model.threshold_min={low} must be below reward_model.threshold={high} "
+            "(set or taken from the model)",
+            "set reward_model.threshold_min below reward_model.threshold",
+        )
+    return low, high
 
 
 def model_dir(cfg: RewardModelConfig, log: Callable[[str], None] = lambda text: None) -> str:
@@ -70,9 +83,12 @@ def check_scorer(cfg: RewardModelConfig, log: Callable[[str], None] = lambda tex
     if cfg.fn is not None:
         make_scorer(cfg)  # a function is only imported
     elif cfg.open_clip is not None:
+        ramp(cfg, (0.0, CLG_THRESHOLD))
         check_open_clip(cfg.open_clip)
     else:
-        check_clip_dir(model_dir(cfg, log))
+        path = model_dir(cfg, log)
+        check_clip_dir(path)
+        ramp(cfg, suggested_thresholds(path))
 
 
 def _checked(fn: Callable[[np.ndarray], Any], name: str) -> Scorer:

@@ -77,7 +77,14 @@ def check_open_clip(value: str) -> None:
 class OpenClipScorer:
     """r_CLG of frames under an OpenCLIP model (offline, CPU)."""
 
-    def __init__(self, value: str, positive: str, negative: str, threshold: float) -> None:
+    def __init__(
+        self,
+        value: str,
+        positive: str,
+        negative: str,
+        threshold: float,
+        threshold_min: float = 0.0,
+    ) -> None:
         import torch
 
         name, weights = parse_open_clip(value)
@@ -91,6 +98,7 @@ class OpenClipScorer:
         self.mean = torch.tensor(preprocess.get("mean", CLIP_MEAN)).view(1, 3, 1, 1)
         self.std = torch.tensor(preprocess.get("std", CLIP_STD)).view(1, 3, 1, 1)
         self.threshold = threshold
+        self.threshold_min = threshold_min
         tokenizer = open_clip.get_tokenizer(name)
         with torch.inference_mode():
             goals = model.encode_text(tokenizer([positive, negative]))
@@ -104,6 +112,6 @@ class OpenClipScorer:
 
     def __call__(self, frames: np.ndarray) -> np.ndarray:
         embeddings = self.embed(frames)
-        return clg_reward(embeddings, self.positive, self.negative, self.threshold).astype(
-            np.float32
-        )
+        return clg_reward(
+            embeddings, self.positive, self.negative, self.threshold, self.threshold_min
+        ).astype(np.float32)

@@ -11,8 +11,9 @@ reward maths, not a web-scale model's knowledge.
 
 `build(...)` collects the frames, trains, measures the held-out contrast z = cos(e, negative)
 - cos(e, positive) of crashed against other frames (AUROC), and saves a directory that
-`reward_model.path` loads like any CLIP checkpoint, with the threshold its held-out z
-suggests (`tiny_clip.json`): 0.03 fits ViT-bigG's cosines, not a tiny model's.
+`reward_model.path` loads like any CLIP checkpoint, with the ramp of r_CLG its held-out z
+suggests (`tiny_clip.json`; surge/rewards/clip.py `suggested_thresholds`): VLM-RL's 0 to
+0.03 fits ViT-bigG's cosines, not a tiny model's, whose ordinary frames sit near z = -0.5.
 """
 
 from __future__ import annotations
@@ -236,8 +237,8 @@ def auroc(scores: np.ndarray, positive: np.ndarray) -> float:
 
 def build(directory: Path, settings: TinyClipSettings | None = None) -> dict[str, Any]:
     """Collect, train on 90% of the frames, measure on the rest, and save to `directory`
-    (a CLIP directory plus tiny_clip.json: settings, held-out AUROC, suggested threshold,
-    seconds). Returns what tiny_clip.json holds."""
+    (a CLIP directory plus tiny_clip.json: settings, held-out AUROC, the z
+    medians that set r_CLG's ramp, seconds). Returns what tiny_clip.json holds."""
     import torch
 
     from surge.rewards.clg import CLG_THRESHOLD, clg_contrast
@@ -264,8 +265,9 @@ def build(directory: Path, settings: TinyClipSettings | None = None) -> dict[str
     scorer = ClipScorer(str(directory), goals.positive, goals.negative, CLG_THRESHOLD)
     z = clg_contrast(scorer.embed(data["frames"][held]), scorer.positive, scorer.negative)
     crashed = data["crashed"][held]
-    # r_CLG is 1 up to z = 0 and 0 from the threshold on: put the threshold where the
-    # crashed frames' z begins (their median), so a crash scores near 0 and the rest near 1
+    # r_CLG is 0 from the threshold on: put it at the crashed frames' median z, so a crash
+    # scores near 0. The ramp's floor (clip.suggested_thresholds) is the median z of the
+    # other frames, so ordinary frames score 1 and those nearer the negative goal less.
     threshold = float(max(np.median(z[crashed]), 1e-3)) if crashed.any() else CLG_THRESHOLD
     record = {
         "settings": asdict(settings),

@@ -52,6 +52,18 @@ def test_clg_threshold_sets_the_ramp() -> None:
     )
 
 
+def test_clg_threshold_min_moves_the_ramp_floor() -> None:
+    # 1 at and below the floor, 0 from the threshold on, linear between: a model whose
+    # ordinary frames sit near z = -0.5 still tells a frame at -0.25 from them
+    z = np.array([-0.6, -0.5, -0.25, 0.0, 0.5, 0.6])
+    np.testing.assert_allclose(
+        clg_from_contrast(z, threshold=0.5, threshold_min=-0.5), [1, 1, 0.75, 0.5, 0, 0]
+    )
+    np.testing.assert_allclose(clg_from_contrast(z, threshold=0.5), [1, 1, 1, 1, 0, 0])
+    with pytest.raises(ValueError, match="threshold_min"):
+        clg_from_contrast(z, threshold=0.5, threshold_min=0.5)
+
+
 def test_lord_is_one_minus_the_negative_cosine() -> None:
     negative = np.array([1.0, math.sqrt(3.0)])  # norm 2, at 60 degrees from x
     frames = np.array([[2.0, 0.0], [0.0, 3.0], [-1.0, -math.sqrt(3.0)]])

@@ -60,6 +60,11 @@ def test_a_small_build_is_cached_as_a_clip_directory_that_scores(tmp_path: Path)
     scorer = make_scorer(RewardModelConfig(mode="clg", path=str(directory)))
     assert isinstance(scorer, ClipScorer)
     assert scorer.threshold == record["threshold"]  # the directory's own, not VLM-RL's 0.03
+    floor = record["heldout_z_other_median"]  # the ramp's floor, unless it is no floor
+    assert scorer.threshold_min == (floor if floor < record["threshold"] else 0.0)
+    with pytest.raises(ConfigError, match=r"reward_model.threshold_min=0.5 must be below"):
+        make_scorer(RewardModelConfig(mode="clg", path=str(directory), threshold_min=0.5,
+                                      threshold=0.25))  # fmt: skip
     scores = scorer(np.zeros((4, 64, 64, 3), np.uint8))
     assert scores.shape == (4,) and ((scores >= 0) & (scores <= 1)).all()
     with pytest.raises(ConfigError, match=r"reward_model.positive=.*\['purple'\]"):
