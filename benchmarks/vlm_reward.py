@@ -24,7 +24,8 @@ Targets (printed): highway-sac >= 70% success; highway-vlmrl >= 60% and a collis
 higher than highway-state's; highway-vlmrl steps/s >= 90% of highway-sac's; lag p95 <= 2.
 Writes benchmarks/results/vlm_reward.md and .json. `--include PRESET:SEED:DIR` adds a finished
 run (trained by this script or by `surge train PRESET seed=SEED run_dir=DIR`) without
-training it again.
+training it again; `--speeds-from JSON` takes an earlier report's speed rounds instead of
+running them (the report names their command).
 """
 
 from __future__ import annotations
@@ -250,12 +251,24 @@ def main() -> int:
     parser.add_argument(
         "--speed-only", action="store_true", help="the speed runs, into the last results"
     )
+    parser.add_argument(
+        "--speeds-from",
+        type=Path,
+        default=None,
+        help="a vlm_reward.json whose speed rounds this report takes over (none are run)",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
 
-    args.speeds = (
-        speed_section(args.speed_steps, args.speed_rounds, args.workdir) if args.speed_steps else {}
-    )
+    args.speeds_command = None
+    if args.speeds_from:  # read before this report overwrites it, were it the same file
+        earlier = json.loads(args.speeds_from.read_text())
+        args.speeds = earlier["speeds"]
+        args.speeds_command = earlier.get("commands", {}).get("speed", "(not recorded)")
+    elif args.speed_steps:
+        args.speeds = speed_section(args.speed_steps, args.speed_rounds, args.workdir)
+    else:
+        args.speeds = {}
     if args.speed_only:  # the learning runs of the last report, with these speeds
         if not args.speed_steps:  # --speed-steps 0: the last report again, as it was measured
             args.speeds = json.loads((args.out / "vlm_reward.json").read_text())["speeds"]
@@ -307,6 +320,10 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
         commands["learning"] = last.get("commands", {}).get("learning", "(not recorded)")
         if not args.speed_steps:  # re-rendered: the speeds came from the last report's runs
             commands["speed"] = last.get("commands", {}).get("speed", "(not recorded)")
+    if args.speeds_command:
+        commands["speed"] = (
+            f"{args.speeds_command} (an earlier report's rounds, taken over with --speeds-from)"
+        )
     (args.out / "vlm_reward.json").write_text(
         json.dumps(
             {"commands": commands, "speeds": args.speeds, "results": results, "random": randoms},

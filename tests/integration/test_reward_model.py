@@ -115,6 +115,7 @@ def test_a_model_that_cannot_be_found_stops_the_run_with_exit_2(
         (["reward_model.mode=state", "algo=ppo"], "reward_model.mode"),
         (["reward_model.batch_size=0"], "reward_model.batch_size"),
         (["reward_model.threshold=0"], "reward_model.threshold"),
+        (["reward_model.threshold_min=.nan"], "reward_model.threshold_min"),
     ],
 )
 def test_reward_model_settings_are_checked(options: list[str], field: str) -> None:
