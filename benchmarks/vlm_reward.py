@@ -424,7 +424,9 @@ def verdict_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
             f"- {said(a / n1 <= b / n2)}: highway-vlmrl collision rate {a / n1:.1%} ({a}/{n1}) "
             f"<= highway-state's {b / n2:.1%} ({b}/{n2}); Fisher's exact test p = {p:.2f}"
         )
-        if p >= 0.05:
+        if a + b == 0:
+            claim = "not testable (no agent of either reward collided on these episodes)"
+        elif p >= 0.05:
             claim = "neither shown nor contradicted (the difference is within chance)"
         else:
             claim = "shown" if a / n1 < b / n2 else "contradicted"
