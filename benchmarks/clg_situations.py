@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 from machine import summary  # noqa: E402
 
 from surge.config.reward_model_schema import RewardModelConfig  # noqa: E402
-from surge.rewards.clg import clg_contrast  # noqa: E402
+from surge.rewards.clg import clg_contrast, clg_from_contrast  # noqa: E402
 from surge.rewards.clip import ClipScorer  # noqa: E402
 from surge.rewards.models import make_scorer  # noqa: E402
 from surge.rewards.tinyclip import situation  # noqa: E402
@@ -61,9 +61,9 @@ def drive(episodes: int, seed: int) -> tuple[np.ndarray, list[str]]:
     return np.stack(frames), kinds
 
 
-def measure(scorer: ClipScorer, frames: np.ndarray, kinds: list[str]) -> dict[str, Any]:
-    z = clg_contrast(scorer.embed(frames), scorer.positive, scorer.negative)
-    r = scorer(frames)
+def measure(z: np.ndarray, kinds: list[str], low: float, high: float) -> dict[str, Any]:
+    """Median z and r_CLG (ramp from `low` to `high`) of the frames of each situation."""
+    r = clg_from_contrast(z, high, low)
     labels = np.array(kinds)
     rows = {}
     for kind in SITUATIONS:
@@ -75,7 +75,7 @@ def measure(scorer: ClipScorer, frames: np.ndarray, kinds: list[str]) -> dict[st
                 "r_clg_mean": float(r[m].mean()),
                 "r_clg_below_1": float((r[m] < 0.999).mean()),
             }
-    return {"threshold_min": scorer.threshold_min, "threshold": scorer.threshold, "rows": rows}
+    return {"threshold_min": low, "threshold": high, "rows": rows}
 
 
 def main() -> int:
@@ -88,9 +88,9 @@ def main() -> int:
     frames, kinds = drive(args.episodes, args.seed)
     scorer = make_scorer(RewardModelConfig(mode="clg", path=args.path))
     assert isinstance(scorer, ClipScorer)
-    own = measure(scorer, frames, kinds)
-    scorer.threshold_min = 0.0  # VLM-RL's floor, for comparison
-    authors = measure(scorer, frames, kinds)
+    z = clg_contrast(scorer.embed(frames), scorer.positive, scorer.negative)
+    own = measure(z, kinds, scorer.threshold_min, scorer.threshold)
+    authors = measure(z, kinds, 0.0, scorer.threshold)  # VLM-RL's floor, for comparison
     record = {"episodes": args.episodes, "seed": args.seed, "model": args.path or "tiny CLIP",
               "ramp": own, "floor_0": authors}  # fmt: skip
     lines = [
