@@ -31,6 +31,12 @@ Time: each decision runs int(simulation_frequency / policy_frequency) physics st
 s: pick a simulation frequency that is a multiple of the policy frequency (highway-fast-v0's 5
 Hz with 2 decisions a second drives only 0.4 s per 0.5 s counted).
 
+Traffic: highway-env gives the other cars 70-80% of the road's 30 m/s limit (76-86 km/h),
+both as their start and as the speed their IDM driver keeps, and places them all ahead of
+the ego car. `traffic_speed_kmh=(low, high)` draws each other car's speed (start and kept)
+uniformly from that range instead, at every reset from the env's own generator: traffic
+slower than the ego car's wish is traffic it must follow or pass.
+
 Actions: highway-env's `ContinuousAction`, a Box [-1, 1]^2 of (acceleration, steering),
 mapped to [-5, 5] m/s^2 and [-pi/4, pi/4] rad. Observation (what the agent learns from):
 highway-env's `Kinematics` observation (5 vehicles x [presence, x, y, vx, vy], normalised
@@ -66,14 +72,17 @@ def make_driving_env(
     frames: bool = False,
     frame_size: int | tuple[int, int] | list[int] = 64,
     render_mode: str | None = None,
+    traffic_speed_kmh: tuple[float, float] | list[float] | None = None,
     **config_overrides: Any,
 ) -> gym.Env[Any, Any]:
     """A highway-env env (`env_id`) driven by continuous actions, with `DrivingInfo` terms.
 
     `config_overrides` update highway-env's config (top-level keys replace the defaults
     here: `action` is ContinuousAction, `offroad_terminal` True), e.g. `vehicles_count=30`.
-    `render_mode` is only for `env.render()` (episode videos): `frames` are drawn apart."""
+    `render_mode` is only for `env.render()` (episode videos): `frames` are drawn apart.
+    `traffic_speed_kmh`: the other cars' speed range (see the module docstring)."""
     size = _frame_size(frame_size)
+    traffic = _traffic_speed(traffic_speed_kmh)
     try:
         import highway_env  # noqa: F401 - registers highway-env's ids with gymnasium
     except ImportError as e:
@@ -87,7 +96,9 @@ def make_driving_env(
     }
     env = gym.make(env_id, config=config, render_mode=render_mode)
     flatten = env.unwrapped.config["observation"].get("type") == "Kinematics"  # type: ignore[attr-defined]
-    return DrivingInfo(env, frames=frames, frame_size=size, flatten=flatten)
+    return DrivingInfo(
+        env, frames=frames, frame_size=size, flatten=flatten, traffic_speed_kmh=traffic
+    )
 
 
 class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
@@ -97,7 +108,10 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
 
     Frames come from a viewer of its own, offscreen whatever the env's render_mode: the
     env's `render()` (for videos) is untouched, and no global pygame state is torn down on
-    close (highway-env's viewer calls `pygame.quit()`). The viewer is dropped when pickled."""
+    close (highway-env's viewer calls `pygame.quit()`). The viewer is dropped when pickled.
+
+    With `traffic_speed_kmh`, each reset redraws the other cars' speeds in that range (their
+    start and the speed their driver keeps) and observes the road again."""
 
     def __init__(
         self,
@@ -105,10 +119,12 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
         frames: bool = False,
         frame_size: int | tuple[int, int] | list[int] = 64,
         flatten: bool = False,
+        traffic_speed_kmh: tuple[float, float] | list[float] | None = None,
     ) -> None:
         super().__init__(env)
         self.frames = frames
         self.frame_size = _frame_size(frame_size)
+        self.traffic_speed_kmh = _traffic_speed(traffic_speed_kmh)
         self.flatten = flatten and isinstance(env.observation_space, gym.spaces.Box)
         if self.flatten:
             self.observation_space = gym.spaces.flatten_space(env.observation_space)
@@ -119,6 +135,8 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         obs, info = self.env.reset(seed=seed, options=options)
+        if self.traffic_speed_kmh is not None:
+            obs = set_traffic_speeds(self.env.unwrapped, self.traffic_speed_kmh)
         self._offsets.clear()
         self._speeds = []
         self._start_x = float(self.env.unwrapped.vehicle.position[0])  # type: ignore[attr-defined]
@@ -168,6 +186,20 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
             self._viewer.enabled = True
         self._viewer.display()
         return surface_frame(self._viewer.sim_surface, self.frame_size)
+
+
+def set_traffic_speeds(base: Any, speed_kmh: tuple[float, float]) -> Any:
+    """Draws every other car's speed on `base`'s road (a highway-env env just reset) from
+    `speed_kmh` with the env's own generator, as its start and (IDM drivers) kept speed;
+    returns the observation of the road as it is now."""
+    low, high = (v / 3.6 for v in speed_kmh)
+    ego = set(map(id, base.controlled_vehicles))
+    for vehicle in base.road.vehicles:
+        if id(vehicle) not in ego:
+            vehicle.speed = float(base.np_random.uniform(low, high))
+            if hasattr(vehicle, "target_speed"):
+                vehicle.target_speed = vehicle.speed
+    return base.observation_type.observe()
 
 
 def vehicle_terms(vehicle: Any) -> dict[str, Any]:
@@ -235,6 +267,24 @@ def _frame_size(frame_size: Any) -> tuple[int, int]:
     raise ValueError(
         f"frame_size={frame_size!r}: expected a positive int (a square frame) or "
         "(height, width), e.g. frame_size=64 or frame_size=[64, 128]"
+    )
+
+
+def _traffic_speed(speed_kmh: Any) -> tuple[float, float] | None:
+    """`traffic_speed_kmh` as (low, high) km/h, 0 <= low <= high; None: highway-env's own."""
+    if speed_kmh is None:
+        return None
+    if (
+        isinstance(speed_kmh, (tuple, list))
+        and len(speed_kmh) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in speed_kmh)
+        and all(math.isfinite(v) for v in speed_kmh)
+        and 0 <= speed_kmh[0] <= speed_kmh[1]
+    ):
+        return (float(speed_kmh[0]), float(speed_kmh[1]))
+    raise ValueError(
+        f"traffic_speed_kmh={speed_kmh!r}: expected [low, high] in km/h with "
+        "0 <= low <= high, e.g. traffic_speed_kmh=[50, 65]"
     )
 
 

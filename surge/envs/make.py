@@ -97,6 +97,16 @@ def _make(cfg: EnvConfig, opponents: OpponentSource | None) -> gym.Env[Any, Any]
             "make sure the module is importable (installed, or on PYTHONPATH) and registers the env"
             " with gymnasium.register(...) at import",
         ) from None
+    except (TypeError, ValueError) as e:
+        # the env's constructor rejected an argument: a setting the user wrote in env.kwargs
+        # (a misspelt keyword is a TypeError). Chained, so the API still shows where.
+        given = ", ".join(sorted(kwargs)) or "none"
+        raise ConfigError(
+            f"env.id={cfg.id!r}: its constructor rejected env.kwargs ({given}): "
+            f"{type(e).__name__}: {e}",
+            "fix or remove the env.kwargs value the message names (the env's own docs list "
+            "its arguments)",
+        ) from e
     except gym.error.Error as e:
         known = list(gym.registry.keys())
         close = difflib.get_close_matches(cfg.id.split(":")[-1], known, n=3)

@@ -16,6 +16,7 @@ pytest.importorskip("highway_env", reason="needs highway-env: pip install -e '.[
 from surge.config.schema import EnvConfig  # noqa: E402
 from surge.envs.driving import make_driving_env, resize_frame, surface_frame  # noqa: E402
 from surge.envs.make import probe_env  # noqa: E402
+from surge.errors import ConfigError  # noqa: E402
 
 
 def straight() -> np.ndarray:
@@ -141,6 +142,50 @@ def test_crash_in_dense_traffic() -> None:
             crashes += 1
     assert crashes >= 1  # full throttle into dense traffic hits someone
     env.close()
+
+
+def test_traffic_speed_range() -> None:
+    """`traffic_speed_kmh` sets every other car's speed and its driver's kept speed in the
+    range, the same for the same seed, and the first observation already sees them (the
+    Kinematics rows' vx, relative to the ego car's)."""
+    env = make_driving_env(traffic_speed_kmh=[50, 60])
+    obs, _ = env.reset(seed=4)
+    base = typing.cast(Any, env.unwrapped)
+    others = [v for v in base.road.vehicles if v is not base.vehicle]
+    speeds = np.array([v.speed * 3.6 for v in others])
+    assert len(others) == 20 and np.all((speeds >= 50) & (speeds <= 60)) and speeds.std() > 1
+    assert all(v.target_speed == v.speed for v in others)
+    assert base.vehicle.speed == 25.0  # the ego car keeps highway-env's start
+    np.testing.assert_array_equal(obs, base.observation_type.observe().reshape(-1))
+    default = make_driving_env()
+    default_obs, _ = default.reset(seed=4)
+    rows, default_rows = obs.reshape(5, 5), default_obs.reshape(5, 5)
+    np.testing.assert_array_equal(rows[:, :3], default_rows[:, :3])  # same places
+    assert np.all(rows[1:, 3] < default_rows[1:, 3])  # slower than highway-env's 76-86 km/h
+    again, _ = env.reset(seed=4)
+    np.testing.assert_array_equal(obs, again)
+    # slower traffic ahead: holding highway-env's start speed in lane runs into it
+    crashed = False
+    for _ in range(60):
+        *_, terminated, truncated, info = env.step(straight())
+        if terminated or truncated:
+            crashed = info["crashed"]
+            break
+    assert crashed
+    env.close()
+    default.close()
+
+
+@pytest.mark.parametrize("bad", [[60, 50], [-1, 5], [50], [50, float("nan")], "50-60", [True, 2]])
+def test_bad_traffic_speed(bad: object) -> None:
+    with pytest.raises(ValueError, match="traffic_speed_kmh"):
+        make_driving_env(traffic_speed_kmh=bad)  # type: ignore[arg-type]
+
+
+def test_a_bad_value_in_env_kwargs_is_a_config_error() -> None:
+    cfg = EnvConfig(id="surge.envs.driving:surge/Highway-v0", kwargs={"traffic_speed_kmh": [9, 1]})
+    with pytest.raises(ConfigError, match=r"rejected env.kwargs \(traffic_speed_kmh\): ValueError"):
+        probe_env(cfg, seed=0)
 
 
 def test_a_whole_episode_on_the_road_is_a_success() -> None:

@@ -198,6 +198,17 @@ def test_wrapper_must_return_an_env() -> None:
         make_env(cfg)
 
 
+def test_env_kwargs_the_constructor_rejects_are_config_errors() -> None:
+    """A misspelt keyword in env.kwargs (a TypeError from the constructor) is a config error
+    naming env.kwargs and the env's own message, not a traceback from gym.make (a bad value,
+    a ValueError: tests/unit/test_driving_env.py)."""
+    typo = EnvConfig(id="CartPole-v1", kwargs={"sutton_barto_rewrd": True})
+    with pytest.raises(ConfigError, match=r"rejected env.kwargs \(sutton_barto_rewrd\)") as info:
+        probe_env(typo, 0)
+    assert "TypeError" in str(info.value) and "sutton_barto_rewrd" in str(info.value)
+    assert probe_env(EnvConfig(id="CartPole-v1", kwargs={"sutton_barto_reward": True}), 0)
+
+
 def test_wrappers_need_the_gymnasium_backend() -> None:
     cfg = EnvConfig(id="ALE/Pong-v5", wrappers=["gymnasium.wrappers:ClipReward"])
     with pytest.raises(ConfigError, match="env.backend=ale steps its own"):
