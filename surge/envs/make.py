@@ -99,8 +99,11 @@ def _make(cfg: EnvConfig, opponents: OpponentSource | None) -> gym.Env[Any, Any]
         ) from None
     except (TypeError, ValueError) as e:
         # the env's constructor rejected an argument: a setting the user wrote in env.kwargs
-        # (a misspelt keyword is a TypeError). Chained, so the API still shows where.
-        given = ", ".join(sorted(kwargs)) or "none"
+        # (a misspelt keyword is a TypeError). Chained, so the API still shows where. With
+        # no arguments given, the error is the env's own: raised as it is.
+        if not kwargs:
+            raise
+        given = ", ".join(sorted(kwargs))
         raise ConfigError(
             f"env.id={cfg.id!r}: its constructor rejected env.kwargs ({given}): "
             f"{type(e).__name__}: {e}",
