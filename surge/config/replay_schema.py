@@ -13,6 +13,7 @@ from typing import Literal
 TDLoss = Literal["huber", "mse"]
 Exploration = Literal["linear", "apex"]
 WeightNorm = Literal["batch", "replay"]
+MatmulLibrary = Literal["auto", "numpy", "torch"]
 
 
 @dataclass
@@ -197,3 +198,10 @@ class SACConfig:
     (numpy releases the GIL in their matmuls: models/layers.py `parallel_mlps`) and torch
     keeps one thread; with a CNN encoder these are torch's intra-op threads. 2 pays on 2
     cores when the actors leave a core mostly idle (one MuJoCo env: `halfcheetah-sac`)."""
+
+    matmul: MatmulLibrary = "auto"
+    """Where the MLP networks' matrix products run: `numpy` (OpenBLAS) or `torch` (MKL).
+    Which is faster depends on the CPU. `auto`: the learner's first updates alternate the
+    two, `policy_every` updates at a time, 16 turns each (64 updates by default), and the
+    one with the lower median time stays (models/gemm.py); the choice and both medians are
+    logged (`matmul/*`). CNN encoders and GPUs use torch throughout."""

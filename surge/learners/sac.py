@@ -22,6 +22,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
@@ -38,10 +39,13 @@ from surge.algos.sac import (
     temperature_loss,
 )
 from surge.algos.staging import DeviceStaging
+from surge.config.schema import ExperimentConfig
 from surge.devices import trainer_device
 from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
 from surge.learners.replay import ReplayBatches
+from surge.models import gemm
+from surge.models.gemm import ProductTrial
 from surge.models.sac_network import SACActor, TwinQ
 from surge.models.sac_policy import box_dims, box_scale_bias
 from surge.seeds import derive_seed
@@ -49,6 +53,7 @@ from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
 
 CHECKPOINT_FORMAT = 2  # 2: FusedAdam's optimizer states (algos/adam.py)
+MATMUL_TRIAL = 15  # `sac.matmul: auto`: timed cycles of `policy_every` updates per library
 
 Obs = dict[str, torch.Tensor]
 
@@ -57,18 +62,22 @@ def build(ctx: RunContext, b: Binding) -> TrainerWorker:
     return TrainerWorker(ctx, b, SACLearner(ctx, b))
 
 
-class SACLearner:
-    name = "torch"
+class SACUpdate:
+    """SAC's networks, optimizers and temperature, and one update on a batch: the learner's
+    maths without the replay and the chassis (benchmarks/mlp_speed.py `--sac` times it)."""
 
-    def __init__(self, ctx: RunContext, b: Binding) -> None:
-        cfg = self.cfg = ctx.cfg
-        s = cfg.sac
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        obs_space: gym.Space[Any],
+        space: gym.Space[Any],
+        device: torch.device,
+    ) -> None:
+        self.cfg = s = cfg.sac
         torch.manual_seed(derive_seed(cfg.seed, "model"))
-        obs_space, space = ctx.env.observation_space, ctx.env.action_space
-        self.device = trainer_device(cfg)
-        self.staging = DeviceStaging(self.device)  # the batch row, copied once per update
-        self.actor = SACActor(obs_space, space, cfg.model).to(self.device)
-        self.critic = TwinQ(obs_space, space, cfg.model, threads=s.threads).to(self.device)
+        self.device = device
+        self.actor = SACActor(obs_space, space, cfg.model).to(device)
+        self.critic = TwinQ(obs_space, space, cfg.model, threads=s.threads).to(device)
         # MLP critics take the threads side by side (models/layers.py `parallel_mlps`) and
         # torch keeps one; a CNN's large operations are torch's to spread.
         torch.set_num_threads(1 if self.critic.shared_input else s.threads)
@@ -81,13 +90,13 @@ class SACLearner:
         self.target_flat = FlatParameters(self.target)
         self.target.requires_grad_(False)
         scale, bias = box_scale_bias(space)
-        self.scale = torch.from_numpy(scale).to(self.device)
-        self.bias = torch.from_numpy(bias).to(self.device)
+        self.scale = torch.from_numpy(scale).to(device)
+        self.bias = torch.from_numpy(bias).to(device)
         self.actor_optimizer = FusedAdam(self.actor_flat, lr=s.policy_lr)
         self.critic_optimizer = FusedAdam(self.critic_flat, lr=s.q_lr)
         # log alpha 0: alpha starts at 1 (CleanRL); without autotune alpha stays `sac.alpha`.
         temperature = nn.ParameterList(
-            [nn.Parameter(torch.zeros(1, device=self.device), requires_grad=s.autotune)]
+            [nn.Parameter(torch.zeros(1, device=device), requires_grad=s.autotune)]
         )
         self.log_alpha = temperature[0]
         self.alpha_optimizer = (
@@ -98,18 +107,18 @@ class SACLearner:
             if s.target_entropy is not None
             else default_target_entropy(box_dims(space))
         )
-        self.batches = ReplayBatches(ctx, b)
-        self.wait = self.batches.wait
         self.updates = 0
-        self._stats: list[dict[str, float]] = []
-        self._waited: dict[str, float] = {}
-        self.evaluator = InlineEvaluator(cfg, ctx.env, ctx.acting_policy)
+        # The MLPs' products in numpy or torch, whichever updates faster on this CPU.
+        on_cpu = device.type == "cpu"
+        self.products = ProductTrial(
+            s.matmul if on_cpu else "numpy", rounds=MATMUL_TRIAL, cycle=s.policy_every
+        )
 
     @property
     def alpha(self) -> torch.Tensor:
         """The temperature now (a constant for the losses that use it)."""
         if self.alpha_optimizer is None:
-            return torch.tensor(self.cfg.sac.alpha, device=self.device)
+            return torch.tensor(self.cfg.alpha, device=self.device)
         return self.log_alpha.detach().exp()
 
     def sample(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,18 +127,26 @@ class SACLearner:
         noise = torch.randn_like(mean)
         return squashed_gaussian(mean, bounded_log_std(raw), self.scale, self.bias, noise)
 
-    def ready(self, version: int) -> bool:
-        return self.batches.ready(version)
+    def __call__(
+        self,
+        obs: Obs,
+        action: torch.Tensor,
+        nxt: Obs,
+        rewards: torch.Tensor,
+        discount: torch.Tensor,
+    ) -> dict[str, float]:
+        """One update on a batch; its losses and statistics."""
+        return self.products.run(lambda: self._update(obs, action, nxt, rewards, discount))
 
-    def update(self, version: int) -> Update:
-        s = self.cfg.sac
-        row, f = self.batches.take(version)
-        put = self.staging
-        put.begin()
-        obs = {k[4:]: put(v) for k, v in f.items() if k.startswith("obs/")}
-        nxt = {k[9:]: put(v) for k, v in f.items() if k.startswith("next_obs/")}
-        action = put(f["action"])
-        rewards, discount = put(f["reward"]), put(f["discount"])
+    def _update(
+        self,
+        obs: Obs,
+        action: torch.Tensor,
+        nxt: Obs,
+        rewards: torch.Tensor,
+        discount: torch.Tensor,
+    ) -> dict[str, float]:
+        s = self.cfg
         stats = self._critic_step(obs, action, nxt, rewards, discount)
         self.updates += 1
         if self.updates % s.policy_every == 0:  # CleanRL: the 2nd, 4th, ... update
@@ -138,8 +155,7 @@ class SACLearner:
         with torch.no_grad():  # target <- tau * critic + (1 - tau) * target
             self.target_flat.data.lerp_(self.critic_flat.data, s.tau)
         stats["alpha"] = float(self.alpha)
-        self._stats.append(stats)
-        return self.batches.give_back(version, row)  # after the last read of the row
+        return stats
 
     def _critic_step(
         self,
@@ -179,8 +195,65 @@ class SACLearner:
             stats["alpha_loss"] = alpha_loss.item()
         return stats
 
+    def state(self) -> dict[str, Any]:
+        optimizers = {
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+        }
+        if self.alpha_optimizer is not None:
+            optimizers["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target": self.target.state_dict(),
+            **optimizers,
+            "log_alpha": float(self.log_alpha.item()),
+            "updates": self.updates,
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        for name, net in (("actor", self.actor), ("critic", self.critic), ("target", self.target)):
+            net.load_state_dict({k: torch.as_tensor(v) for k, v in state[name].items()})
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        if self.alpha_optimizer is not None and "alpha_optimizer" in state:
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        with torch.no_grad():
+            self.log_alpha.fill_(float(state["log_alpha"]))
+        self.updates = int(state["updates"])
+
+
+class SACLearner:
+    name = "torch"
+
+    def __init__(self, ctx: RunContext, b: Binding) -> None:
+        self.cfg = ctx.cfg
+        self.device = trainer_device(self.cfg)
+        self.staging = DeviceStaging(self.device)  # the batch row, copied once per update
+        env = ctx.env
+        self.sac = SACUpdate(self.cfg, env.observation_space, env.action_space, self.device)
+        self.batches = ReplayBatches(ctx, b)
+        self.wait = self.batches.wait
+        self._stats: list[dict[str, float]] = []
+        self._waited: dict[str, float] = {}
+        self.evaluator = InlineEvaluator(self.cfg, env, ctx.acting_policy)
+
+    def ready(self, version: int) -> bool:
+        return self.batches.ready(version)
+
+    def update(self, version: int) -> Update:
+        row, f = self.batches.take(version)
+        put = self.staging
+        put.begin()
+        obs = {k[4:]: put(v) for k, v in f.items() if k.startswith("obs/")}
+        nxt = {k[9:]: put(v) for k, v in f.items() if k.startswith("next_obs/")}
+        action = put(f["action"])
+        rewards, discount = put(f["reward"]), put(f["discount"])
+        self._stats.append(self.sac(obs, action, nxt, rewards, discount))
+        return self.batches.give_back(version, row)  # after the last read of the row
+
     def parameters(self) -> np.ndarray:
-        return self.actor_flat.published().cpu().numpy()  # `parameters()` order, row-major
+        return self.sac.actor_flat.published().cpu().numpy()  # `parameters()` order, row-major
 
     def metrics(self, seconds: float) -> dict[str, Any]:
         keys = {k for s in self._stats for k in s}
@@ -189,6 +262,10 @@ class SACLearner:
         }
         record["updates_per_s"] = round(len(self._stats) / seconds, 1)
         record.update(self.batches.metrics(seconds, self._waited))
+        trial = self.sac.products
+        if trial.chosen is not None:  # 1: the products run in torch, 0: in numpy
+            record["matmul/torch"] = float(trial.chosen == "torch")
+            record.update({f"matmul/{k}_ms": v for k, v in trial.medians_ms().items()})
         self._stats = []
         return record
 
@@ -202,22 +279,7 @@ class SACLearner:
         )
 
     def state(self) -> dict[str, Any]:
-        optimizers = {
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-        }
-        if self.alpha_optimizer is not None:
-            optimizers["alpha_optimizer"] = self.alpha_optimizer.state_dict()
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "kind": "sac",
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "target": self.target.state_dict(),
-            **optimizers,
-            "log_alpha": float(self.log_alpha.item()),
-            "updates": self.updates,
-        }
+        return {"format": CHECKPOINT_FORMAT, "kind": "sac", **self.sac.state()}
 
     def load(self, state: dict[str, Any]) -> None:
         if state.get("kind") != "sac" or state.get("format") != CHECKPOINT_FORMAT:
@@ -225,18 +287,11 @@ class SACLearner:
                 "this checkpoint was not written by the SAC learner of this surge version",
                 "resume it with the surge version and algo it was trained with",
             )
-        for name, net in (("actor", self.actor), ("critic", self.critic), ("target", self.target)):
-            net.load_state_dict({k: torch.as_tensor(v) for k, v in state[name].items()})
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        if self.alpha_optimizer is not None and "alpha_optimizer" in state:
-            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        with torch.no_grad():
-            self.log_alpha.fill_(float(state["log_alpha"]))
-        self.updates = int(state["updates"])
+        self.sac.load(state)
 
     def export(self, run_dir: Path, version: int, wait: bool) -> bool:
         return self.batches.export(version)  # the replay, saved by its workers
 
     def close(self) -> None:
         self.evaluator.close()
+        gemm.use("numpy")  # the process-wide default again (a serial run's process goes on)

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from surge.config.schema import Activation
+from surge.models import gemm
 from surge.models.numpy_net import HIDDEN_GAIN, mlp_backward, mlp_forward
 from surge.threads import run_each
 
@@ -83,7 +84,8 @@ def parallel_mlps(
     every network's numpy pass on its own thread. `held` as in `MLP.forward`.
 
     Why threads: numpy releases the GIL in its matmuls and large ufuncs, so two networks'
-    passes overlap on two cores while OpenBLAS and torch stay single-threaded. A SAC
+    passes overlap on two cores while OpenBLAS and torch stay single-threaded. The products
+    run in numpy or torch (models/gemm.py `matmul`: the learner picks the faster). A SAC
     learner's twin critics (256 x 256, batch 256, forward and backward) took 3.65 ms one after
     the other and 2.0 ms on two threads on the 2-core dev machine. Finer parts gain little: a
     thread's hand-over costs tens of microseconds, so a 256 x 256 matmul split by rows over
@@ -118,7 +120,9 @@ def parallel_mlps(
         nets = _layers(flat, counts)
         xs = _as_numpy(x)
         outs = run_each(
-            lambda i: mlp_forward(xs, nets[i], activation, heads[i])[-1], range(len(nets)), threads
+            lambda i: mlp_forward(xs, nets[i], activation, heads[i], gemm.matmul)[-1],
+            range(len(nets)),
+            threads,
         )
         return tuple(torch.from_numpy(out) for out in outs)
     result: tuple[Tensor, ...] = _MLPFunction.apply(
@@ -178,7 +182,9 @@ class _MLPFunction(torch.autograd.Function):
         nets = _layers(params, counts)
         xs = _as_numpy(x)
         hiddens = run_each(
-            lambda i: mlp_forward(xs, nets[i], activation, heads[i]), range(len(nets)), threads
+            lambda i: mlp_forward(xs, nets[i], activation, heads[i], gemm.matmul),
+            range(len(nets)),
+            threads,
         )
         ctx.activation, ctx.heads, ctx.threads, ctx.held = activation, heads, threads, held
         ctx.hiddens, ctx.weights = hiddens, [[w for w, _ in layers] for layers in nets]
@@ -201,6 +207,7 @@ class _MLPFunction(torch.autograd.Function):
                 ctx.heads[i],
                 input_grad=want_x,
                 weight_grads=not ctx.held,
+                matmul=gemm.matmul,
             )
 
         results = run_each(one, range(len(grads)), ctx.threads)

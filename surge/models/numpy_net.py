@@ -20,6 +20,7 @@ compare the two learners there, where rounding cannot tip a clip or an Adam step
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,9 @@ from surge.models.numpy_policy import (
     param_views,
 )
 
+Product = Callable[..., np.ndarray]
+"""A matrix product `matmul(a, b, out=None)`: np.matmul, or models/gemm.py `matmul`."""
+
 HIDDEN_GAIN = math.sqrt(2.0)
 POLICY_GAIN = 0.01
 VALUE_GAIN = 1.0
@@ -43,14 +47,19 @@ VALUE_GAIN = 1.0
 
 
 def mlp_forward(
-    x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]], activation: str, linear_last: bool
+    x: np.ndarray,
+    layers: list[tuple[np.ndarray, np.ndarray]],
+    activation: str,
+    linear_last: bool,
+    matmul: Product = np.matmul,
 ) -> list[np.ndarray]:
     """[x, h_1, ..., h_L] with h_{k+1} = act(h_k W_k^T + b_k); no activation after the last
-    layer when `linear_last` (a head layer). Weights are [out, in], as in nn.Linear."""
+    layer when `linear_last` (a head layer). Weights are [out, in], as in nn.Linear.
+    `matmul(a, b, out=None)`: the products' library (models/gemm.py `matmul` picks one)."""
     hidden = [x]
     h = x
     for k, (weight, bias) in enumerate(layers):
-        z = np.matmul(h, weight.T)
+        z = matmul(h, weight.T)
         z += bias
         if linear_last and k == len(layers) - 1:
             h = z
@@ -71,6 +80,7 @@ def mlp_backward(
     grads: list[tuple[np.ndarray, np.ndarray]] | None = None,
     input_grad: bool = False,
     weight_grads: bool = True,
+    matmul: Product = np.matmul,
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
     """Backward of `mlp_forward` given g = dL/dh_L: ([(dW_k, db_k)], dL/dx or None).
 
@@ -90,14 +100,14 @@ def mlp_backward(
         if not weight_grads:
             pass
         elif grads is None:
-            out[k] = (np.matmul(g.T, hidden[k]), g.sum(0))
+            out[k] = (matmul(g.T, hidden[k]), g.sum(0))
         else:
             dw, db = grads[k]
-            np.matmul(g.T, hidden[k], out=dw)
+            matmul(g.T, hidden[k], out=dw)
             np.add.reduce(g, axis=0, out=db)
             out[k] = (dw, db)
         if k > 0 or input_grad:
-            g = np.matmul(g, weights[k])
+            g = matmul(g, weights[k])
     return (out if weight_grads else []), (g if input_grad else None)
 
 

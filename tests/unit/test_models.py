@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -14,9 +15,11 @@ import torch
 
 from surge.config.schema import ModelConfig
 from surge.errors import EnvSpecError
+from surge.models import gemm
 from surge.models.actor_critic import ActorCritic
 from surge.models.distributions import GaussianHead, categorical_sample
 from surge.models.encoders import Encoder, FlatEncoder
+from surge.models.gemm import Library
 from surge.models.layers import mlp, parallel_mlps
 from tests.numerics import assert_float32_close
 
@@ -288,13 +291,22 @@ def test_evaluate_runs_each_head_in_its_torso_node() -> None:
     torch.testing.assert_close(value.detach(), ref_value)
 
 
+@pytest.fixture(params=["numpy", "torch"])
+def library(request: pytest.FixtureRequest) -> Iterator[Library]:
+    """The MLP passes' products in numpy, then in torch (models/gemm.py); numpy after."""
+    gemm.use(request.param)
+    yield request.param
+    gemm.use("numpy")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("held", [False, True])
-def test_parallel_mlps_match_plain_autograd(threads: int, held: bool) -> None:
+def test_parallel_mlps_match_plain_autograd(threads: int, held: bool, library: Library) -> None:
     """Two networks on one input in one node (layers.py `parallel_mlps`, a SAC learner's twin
-    critics), on one thread or two, against each network run by float64 autograd: outputs,
-    the input's gradient (the sum of both networks') and every weight's gradient; `held`
-    networks get none, and their weights stay untouched by the backward."""
+    critics), on one thread or two, with the products in numpy or torch (models/gemm.py),
+    against each network run by float64 autograd: outputs, the input's gradient (the sum of
+    both networks') and every weight's gradient; `held` networks get none, and their weights
+    stay untouched by the backward."""
     torch.manual_seed(1)
     nets = [(mlp(7, [32, 24], "relu"), torch.nn.Linear(24, 1)) for _ in range(2)]
     refs = [copy.deepcopy(torch.nn.Sequential(*torso, head)).double() for torso, head in nets]

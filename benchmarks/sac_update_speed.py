@@ -1,0 +1,117 @@
+"""How long does one SAC update take, per matrix-product library? Times the learner's update
+(surge/learners/sac.py `SACUpdate`: critics, actor and temperature, CleanRL's settings) on
+a synthetic batch of the preset's shape, with the MLPs' products in numpy (OpenBLAS) and in
+torch (MKL) (models/gemm.py), then runs the trial `sac.matmul: auto` makes at a run's start
+and prints its choice.
+
+The two alternate in blocks of updates timed by the wall clock (the twin critics run on
+`sac.threads` threads), so host noise hits both alike; the table shows the median block.
+
+    python benchmarks/sac_update_speed.py                       # halfcheetah-sac
+    python benchmarks/sac_update_speed.py pendulum-sac --rounds 15
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # as surge's workers: threads are set deliberately
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import machine  # noqa: E402 - benchmarks/, next to this file
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from surge.config.load import load_config  # noqa: E402
+from surge.envs.make import probe_env  # noqa: E402
+from surge.learners.sac import MATMUL_TRIAL, SACUpdate  # noqa: E402
+from surge.models import gemm  # noqa: E402
+
+MODES: tuple[gemm.Library, ...] = ("numpy", "torch")
+
+
+def synthetic_batch(space: object, rows: int, rng: np.random.Generator) -> dict[str, object]:
+    """A batch as the replay serves it: observations, actions in the Box, rewards, discounts."""
+    obs_space, action_space = space  # type: ignore[misc]
+    obs = {
+        k: torch.from_numpy(rng.standard_normal((rows, *s.shape), dtype=np.float32))
+        for k, s in _fields(obs_space).items()
+    }
+    nxt = {
+        k: torch.from_numpy(rng.standard_normal((rows, *s.shape), dtype=np.float32))
+        for k, s in _fields(obs_space).items()
+    }
+    low, high = action_space.low, action_space.high
+    action = rng.uniform(low, high, (rows, *action_space.shape)).astype(np.float32)
+    return {
+        "obs": obs,
+        "action": torch.from_numpy(action),
+        "nxt": nxt,
+        "rewards": torch.from_numpy(rng.standard_normal(rows, dtype=np.float32)),
+        "discount": torch.full((rows,), 0.99),
+    }
+
+
+def _fields(space: object) -> dict[str, object]:
+    spaces = getattr(space, "spaces", None)
+    return dict(spaces) if spaces is not None else {"obs": space}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("preset", nargs="?", default="halfcheetah-sac")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--updates", type=int, default=40, help="updates per timed block")
+    args = parser.parse_args()
+    cfg, _ = load_config(args.preset, [*args.set, "sac.matmul=numpy"])  # `use` decides below
+    env = probe_env(cfg.env, cfg.seed)
+    sac = SACUpdate(cfg, env.observation_space, env.action_space, torch.device("cpu"))
+    batch = synthetic_batch(
+        (env.observation_space, env.action_space),
+        cfg.replay.batch_size,
+        np.random.default_rng(0),
+    )
+
+    def block(mode: gemm.Library, updates: int) -> float:
+        gemm.use(mode)
+        start = time.perf_counter()
+        for _ in range(updates):
+            sac(**batch)  # type: ignore[arg-type]
+        return (time.perf_counter() - start) / updates * 1e3
+
+    for mode in MODES:  # warm-up
+        block(mode, 10)
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for r in range(args.rounds):
+        for mode in MODES if r % 2 == 0 else MODES[::-1]:
+            times[mode].append(block(mode, args.updates))
+    trial = gemm.ProductTrial("auto", rounds=MATMUL_TRIAL, cycle=cfg.sac.policy_every)
+    while trial.chosen is None:
+        trial.run(lambda: sac(**batch))  # type: ignore[arg-type]
+
+    med = {mode: statistics.median(t) for mode, t in times.items()}
+    print(machine.summary())
+    print(
+        f"{args.preset}: one update at batch {cfg.replay.batch_size}, sac.threads="
+        f"{cfg.sac.threads}, median of {args.rounds} blocks of {args.updates}"
+    )
+    print("| products | ms per update | min..max | numpy / this |")
+    print("|---|---|---|---|")
+    for mode in MODES:
+        lo, hi = min(times[mode]), max(times[mode])
+        print(
+            f"| {mode} | {med[mode]:.2f} | {lo:.2f}..{hi:.2f} | {med['numpy'] / med[mode]:.2f}x |"
+        )
+    trial_ms = ", ".join(f"{k} {v:.2f} ms" for k, v in trial.medians_ms().items())
+    print(
+        f"`sac.matmul: auto`'s trial ({MATMUL_TRIAL} timed turns each): {trial.chosen} ({trial_ms})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The matrix products of the numpy MLP passes inside torch models, in numpy or in torch.
+
+`parallel_mlps` (models/layers.py) runs MLPs' forward and backward passes in numpy so two
+networks can run on two threads. numpy's matmul calls OpenBLAS; torch's CPU wheels call
+MKL, and which of the two is faster depends on the CPU: single-thread float32 products at a
+SAC critic's batch of 256, (256 x 256) @ (256 x 256) and (256 x 23) @ (23 x 256), took 200
+and 28.8 us in numpy against 172 and 18.3 us in torch on an Intel Xeon with AMX, while on
+AMD EPYCs OpenBLAS won some shapes and MKL others. An update mixes many shapes, on two
+threads, with the element-wise work between them; so a learner that spends its time here
+times its whole update both ways (`ProductTrial`) and keeps the faster.
+
+Both libraries run on the numpy arrays' memory (transposed views stay views, no copies) and
+release the GIL for the product. numpy is the default: a process that never imports torch
+never pays for it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Literal, TypeVar
+
+import numpy as np
+
+Library = Literal["numpy", "torch"]
+T = TypeVar("T")
+
+_library: Library = "numpy"
+
+
+def use(library: Library) -> None:
+    """Run every product from now on in `library` (process-wide: a worker runs one learner)."""
+    if library not in ("numpy", "torch"):
+        raise ValueError(f"matrix products run in numpy or torch, not {library!r}")
+    global _library
+    _library = library
+
+
+def library() -> Library:
+    return _library
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """a @ b for 2-D float arrays (into `out` if given), in the library in use."""
+    if _library == "numpy":
+        return np.matmul(a, b, out=out)
+    torch = sys.modules["torch"]  # only chosen by processes that run torch models
+    if out is None:
+        product: np.ndarray = torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+        return product
+    torch.mm(torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(out))
+    return out
+
+
+class ProductTrial:
+    """Chooses the products' library by timing the caller's own work. With `auto`, the first
+    calls of `run` alternate numpy and torch, `cycle` calls at a time (a learner whose calls
+    differ in a pattern, such as SAC's actor step every other update, passes the pattern's
+    period so both sides time the same mix). After `rounds` timed cycles of each (the first
+    of each left out: first-call set-up), the library with the lower median cycle time stays
+    in use. Alternating puts a burst of load on the machine on both sides alike."""
+
+    def __init__(
+        self, choice: Literal["auto", "numpy", "torch"], rounds: int = 15, cycle: int = 1
+    ) -> None:
+        if choice not in ("auto", "numpy", "torch"):
+            raise ValueError(f"the products' library must be auto, numpy or torch, not {choice!r}")
+        if rounds < 1 or cycle < 1:
+            raise ValueError(f"a product trial needs rounds and cycle >= 1, got {rounds}, {cycle}")
+        self.rounds, self.cycle = rounds, cycle
+        self.seconds: dict[Library, list[float]] = {"numpy": [], "torch": []}
+        self.chosen: Library | None = None if choice == "auto" else choice
+        self._calls = 0
+        self._in_cycle = 0.0
+        use(self.chosen or "numpy")
+
+    def run(self, work: Callable[[], T]) -> T:
+        if self.chosen is not None:
+            return work()
+        turn = self._calls // self.cycle  # which cycle this call belongs to
+        side: Library = "numpy" if turn % 2 == 0 else "torch"
+        use(side)
+        start = time.perf_counter()
+        result = work()
+        self._in_cycle += time.perf_counter() - start
+        self._calls += 1
+        if self._calls % self.cycle == 0:
+            if turn >= 2:  # each side's first cycle pays its library's set-up
+                self.seconds[side].append(self._in_cycle)
+            self._in_cycle = 0.0
+            if turn + 1 == 2 * (self.rounds + 1):
+                faster = min(self.seconds, key=lambda k: statistics.median(self.seconds[k]))
+                use(faster)
+                self.chosen = faster
+        return result
+
+    def medians_ms(self) -> dict[Library, float]:
+        """Each library's median time per call in the trial (ms)."""
+        return {k: 1e3 * statistics.median(v) / self.cycle for k, v in self.seconds.items() if v}
