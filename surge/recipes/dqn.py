@@ -59,7 +59,7 @@ class DQNFamily(Algorithm):
     def prepare(
         self, cfg: ExperimentConfig, run_dir: Path | None, checkpoint: Path | None
     ) -> RunContext:
-        env = probe(cfg)
+        env = probe(cfg, run=run_dir is not None)
         if not isinstance(env.action_space, gym.spaces.Discrete):
             raise ConfigError(
                 f"algo: dqn needs Discrete actions; env.id={cfg.env.id} has {env.action_space}",

@@ -93,12 +93,13 @@ def check_replay(cfg: ExperimentConfig, nstep: int = 1, per_item: int = 1) -> No
         )
 
 
-def probe(cfg: ExperimentConfig) -> EnvInfo:
-    """The env's spaces (and a check that an encoder fits its observations)."""
+def probe(cfg: ExperimentConfig, run: bool = True) -> EnvInfo:
+    """The env's spaces (and a check that an encoder fits its observations). `run` False:
+    only the graph is drawn, and no reward model is trained for it."""
     env = next(iter(probe_policies(cfg).values()))
     choose_encoder(env.observation_space, cfg.model)
     _check_frames(cfg, env)
-    check_scorer(cfg.reward_model, log=lambda text: print(f"  {text}", file=sys.stderr))
+    check_scorer(cfg.reward_model, log=lambda text: print(f"  {text}", file=sys.stderr), build=run)
     if env.agents:
         raise ConfigError(
             f"env.id={cfg.env.id}: algo {cfg.algo} trains single-agent envs",

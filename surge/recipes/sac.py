@@ -71,7 +71,7 @@ class SACAlgorithm(Algorithm):
     def prepare(
         self, cfg: ExperimentConfig, run_dir: Path | None, checkpoint: Path | None
     ) -> RunContext:
-        env = probe(cfg)
+        env = probe(cfg, run=run_dir is not None)
         space = env.action_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ConfigError(

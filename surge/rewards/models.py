@@ -74,11 +74,16 @@ def model_dir(cfg: RewardModelConfig, log: Callable[[str], None] = lambda text: 
     return cfg.path if cfg.path is not None else str(cached_model(log=log))
 
 
-def check_scorer(cfg: RewardModelConfig, log: Callable[[str], None] = lambda text: None) -> None:
+def check_scorer(
+    cfg: RewardModelConfig, log: Callable[[str], None] = lambda text: None, build: bool = True
+) -> None:
     """Before a run: the model a mode scores with can be found (ConfigError otherwise),
     without loading it; the built-in tiny CLIP is trained now if it is not cached yet, so
-    the run's reward-model worker finds it."""
+    the run's reward-model worker finds it. Without `build` (only the graph is drawn) the
+    built-in model is left alone."""
     if cfg.mode in ("env", "state"):
+        return
+    if cfg.path is None and cfg.fn is None and cfg.open_clip is None and not build:
         return
     if cfg.fn is not None:
         make_scorer(cfg)  # a function is only imported

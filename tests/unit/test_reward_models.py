@@ -181,3 +181,16 @@ def test_an_env_group_records_each_steps_own_info_the_last_one_before_its_reset(
         np.testing.assert_array_equal(group.info["frame"][:, 0, 0, 0], level)
         np.testing.assert_allclose(group.info["speed_kmh"], 10 * np.abs(seen[:, 2]), rtol=1e-6)
     assert group.truncated.all() and group.info["frame"].shape == (2, 8, 8, 3)
+
+
+def test_drawing_the_graph_trains_no_reward_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`surge graph highway-vlmrl` where the built-in tiny CLIP is not cached draws the graph
+    at once: training the model (minutes) is left to the run that scores with it."""
+    from surge.runtime.graph_docs import graph_text
+
+    monkeypatch.setenv("SURGE_CACHE", str(tmp_path))
+    lines = graph_text("highway-vlmrl", [])
+    assert any(line.split()[:2] == ["reward-model-0", "reward-model"] for line in lines)
+    assert not any(tmp_path.iterdir())  # nothing built, nothing cached
