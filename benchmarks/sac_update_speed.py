@@ -21,44 +21,42 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+from typing import Any  # noqa: E402
 
+import gymnasium as gym  # noqa: E402
 import machine  # noqa: E402 - benchmarks/, next to this file
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from surge.config.load import load_config  # noqa: E402
 from surge.envs.make import probe_env  # noqa: E402
-from surge.learners.sac import MATMUL_TRIAL, SACUpdate  # noqa: E402
+from surge.learners.sac import MATMUL_TRIAL, SACBatch, SACUpdate  # noqa: E402
 from surge.models import gemm  # noqa: E402
 
 MODES: tuple[gemm.Library, ...] = ("numpy", "torch")
 
 
-def synthetic_batch(space: object, rows: int, rng: np.random.Generator) -> dict[str, object]:
+def synthetic_batch(
+    obs_space: gym.Space[Any], action_space: gym.spaces.Box, rows: int, rng: np.random.Generator
+) -> SACBatch:
     """A batch as the replay serves it: observations, actions in the Box, rewards, discounts."""
-    obs_space, action_space = space  # type: ignore[misc]
-    obs = {
-        k: torch.from_numpy(rng.standard_normal((rows, *s.shape), dtype=np.float32))
-        for k, s in _fields(obs_space).items()
-    }
-    nxt = {
-        k: torch.from_numpy(rng.standard_normal((rows, *s.shape), dtype=np.float32))
-        for k, s in _fields(obs_space).items()
-    }
+
+    def observations() -> dict[str, torch.Tensor]:
+        fields = getattr(obs_space, "spaces", None) or {"obs": obs_space}
+        return {
+            k: torch.from_numpy(rng.standard_normal((rows, *f.shape), dtype=np.float32))
+            for k, f in fields.items()
+        }
+
     low, high = action_space.low, action_space.high
     action = rng.uniform(low, high, (rows, *action_space.shape)).astype(np.float32)
-    return {
-        "obs": obs,
-        "action": torch.from_numpy(action),
-        "nxt": nxt,
-        "rewards": torch.from_numpy(rng.standard_normal(rows, dtype=np.float32)),
-        "discount": torch.full((rows,), 0.99),
-    }
-
-
-def _fields(space: object) -> dict[str, object]:
-    spaces = getattr(space, "spaces", None)
-    return dict(spaces) if spaces is not None else {"obs": space}
+    return SACBatch(
+        obs=observations(),
+        action=torch.from_numpy(action),
+        next_obs=observations(),
+        reward=torch.from_numpy(rng.standard_normal(rows, dtype=np.float32)),
+        discount=torch.full((rows,), 0.99),
+    )
 
 
 def main() -> None:
@@ -71,17 +69,16 @@ def main() -> None:
     cfg, _ = load_config(args.preset, [*args.set, "sac.matmul=numpy"])  # `use` decides below
     env = probe_env(cfg.env, cfg.seed)
     sac = SACUpdate(cfg, env.observation_space, env.action_space, torch.device("cpu"))
-    batch = synthetic_batch(
-        (env.observation_space, env.action_space),
-        cfg.replay.batch_size,
-        np.random.default_rng(0),
-    )
+    rng = np.random.default_rng(0)
+    space = env.action_space
+    assert isinstance(space, gym.spaces.Box), f"{args.preset}: SAC acts in a Box"
+    batch = synthetic_batch(env.observation_space, space, cfg.replay.batch_size, rng)
 
     def block(mode: gemm.Library, updates: int) -> float:
         gemm.use(mode)
         start = time.perf_counter()
         for _ in range(updates):
-            sac(**batch)  # type: ignore[arg-type]
+            sac(batch)
         return (time.perf_counter() - start) / updates * 1e3
 
     for mode in MODES:  # warm-up
@@ -92,7 +89,7 @@ def main() -> None:
             times[mode].append(block(mode, args.updates))
     trial = gemm.ProductTrial("auto", rounds=MATMUL_TRIAL, cycle=cfg.sac.policy_every)
     while trial.chosen is None:
-        trial.run(lambda: sac(**batch))  # type: ignore[arg-type]
+        trial.run(lambda: sac(batch))
 
     med = {mode: statistics.median(t) for mode, t in times.items()}
     print(machine.summary())

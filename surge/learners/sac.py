@@ -19,6 +19,7 @@ The published vector is the actor's parameters (models/sac_policy.py acts with t
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,18 @@ Obs = dict[str, torch.Tensor]
 
 def build(ctx: RunContext, b: Binding) -> TrainerWorker:
     return TrainerWorker(ctx, b, SACLearner(ctx, b))
+
+
+@dataclass(frozen=True)
+class SACBatch:
+    """One replay batch on the learner's device: a row's reward and discount are already the
+    n-step return and its discount."""
+
+    obs: Obs
+    action: torch.Tensor
+    next_obs: Obs
+    reward: torch.Tensor
+    discount: torch.Tensor
 
 
 class SACUpdate:
@@ -127,49 +140,30 @@ class SACUpdate:
         noise = torch.randn_like(mean)
         return squashed_gaussian(mean, bounded_log_std(raw), self.scale, self.bias, noise)
 
-    def __call__(
-        self,
-        obs: Obs,
-        action: torch.Tensor,
-        nxt: Obs,
-        rewards: torch.Tensor,
-        discount: torch.Tensor,
-    ) -> dict[str, float]:
+    def __call__(self, batch: SACBatch) -> dict[str, float]:
         """One update on a batch; its losses and statistics."""
-        return self.products.run(lambda: self._update(obs, action, nxt, rewards, discount))
+        return self.products.run(lambda: self._update(batch))
 
-    def _update(
-        self,
-        obs: Obs,
-        action: torch.Tensor,
-        nxt: Obs,
-        rewards: torch.Tensor,
-        discount: torch.Tensor,
-    ) -> dict[str, float]:
+    def _update(self, batch: SACBatch) -> dict[str, float]:
         s = self.cfg
-        stats = self._critic_step(obs, action, nxt, rewards, discount)
+        stats = self._critic_step(batch)
         self.updates += 1
         if self.updates % s.policy_every == 0:  # CleanRL: the 2nd, 4th, ... update
             for _ in range(s.policy_every):  # compensates for the delay
-                stats.update(self._policy_step(obs))
+                stats.update(self._policy_step(batch.obs))
         with torch.no_grad():  # target <- tau * critic + (1 - tau) * target
             self.target_flat.data.lerp_(self.critic_flat.data, s.tau)
         stats["alpha"] = float(self.alpha)
         return stats
 
-    def _critic_step(
-        self,
-        obs: Obs,
-        action: torch.Tensor,
-        nxt: Obs,
-        rewards: torch.Tensor,
-        discount: torch.Tensor,
-    ) -> dict[str, float]:
+    def _critic_step(self, batch: SACBatch) -> dict[str, float]:
         with torch.no_grad():
-            next_action, next_logp = self.sample(nxt)
-            q1_next, q2_next = self.target(nxt, next_action)
-            target = critic_target(rewards, discount, q1_next, q2_next, next_logp, self.alpha)
-        q1, q2 = self.critic(obs, action)
+            next_action, next_logp = self.sample(batch.next_obs)
+            q1_next, q2_next = self.target(batch.next_obs, next_action)
+            target = critic_target(
+                batch.reward, batch.discount, q1_next, q2_next, next_logp, self.alpha
+            )
+        q1, q2 = self.critic(batch.obs, batch.action)
         loss = critic_loss(q1, q2, target)
         self.critic_optimizer.zero_grad()
         loss.backward()
@@ -245,11 +239,14 @@ class SACLearner:
         row, f = self.batches.take(version)
         put = self.staging
         put.begin()
-        obs = {k[4:]: put(v) for k, v in f.items() if k.startswith("obs/")}
-        nxt = {k[9:]: put(v) for k, v in f.items() if k.startswith("next_obs/")}
-        action = put(f["action"])
-        rewards, discount = put(f["reward"]), put(f["discount"])
-        self._stats.append(self.sac(obs, action, nxt, rewards, discount))
+        batch = SACBatch(
+            obs={k[4:]: put(v) for k, v in f.items() if k.startswith("obs/")},
+            action=put(f["action"]),
+            next_obs={k[9:]: put(v) for k, v in f.items() if k.startswith("next_obs/")},
+            reward=put(f["reward"]),
+            discount=put(f["discount"]),
+        )
+        self._stats.append(self.sac(batch))
         return self.batches.give_back(version, row)  # after the last read of the row
 
     def parameters(self) -> np.ndarray:
