@@ -234,7 +234,7 @@ def run_one(
         "overrides": args.override if contender == "surge" else [],
         "surge": surge_tree if contender == "surge" else None,
         "launched": launched, "loadavg_at_start": os.getloadavg(), "busy_before": busy,
-        "cmd": cmd,
+        "cmd": cmd, "cpu": machine.describe()["cpu"],
     }  # fmt: skip
     (run / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     print(f"[replay] {run.name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -353,6 +353,7 @@ def summarise(run: Path) -> dict[str, Any] | None:
         **{k: meta[k] for k in ("task", "contender", "seed", "tag", "jobs", "steps_budget")},
         "overrides": meta.get("overrides", []),
         "surge": meta.get("surge"),
+        "cpu": meta.get("cpu"),  # runs of one report may come from several sittings
     }
     reached_s = reached_steps = None  # first time the mean of 20 reached the task's target
     solved_s = solved_steps = eval_return = None  # dqn-solve: the run's own solve criterion
@@ -798,6 +799,16 @@ def report(tag: str, with_tags: list[str]) -> str:
         "time unless its note says otherwise; `OMP_NUM_THREADS=1` for all. Returns are raw",
         "episode returns, the mean of the last 20 episodes.",
     ]
+    cpus: dict[str, list[str]] = {}
+    for r in rows:
+        cpus.setdefault(r["cpu"] or "not recorded", []).append(r["run"])
+    if set(cpus) != {info["cpu"]}:  # the runs were not all made on the machine above
+        lines += [
+            "",
+            "The machine above wrote this report; the runs ran on: "
+            + "; ".join(f"{cpu}: {', '.join(names)}" for cpu, names in cpus.items())
+            + ".",
+        ]
     if summary:
         lines += ["", "## Targets", "", "| task | measure | value | target | met |"]
         lines.append("|---|---|---|---|---|")

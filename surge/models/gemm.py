@@ -4,10 +4,10 @@
 networks can run on two threads. numpy's matmul calls OpenBLAS; torch's CPU wheels call
 MKL, and which of the two is faster depends on the CPU: single-thread float32 products at a
 SAC critic's batch of 256, (256 x 256) @ (256 x 256) and (256 x 23) @ (23 x 256), took 200
-and 28.8 us in numpy against 172 and 18.3 us in torch on an Intel Xeon with AMX, while on
-AMD EPYCs OpenBLAS won some shapes and MKL others. An update mixes many shapes, on two
-threads, with the element-wise work between them; so a learner that spends its time here
-times its whole update both ways (`ProductTrial`) and keeps the faster.
+and 28.8 us in numpy against 172 and 18.3 us in torch on an Intel Xeon with AMX, and 261
+and 26.9 us against 302 and 29.8 us on an AMD EPYC (family 26). An update mixes many
+shapes, on two threads, with the element-wise work between them; so a learner that spends
+its time here times its whole update both ways (`ProductTrial`) and keeps the faster.
 
 Both libraries run on the numpy arrays' memory (transposed views stay views, no copies) and
 release the GIL for the product. numpy is the default: a process that never imports torch
