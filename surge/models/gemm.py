@@ -34,6 +34,8 @@ def use(library: Library) -> None:
     """Run every product from now on in `library` (process-wide: a worker runs one learner)."""
     if library not in ("numpy", "torch"):
         raise ValueError(f"matrix products run in numpy or torch, not {library!r}")
+    if library == "torch":
+        import torch  # noqa: F401 - loaded now, so `matmul` finds it in sys.modules
     global _library
     _library = library
 
@@ -46,7 +48,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     """a @ b for 2-D float arrays (into `out` if given), in the library in use."""
     if _library == "numpy":
         return np.matmul(a, b, out=out)
-    torch = sys.modules["torch"]  # only chosen by processes that run torch models
+    torch = sys.modules["torch"]  # loaded by `use("torch")`
     if out is None:
         product: np.ndarray = torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
         return product
