@@ -204,4 +204,4 @@ class SACConfig:
     Which is faster depends on the CPU. `auto`: the learner's first updates alternate the
     two, `policy_every` updates at a time, 16 turns each (64 updates by default), and the
     one with the lower median time stays (models/gemm.py); the choice and both medians are
-    logged (`matmul/*`). CNN encoders and GPUs use torch throughout."""
+    logged (`matmul/*`). CNN encoders always compute in torch, and on a GPU everything does."""
