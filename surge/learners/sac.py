@@ -77,7 +77,7 @@ class SACBatch:
 
 class SACUpdate:
     """SAC's networks, optimizers and temperature, and one update on a batch: the learner's
-    maths without the replay and the chassis (benchmarks/mlp_speed.py `--sac` times it)."""
+    maths without the replay and the chassis (benchmarks/sac_update_speed.py times it)."""
 
     def __init__(
         self,
@@ -86,7 +86,7 @@ class SACUpdate:
         space: gym.Space[Any],
         device: torch.device,
     ) -> None:
-        self.cfg = s = cfg.sac
+        self.settings = s = cfg.sac
         torch.manual_seed(derive_seed(cfg.seed, "model"))
         self.device = device
         self.actor = SACActor(obs_space, space, cfg.model).to(device)
@@ -131,7 +131,7 @@ class SACUpdate:
     def alpha(self) -> torch.Tensor:
         """The temperature now (a constant for the losses that use it)."""
         if self.alpha_optimizer is None:
-            return torch.tensor(self.cfg.alpha, device=self.device)
+            return torch.tensor(self.settings.alpha, device=self.device)
         return self.log_alpha.detach().exp()
 
     def sample(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,7 +145,7 @@ class SACUpdate:
         return self.products.run(lambda: self._update(batch))
 
     def _update(self, batch: SACBatch) -> dict[str, float]:
-        s = self.cfg
+        s = self.settings
         stats = self._critic_step(batch)
         self.updates += 1
         if self.updates % s.policy_every == 0:  # CleanRL: the 2nd, 4th, ... update
