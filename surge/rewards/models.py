@@ -83,14 +83,12 @@ def check_scorer(
     built-in model is left alone."""
     if cfg.mode in ("env", "state"):
         return
-    if cfg.path is None and cfg.fn is None and cfg.open_clip is None and not build:
-        return
     if cfg.fn is not None:
         make_scorer(cfg)  # a function is only imported
     elif cfg.open_clip is not None:
         ramp(cfg, (0.0, CLG_THRESHOLD))
         check_open_clip(cfg.open_clip)
-    else:
+    elif cfg.path is not None or build:  # else the built-in model, not trained for a graph
         path = model_dir(cfg, log)
         check_clip_dir(path)
         ramp(cfg, suggested_thresholds(path))
