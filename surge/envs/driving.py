@@ -174,7 +174,7 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
 
     def _frame(self) -> np.ndarray:
         if self._viewer is None:
-            from highway_env.envs.common.graphics import EnvViewer
+            from surge.envs.driving_frames import FrameViewer
 
             # Offscreen drawing needs no display: SDL's dummy driver spares the search for
             # one (and its warnings). highway-env then skips drawing altogether (every frame
@@ -182,7 +182,7 @@ class DrivingInfo(gym.Wrapper[Any, Any, Any, Any]):
             os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
             base = self.env.unwrapped
             config = {**base.config, "offscreen_rendering": True}  # type: ignore[attr-defined]
-            self._viewer = EnvViewer(base, config)
+            self._viewer = FrameViewer(base, config)
             self._viewer.enabled = True
         self._viewer.display()
         return surface_frame(self._viewer.sim_surface, self.frame_size)

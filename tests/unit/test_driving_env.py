@@ -94,6 +94,79 @@ def test_frames_read_from_the_surface_are_highway_envs_own_image_resized() -> No
     env.close()
 
 
+def _lane_keeper(info: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+    """A noisy driver of `make_driving_env` that keeps near its lane's centre."""
+    steer = -0.05 * info["lane_offset"] - 0.4 * info["heading_error"] + rng.normal(0, 0.02)
+    return np.array([rng.uniform(-0.6, 0.4), np.clip(steer, -1, 1)], np.float32)
+
+
+def _merging_env() -> tuple[gym.Env, Any]:
+    """merge-v0 as highway-env makes it (its reward reads discrete meta-actions), driven by
+    idle / faster / slower picks."""
+    env = gym.make("merge-v0")
+    return env, lambda info, rng: int(rng.choice([1, 3, 4]))
+
+
+ROADS = {
+    "highway-fast-v0": lambda: (
+        make_driving_env(
+            action={"type": "ContinuousAction", "steering_range": [-0.2, 0.2]},
+            policy_frequency=2,
+            simulation_frequency=4,
+        ),
+        _lane_keeper,
+    ),
+    "merge-v0": _merging_env,
+}
+
+
+@pytest.mark.filterwarnings("ignore:.*merge-v0 is out of date")
+@pytest.mark.parametrize("road", sorted(ROADS))
+def test_frame_viewer_draws_the_pixels_of_highway_envs_viewer(
+    road: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frames' viewer draws straight lanes by its own arithmetic: over whole episodes
+    (the road's start and, on merge-v0, short lanes clipped at both ends and a sine lane left
+    to highway-env), its surface is byte for byte that of highway-env's
+    `EnvViewer.display()`. One lane gets a continuous marking, so every line kind is drawn."""
+    import pygame
+    from highway_env.envs.common.graphics import EnvViewer
+    from highway_env.road.lane import LineType
+
+    from surge.envs.driving_frames import FrameViewer
+
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")  # offscreen: no display to look for
+    env, driver = ROADS[road]()
+    base = typing.cast(Any, env.unwrapped)
+    rng = np.random.default_rng(0)
+    compared, kinds = 0, set()
+    for seed in range(12):  # whole episodes, until 60 frames or more are compared
+        if compared >= 60:
+            break
+        _, info = env.reset(seed=seed)
+        graph = base.road.network.graph
+        lanes = [lane for ends in graph.values() for ls in ends.values() for lane in ls]
+        lanes[0].line_types = (LineType.CONTINUOUS, lanes[0].line_types[1])
+        kinds |= {(type(lane).__name__, t) for lane in lanes for t in lane.line_types}
+        config = {**base.config, "offscreen_rendering": True}
+        theirs, ours = EnvViewer(base, config), FrameViewer(base, config)
+        theirs.enabled = ours.enabled = True
+        while True:
+            theirs.display()
+            ours.display()
+            assert pygame.image.tobytes(ours.sim_surface, "RGB") == pygame.image.tobytes(
+                theirs.sim_surface, "RGB"
+            ), f"seed {seed}, frame {compared}"
+            compared += 1
+            _, _, terminated, truncated, info = env.step(driver(info, rng))
+            if terminated or truncated:
+                break
+    assert compared >= 60
+    every_kind = {LineType.NONE, LineType.STRIPED, LineType.CONTINUOUS, LineType.CONTINUOUS_LINE}
+    assert {t for name, t in kinds if name == "StraightLane"} == every_kind
+    env.close()
+
+
 @pytest.mark.parametrize("bad", [0, -3, (64,), (64, 0), 64.0, True, "64"])
 def test_bad_frame_size(bad: object) -> None:
     with pytest.raises(ValueError, match="frame_size"):
