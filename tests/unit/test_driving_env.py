@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import sys
 import time
 import typing
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 pytest.importorskip("highway_env", reason="needs highway-env: pip install -e '.[highway]'")
 
 from surge.config.schema import EnvConfig  # noqa: E402
-from surge.envs.driving import make_driving_env, resize_frame, surface_frame  # noqa: E402
+from surge.envs.driving import BGRX_LAYOUT, make_driving_env, resize_frame, surface_frame  # noqa: E402
 from surge.envs.make import probe_env  # noqa: E402
 from surge.errors import ConfigError  # noqa: E402
 
@@ -80,17 +81,21 @@ def test_frames() -> None:
 
 
 def test_frames_read_from_the_surface_are_highway_envs_own_image_resized() -> None:
-    """`surface_frame` reads the viewer's surface as row-major bytes; the pixels are those of
-    highway-env's `get_image()` resized by `resize_frame`, at any size."""
+    """`surface_frame` reads the viewer's surface in row-major order; the pixels are those of
+    highway-env's `get_image()` resized by `resize_frame`, at any size, by either reading."""
     env = make_driving_env(frames=True)
     env.reset(seed=2)
     env.step(straight())
     viewer = typing.cast(Any, env)._viewer
     full = np.asarray(viewer.get_image(), np.uint8)
+    surface = viewer.sim_surface
+    # The usual 32-bit layout is read in place; a 24-bit copy goes through `tobytes`.
+    assert (surface.get_bitsize(), surface.get_masks(), sys.byteorder) == BGRX_LAYOUT
+    packed = surface.convert(24)
+    assert packed.get_bitsize() == 24
     for size in ((64, 64), (32, 128), full.shape[:2]):
-        np.testing.assert_array_equal(
-            surface_frame(viewer.sim_surface, size), resize_frame(full, size)
-        )
+        for source in (surface, packed):
+            np.testing.assert_array_equal(surface_frame(source, size), resize_frame(full, size))
     env.close()
 
 
