@@ -3,7 +3,8 @@
 Drawing a frame of the default 600x150 view took 0.75 ms on an AMD EPYC (family 26) in
 `EnvViewer.display()`, four fifths of it in the lane markings: `LaneGraphics.draw_stripes`
 converts each stripe's two ends to pixels one at a time in Python (`lane.position`, then
-`surface.vec2pix`), over 250 stripes per frame on a four-lane road, most outside the view.
+`surface.vec2pix`), about 125 stripes per frame on the presets' three-lane road, most of
+them outside the view.
 `FrameViewer` draws straight lanes with the same float64 arithmetic on arrays, skips the
 stripes that lie wholly outside the surface, and leaves the rest of the scene (other lane
 kinds, vehicles, objects) to highway-env's own code: the surface's pixels are those of
