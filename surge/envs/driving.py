@@ -10,7 +10,8 @@ the camera frame, and a synthesis reward reads the vehicle's state terms, so eac
   `screen_width`, `screen_height`, `scaling` and `centering_position` config) resized to
   `frame_size` (an int: a square; or (height, width)). Resizing to a square stretches the
   wide default view; pass `screen_width=150, screen_height=150` (or any aspect) to avoid
-  that. Drawn by the wrapper, not `env.render()`, so `render_mode` stays free for videos.
+  that. Drawn by the wrapper, not `env.render()`, so `render_mode` stays free for videos,
+  with `FrameViewer` (surge/envs/driving_frames.py): highway-env's pixels at less cost.
 - `speed_kmh` (float): the ego vehicle's speed in km/h.
 - `lane_offset` (float, m): signed lateral distance from the centre of the vehicle's lane
   (the lane closest to it: the offset jumps sign on a lane change, and grows past half a
