@@ -1,7 +1,8 @@
 """What does a camera frame add to a driving env step? Steps `highway-vlmrl`'s env (one env,
-the preset's kwargs, a lane-keeping driver with noise) without frames, with frames drawn by
-highway-env's own `EnvViewer.display()`, and with the frames' `FrameViewer`
-(surge/envs/driving_frames.py: the same pixels, straight lanes drawn on arrays).
+the preset's kwargs, driven by driving_traffic.py's `hold_speed` at 80 km/h) without
+frames, with frames drawn by highway-env's own `EnvViewer.display()`, and with the frames'
+`FrameViewer` (surge/envs/driving_frames.py: the same pixels, straight lanes drawn on
+arrays).
 
 The three alternate in rounds of `--steps` steps from the same seeds, so host noise hits
 them alike; the table (results/driving_frames.md) shows each one's median round in ms per
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import machine  # benchmarks/, next to this file
-import numpy as np
+from driving_traffic import hold_speed
 
 from surge.config.load import load_config
 from surge.envs.driving import make_driving_env
@@ -42,14 +43,12 @@ def make_env(case: str, kwargs: dict[str, Any]) -> Any:
 
 
 def drive(env: Any, steps: int, seed: int) -> float:
-    """Seconds per step over `steps` steps of a noisy lane keeper, resetting at episode ends."""
-    rng = np.random.default_rng(seed)
+    """Seconds per step over `steps` steps at 80 km/h in the lane's centre, resetting at
+    episode ends."""
     _, info = env.reset(seed=seed)
     start = time.perf_counter()
     for _ in range(steps):
-        steer = -0.05 * info["lane_offset"] - 0.4 * info["heading_error"] + rng.normal(0, 0.02)
-        action = np.array([rng.uniform(-0.6, 0.4), np.clip(steer, -1, 1)], np.float32)
-        _, _, terminated, truncated, info = env.step(action)
+        _, _, terminated, truncated, info = env.step(hold_speed(80.0, info))
         if terminated or truncated:
             _, info = env.reset()
     return (time.perf_counter() - start) / steps
