@@ -1,8 +1,9 @@
-"""How long does one SAC update take, per matrix-product library? Times the learner's update
-(surge/learners/sac.py `SACUpdate`: critics, actor and temperature, CleanRL's settings) on
-a synthetic batch of the preset's shape, with the MLPs' products in numpy (OpenBLAS) and in
-torch (MKL) (models/gemm.py), then runs the trial `sac.matmul: auto` makes at a run's start
-and prints its choice.
+"""How long does one SAC update take, per matrix-product library and precision? Times the
+learner's update (surge/learners/sac.py `SACUpdate`: critics, actor and temperature,
+CleanRL's settings) on a synthetic batch of the preset's shape, with the MLPs' products in
+numpy (OpenBLAS) and in torch (MKL), each in float32 and with the large ones in bfloat16
+(`sac.precision`; models/gemm.py), then runs the trial `sac.matmul: auto` makes at a run's
+start (in the precision the preset resolves to) and prints its choice.
 
 The two alternate in blocks of updates timed by the wall clock (the twin critics run on
 `sac.threads` threads), so host noise hits both alike; the table shows the median block.
@@ -33,7 +34,8 @@ from surge.envs.make import probe_env  # noqa: E402
 from surge.learners.sac import MATMUL_TRIAL, SACBatch, SACUpdate  # noqa: E402
 from surge.models import gemm  # noqa: E402
 
-MODES: tuple[gemm.Library, ...] = ("numpy", "torch")
+Mode = tuple[gemm.Library, bool]  # (library, large products in bfloat16)
+MODES: tuple[Mode, ...] = (("numpy", False), ("torch", False), ("numpy", True), ("torch", True))
 
 
 def synthetic_batch(
@@ -74,8 +76,9 @@ def main() -> None:
     assert isinstance(space, gym.spaces.Box), f"{args.preset}: SAC acts in a Box"
     batch = synthetic_batch(env.observation_space, space, cfg.replay.batch_size, rng)
 
-    def block(mode: gemm.Library, updates: int) -> float:
-        gemm.use(mode)
+    def block(mode: Mode, updates: int) -> float:
+        gemm.use(mode[0])
+        gemm.use_bfloat16(mode[1])
         start = time.perf_counter()
         for _ in range(updates):
             sac(batch)
@@ -83,30 +86,36 @@ def main() -> None:
 
     for mode in MODES:  # warm-up
         block(mode, 10)
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    times: dict[Mode, list[float]] = {mode: [] for mode in MODES}
     for r in range(args.rounds):
         for mode in MODES if r % 2 == 0 else MODES[::-1]:
             times[mode].append(block(mode, args.updates))
+    gemm.use_bfloat16(sac.bf16)
     trial = gemm.ProductTrial("auto", rounds=MATMUL_TRIAL, cycle=cfg.sac.policy_every)
     while trial.chosen is None:
         trial.run(lambda: sac(batch))
 
     med = {mode: statistics.median(t) for mode, t in times.items()}
+    base = med[("numpy", False)]
     print(machine.summary())
     print(
         f"{args.preset}: one update at batch {cfg.replay.batch_size}, sac.threads="
         f"{cfg.sac.threads}, median of {args.rounds} blocks of {args.updates}"
     )
-    print("| products | ms per update | min..max | numpy / this |")
-    print("|---|---|---|---|")
+    print("| products | large products in | ms per update | min..max | numpy float32 / this |")
+    print("|---|---|---|---|---|")
     for mode in MODES:
         lo, hi = min(times[mode]), max(times[mode])
+        precision = "bfloat16" if mode[1] else "float32"
         print(
-            f"| {mode} | {med[mode]:.2f} | {lo:.2f}..{hi:.2f} | {med['numpy'] / med[mode]:.2f}x |"
+            f"| {mode[0]} | {precision} | {med[mode]:.2f} | {lo:.2f}..{hi:.2f} "
+            f"| {base / med[mode]:.2f}x |"
         )
     trial_ms = ", ".join(f"{k} {v:.2f} ms" for k, v in trial.medians_ms().items())
+    precision = "bfloat16" if sac.bf16 else "float32"
     print(
-        f"`sac.matmul: auto`'s trial ({MATMUL_TRIAL} timed turns each): {trial.chosen} ({trial_ms})"
+        f"`sac.matmul: auto`'s trial ({MATMUL_TRIAL} timed turns each, `sac.precision: "
+        f"{cfg.sac.precision}` = {precision}): {trial.chosen} ({trial_ms})"
     )
 
 

@@ -46,6 +46,7 @@ from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
 from surge.learners.replay import ReplayBatches
 from surge.models import gemm
+from surge.models.encoders import native_bf16
 from surge.models.gemm import ProductTrial
 from surge.models.sac_network import SACActor, TwinQ
 from surge.models.sac_policy import box_dims, box_scale_bias
@@ -126,6 +127,10 @@ class SACUpdate:
         self.products = ProductTrial(
             s.matmul if on_cpu else "numpy", rounds=MATMUL_TRIAL, cycle=s.policy_every
         )
+        self.bf16 = on_cpu and (
+            s.precision == "bfloat16" or (s.precision == "auto" and native_bf16())
+        )
+        gemm.use_bfloat16(self.bf16)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -263,6 +268,7 @@ class SACLearner:
         if trial.chosen is not None:  # 1: the products run in torch, 0: in numpy
             record["matmul/torch"] = float(trial.chosen == "torch")
             record.update({f"matmul/{k}_ms": v for k, v in trial.medians_ms().items()})
+        record["matmul/bfloat16"] = float(self.sac.bf16)
         self._stats = []
         return record
 
@@ -291,4 +297,5 @@ class SACLearner:
 
     def close(self) -> None:
         self.evaluator.close()
-        gemm.use("numpy")  # the process-wide default again (a serial run's process goes on)
+        gemm.use("numpy")  # the process-wide defaults again (a serial run's process goes on)
+        gemm.use_bfloat16(False)

@@ -12,6 +12,13 @@ its time here times its whole update both ways (`ProductTrial`) and keeps the fa
 Both libraries run on the numpy arrays' memory (transposed views stay views, no copies) and
 release the GIL for the product. numpy is the default: a process that never imports torch
 never pays for it.
+
+Apart from the library, the large products can run in bfloat16 (`use_bfloat16`, SAC's
+`sac.precision`): on CPUs with native bf16 dot products oneDNN's bf16 kernels are several
+times faster than float32's, 76.6 against 305 us for 256 x 256 x 256 on one thread of an AMD
+EPYC (family 26), the conversions costing about 6 us a matrix. Only products whose three
+dimensions all reach `BF16_MIN_DIM` take that path: a network's first layer reads raw
+observations and its head writes the values the losses compare, and both are cheap anyway.
 """
 
 from __future__ import annotations
@@ -28,6 +35,12 @@ Library = Literal["numpy", "torch"]
 T = TypeVar("T")
 
 _library: Library = "numpy"
+_bf16 = False
+BF16_MIN_DIM = 64
+"""With bfloat16 products on, a product runs in bfloat16 when each of its three dimensions
+(rows, inner, columns) is at least this: the hidden layers' products of a SAC network
+(256 x 256 at a batch of 256, forward and backward), not the thin ones that read
+observations or write the heads' outputs (inner 23, or 1 to 12 columns)."""
 
 
 def use(library: Library) -> None:
@@ -44,8 +57,22 @@ def library() -> Library:
     return _library
 
 
+def use_bfloat16(on: bool) -> None:
+    """Run the large products (`BF16_MIN_DIM`) in bfloat16 from now on (process-wide)."""
+    if on:
+        import torch  # noqa: F401 - loaded now, so `matmul` finds it in sys.modules
+    global _bf16
+    _bf16 = on
+
+
+def bfloat16() -> bool:
+    return _bf16
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """a @ b for 2-D float arrays (into `out` if given), in the library in use."""
+    if _bf16 and min(a.shape[0], a.shape[1], b.shape[1]) >= BF16_MIN_DIM:
+        return _bf16_matmul(a, b, out)
     if _library == "numpy":
         return np.matmul(a, b, out=out)
     torch = sys.modules["torch"]  # loaded by `use("torch")`
@@ -53,6 +80,19 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
         product: np.ndarray = torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
         return product
     torch.mm(torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(out))
+    return out
+
+
+def _bf16_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """a @ b with both factors rounded to bfloat16 and the sum in float32 (oneDNN), the
+    product rounded to bfloat16 and widened back to float32."""
+    torch = sys.modules["torch"]
+    bf16 = torch.bfloat16
+    product = torch.mm(torch.from_numpy(a).to(bf16), torch.from_numpy(b).to(bf16))
+    if out is None:
+        widened: np.ndarray = product.float().numpy()
+        return widened
+    torch.from_numpy(out).copy_(product)
     return out
 
 
