@@ -50,7 +50,7 @@ def describe() -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from surge.models.encoders import native_bf16
+    from surge.devices import native_bf16
 
     model, flags = _cpuinfo()
     try:

@@ -41,12 +41,11 @@ from surge.algos.sac import (
 )
 from surge.algos.staging import DeviceStaging
 from surge.config.schema import ExperimentConfig
-from surge.devices import trainer_device
+from surge.devices import cpu_bfloat16, trainer_device
 from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
 from surge.learners.replay import ReplayBatches
 from surge.models import gemm
-from surge.models.encoders import native_bf16
 from surge.models.gemm import ProductTrial
 from surge.models.sac_network import SACActor, TwinQ
 from surge.models.sac_policy import box_dims, box_scale_bias
@@ -127,9 +126,7 @@ class SACUpdate:
         self.products = ProductTrial(
             s.matmul if on_cpu else "numpy", rounds=MATMUL_TRIAL, cycle=s.policy_every
         )
-        self.bf16 = on_cpu and (
-            s.precision == "bfloat16" or (s.precision == "auto" and native_bf16())
-        )
+        self.bf16 = on_cpu and cpu_bfloat16(s.precision)
         gemm.use_bfloat16(self.bf16)
 
     @property

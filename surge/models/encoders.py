@@ -9,9 +9,7 @@ from `model.encoder`; surge.models.images has the rules for `auto`.
 
 from __future__ import annotations
 
-import functools
 import math
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -20,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from surge.config.schema import ModelConfig
+from surge.devices import cpu_bfloat16
 from surge.envs.spaces import OBS_KEY, flatten_obs_space
 from surge.errors import EnvSpecError
 from surge.models.images import SIZE_RULE, choose_encoder, grid_field, image_field, image_layout
@@ -327,19 +326,8 @@ def make_encoder(obs_space: gym.Space[Any], cfg: ModelConfig) -> Encoder:
         obs_space = gym.spaces.Box(space.low.transpose(t), space.high.transpose(t), None, np.uint8)
     encoder: Encoder
     if name == "nature_cnn":
-        bf16 = cfg.precision == "bfloat16" or (cfg.precision == "auto" and native_bf16())
+        bf16 = cpu_bfloat16(cfg.precision)
         encoder = NatureCNN(obs_space, bf16=bf16, cuda_precision=cfg.precision)
     else:
         encoder = SmallCNN(obs_space)
     return ChannelsFirst(encoder, key) if hwc else encoder
-
-
-@functools.cache
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 dot products natively (AVX512-BF16 or AMX), where
-    oneDNN's bf16 kernels are about twice as fast as float32 (Linux: from /proc/cpuinfo)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags

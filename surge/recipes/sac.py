@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
+from surge.devices import cpu_bfloat16, role_device
 from surge.errors import ConfigError, UserError
 from surge.models.sac_policy import count_sac_params, sac_params
 from surge.recipes.base import Algorithm
@@ -105,9 +106,13 @@ class SACAlgorithm(Algorithm):
             temperature = f"alpha tuned to entropy {entropy}"
         else:
             temperature = f"alpha {s.alpha:g}"
+        # as the learner decides (learners/sac.py), on this machine: a local run's trainer's
+        device = role_device(ctx.cfg.workers.trainer_device, "workers.trainer_device")
+        bf16 = device == "cpu" and cpu_bfloat16(s.precision)
+        products = ", hidden-layer products in bfloat16" if bf16 else ""
         learner = (
             f"torch (SAC, twin Q, {temperature}, policy every {s.policy_every} updates, "
-            f"random actions for the first {ctx.cfg.replay.min_size:,} steps)"
+            f"random actions for the first {ctx.cfg.replay.min_size:,} steps{products})"
         )
         return describe_replay(ctx, graph, learner)  # it says how a resumed run's replay starts
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from surge.config.load import load_config
+from surge.devices import native_bf16
 from surge.envs.make import probe_env
 from surge.learners.sac import SACBatch, SACUpdate
 from surge.models import gemm
-from surge.models.encoders import native_bf16
 
 
 @pytest.fixture(autouse=True)
