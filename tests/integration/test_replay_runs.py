@@ -104,6 +104,7 @@ def test_a_killed_replay_worker_restarts_with_its_shard_and_the_run_finishes(
         (["env.id=Pendulum-v1"], "algo: dqn needs Discrete actions"),
         (["replay.capacity=100", "replay.batch_size=128"], "replay.capacity=100 is below"),
         (["replay.ratio=0"], "replay.ratio: must be > 0"),
+        (["total_env_steps=5000"], "total_env_steps=5000 is below replay.min_size=10000"),
         (
             ["replay.capacity=500", "replay.min_size=100", "workers.envs_per_group=64"],
             "replay.capacity=500",
