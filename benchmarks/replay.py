@@ -54,7 +54,8 @@ Run files: benchmarks/results/replay_runs/<task>-<contender>-s<seed>[-<tag>]/ (n
 committed): meta.json, stdout.txt (stdout and stderr), mem.json, and surge's run directory
 `run/` or the peer's `log.jsonl`. The report, benchmarks/results/replay.md and replay.json,
 is built from every untagged run found there; runs made with `--tag T` go to their own
-report, replay-T.md and .json (add other tags' runs with `--with-tags`).
+report, replay-T.md and .json (add other tags' runs with `--with-tags`, or one contender's
+runs of a tag with `--with-tags T:cleanrl`).
 """
 
 from __future__ import annotations
@@ -761,9 +762,19 @@ def report_paths(tag: str) -> tuple[Path, Path]:
 
 
 def report(tag: str, with_tags: list[str]) -> str:
-    tags = {tag, *with_tags}
+    """The report of `tag`'s runs and `with_tags`' (`TAG` or `TAG:CONTENDER`, that
+    contender's runs only: a peer's seeds beside surge's runs of another setting)."""
+    wanted: set[tuple[str, str | None]] = set()
+    for entry in with_tags:
+        name, _, contender = entry.partition(":")
+        wanted.add(("" if name == "untagged" else name, contender or None))
+    tags = {tag, *(t for t, _ in wanted)}
     rows = [r for p in sorted(RUNS.glob("*")) if (r := summarise(p)) is not None]
-    rows = [r for r in rows if r["tag"] in tags]
+    rows = [
+        r
+        for r in rows
+        if r["tag"] == tag or any(r["tag"] == t and c in (None, r["contender"]) for t, c in wanted)
+    ]
     info = machine.describe()
     summary: dict[str, Any] = {}
     body: list[str] = []
@@ -788,7 +799,11 @@ def report(tag: str, with_tags: list[str]) -> str:
         )  # fmt: skip
         + "\n"
     )
-    label = ", ".join(repr(t) if t else "untagged" for t in sorted(tags))
+    named = {(tag, None), *wanted}
+    label = ", ".join(
+        (repr(t) if t else "untagged") + (f" ({c}'s runs only)" if c else "")
+        for t, c in sorted(named, key=lambda tc: (tc[0], tc[1] or ""))
+    )
     lines = [
         "# Replay-based algorithms: surge beside CleanRL-style scripts and Stable-Baselines3",
         "",
@@ -895,7 +910,9 @@ def main() -> None:
     p.add_argument("--quiet-wait", type=float, default=0.0, help="wait for an idle machine")
     p.add_argument("--tag", default="", help="run directory suffix; its own report")
     p.add_argument(
-        "--with-tags", default="", help="also report these tags' runs (`untagged`: no tag)"
+        "--with-tags",
+        default="",
+        help="also report these tags' runs (`untagged`: no tag; TAG:CONTENDER: its runs only)",
     )
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
@@ -929,8 +946,7 @@ def main() -> None:
             one = functools.partial(run_one, name, args=args, jobs=jobs, surge_tree=tree)
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 list(pool.map(one, *zip(*todo, strict=True)))
-    extra = [t if t != "untagged" else "" for t in args.with_tags.split(",") if t]
-    print(report(args.tag, extra))
+    print(report(args.tag, [t for t in args.with_tags.split(",") if t]))
 
 
 if __name__ == "__main__":
