@@ -84,7 +84,8 @@ def check_replay(cfg: ExperimentConfig, nstep: int = 1, per_item: int = 1) -> No
     if cfg.total_env_steps < r.min_size:
         raise ConfigError(
             f"total_env_steps={cfg.total_env_steps} is below replay.min_size={r.min_size}: "
-            "the run would end before its first update (the actors act at random until then)",
+            "the run would end before its first update (none trains until that many "
+            "transitions are stored)",
             f"raise total_env_steps above {r.min_size} or lower replay.min_size",
         )
     if r.shards > w.actors:
