@@ -29,8 +29,12 @@ def _changed(
 
 def test_linear_epsilon_falls_over_the_schedule() -> None:
     cfg, _ = load_config(
-        "cartpole-dqn", ["total_env_steps=1000", "dqn.epsilon_fraction=0.5", "dqn.epsilon_end=0.1"]
-    )
+        "cartpole-dqn",
+        [
+            "total_env_steps=1000", "replay.min_size=500",
+            "dqn.epsilon_fraction=0.5", "dqn.epsilon_end=0.1",
+        ],
+    )  # fmt: skip
     explorer = EpsilonGreedy(cfg, EnvInfo(OBS, gym.spaces.Discrete(4)), columns=4, seed=0)
     assert _changed(explorer, 0, 4, steps=0) == pytest.approx(1.0, abs=0.03)
     assert _changed(explorer, 0, 4, steps=250) == pytest.approx(0.55, abs=0.03)  # halfway
@@ -60,7 +64,7 @@ def test_random_start_until_the_replay_may_be_sampled() -> None:
 
 
 def test_random_actions_are_uniform_over_the_space_with_its_start() -> None:
-    cfg, _ = load_config("cartpole-dqn", ["total_env_steps=1000"])
+    cfg, _ = load_config("cartpole-dqn", ["total_env_steps=1000", "replay.min_size=500"])
     space = gym.spaces.Discrete(4, start=2)
     explorer = EpsilonGreedy(cfg, EnvInfo(OBS, space), columns=8, seed=0)
     actions = np.zeros((5000, 8), np.int64)
