@@ -764,16 +764,14 @@ def report_paths(tag: str) -> tuple[Path, Path]:
 def report(tag: str, with_tags: list[str]) -> str:
     """The report of `tag`'s runs and `with_tags`' (`TAG` or `TAG:CONTENDER`, that
     contender's runs only: a peer's seeds beside surge's runs of another setting)."""
-    wanted: set[tuple[str, str | None]] = set()
+    wanted: set[tuple[str, str | None]] = {(tag, None)}  # (tag, None: every contender)
     for entry in with_tags:
         name, _, contender = entry.partition(":")
         wanted.add(("" if name == "untagged" else name, contender or None))
-    tags = {tag, *(t for t, _ in wanted)}
+    tags = {t for t, _ in wanted}
     rows = [r for p in sorted(RUNS.glob("*")) if (r := summarise(p)) is not None]
     rows = [
-        r
-        for r in rows
-        if r["tag"] == tag or any(r["tag"] == t and c in (None, r["contender"]) for t, c in wanted)
+        r for r in rows if any(r["tag"] == t and c in (None, r["contender"]) for t, c in wanted)
     ]
     info = machine.describe()
     summary: dict[str, Any] = {}
@@ -799,10 +797,9 @@ def report(tag: str, with_tags: list[str]) -> str:
         )  # fmt: skip
         + "\n"
     )
-    named = {(tag, None), *wanted}
     label = ", ".join(
         (repr(t) if t else "untagged") + (f" ({c}'s runs only)" if c else "")
-        for t, c in sorted(named, key=lambda tc: (tc[0], tc[1] or ""))
+        for t, c in sorted(wanted, key=lambda tc: (tc[0], tc[1] or ""))
     )
     lines = [
         "# Replay-based algorithms: surge beside CleanRL-style scripts and Stable-Baselines3",
