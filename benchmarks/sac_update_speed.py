@@ -2,11 +2,12 @@
 learner's update (surge/learners/sac.py `SACUpdate`: critics, actor and temperature,
 CleanRL's settings) on a synthetic batch of the preset's shape, with the MLPs' products in
 numpy (OpenBLAS) and in torch (MKL), each in float32 and with the large ones in bfloat16
-(`sac.precision`; models/gemm.py), then runs the trial `sac.matmul: auto` makes at a run's
-start (in the precision the preset resolves to) and prints its choice.
+(`sac.precision`; models/gemm.py), with the twin critics on one thread and on `sac.threads`,
+then runs the trial `sac.matmul: auto` makes at a run's start (in the precision the preset
+resolves to) and prints its choice.
 
-The two alternate in blocks of updates timed by the wall clock (the twin critics run on
-`sac.threads` threads), so host noise hits both alike; the table shows the median block.
+The modes alternate in blocks of updates timed by the wall clock, so host noise hits all
+alike; the table shows the median block.
 
     python benchmarks/sac_update_speed.py                       # halfcheetah-sac
     python benchmarks/sac_update_speed.py pendulum-sac --rounds 15
@@ -34,8 +35,7 @@ from surge.envs.make import probe_env  # noqa: E402
 from surge.learners.sac import MATMUL_TRIAL, SACBatch, SACUpdate  # noqa: E402
 from surge.models import gemm  # noqa: E402
 
-Mode = tuple[gemm.Library, bool]  # (library, large products in bfloat16)
-MODES: tuple[Mode, ...] = (("numpy", False), ("torch", False), ("numpy", True), ("torch", True))
+Mode = tuple[gemm.Library, bool, int]  # (library, large products in bfloat16, threads)
 
 
 def synthetic_batch(
@@ -69,6 +69,10 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=40, help="updates per timed block")
     args = parser.parse_args()
     cfg, _ = load_config(args.preset, [*args.set, "sac.matmul=numpy"])  # `use` decides below
+    counts = sorted({1, cfg.sac.threads})
+    modes: list[Mode] = [
+        (lib, bf16, n) for bf16 in (False, True) for lib in ("numpy", "torch") for n in counts
+    ]
     env = probe_env(cfg.env, cfg.seed)
     sac = SACUpdate(cfg, env.observation_space, env.action_space, torch.device("cpu"))
     rng = np.random.default_rng(0)
@@ -79,43 +83,47 @@ def main() -> None:
     def block(mode: Mode, updates: int) -> float:
         gemm.use(mode[0])
         gemm.use_bfloat16(mode[1])
+        sac.critic.use_threads(mode[2])
         start = time.perf_counter()
         for _ in range(updates):
             sac(batch)
         return (time.perf_counter() - start) / updates * 1e3
 
-    for mode in MODES:  # warm-up
+    for mode in modes:  # warm-up
         block(mode, 10)
-    times: dict[Mode, list[float]] = {mode: [] for mode in MODES}
+    times: dict[Mode, list[float]] = {mode: [] for mode in modes}
     for r in range(args.rounds):
-        for mode in MODES if r % 2 == 0 else MODES[::-1]:
+        for mode in modes if r % 2 == 0 else modes[::-1]:
             times[mode].append(block(mode, args.updates))
     gemm.use_bfloat16(sac.bf16)
-    trial = gemm.ProductTrial("auto", rounds=MATMUL_TRIAL, cycle=cfg.sac.policy_every)
+    trial = sac.product_trial("auto")
     while trial.chosen is None:
         trial.run(lambda: sac(batch))
 
     med = {mode: statistics.median(t) for mode, t in times.items()}
-    base = med[("numpy", False)]
+    base = med[("numpy", False, counts[-1])]
     print(machine.summary())
     print(
         f"{args.preset}: one update at batch {cfg.replay.batch_size}, sac.threads="
         f"{cfg.sac.threads}, median of {args.rounds} blocks of {args.updates}"
     )
-    print("| products | large products in | ms per update | min..max | numpy float32 / this |")
-    print("|---|---|---|---|---|")
-    for mode in MODES:
+    print(
+        "| products | large products in | critics' threads | ms per update | min..max "
+        f"| numpy float32 on {counts[-1]} / this |"
+    )
+    print("|---|---|---|---|---|---|")
+    for mode in modes:
         lo, hi = min(times[mode]), max(times[mode])
         precision = "bfloat16" if mode[1] else "float32"
         print(
-            f"| {mode[0]} | {precision} | {med[mode]:.2f} | {lo:.2f}..{hi:.2f} "
+            f"| {mode[0]} | {precision} | {mode[2]} | {med[mode]:.2f} | {lo:.2f}..{hi:.2f} "
             f"| {base / med[mode]:.2f}x |"
         )
     trial_ms = ", ".join(f"{k} {v:.2f} ms" for k, v in trial.medians_ms().items())
     precision = "bfloat16" if sac.bf16 else "float32"
     print(
         f"`sac.matmul: auto`'s trial ({MATMUL_TRIAL} timed turns each, `sac.precision: "
-        f"{cfg.sac.precision}` = {precision}): {trial.chosen} ({trial_ms})"
+        f"{cfg.sac.precision}` = {precision}): {trial.chosen.name} ({trial_ms})"
     )
 
 

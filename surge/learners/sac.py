@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -121,13 +121,23 @@ class SACUpdate:
             else default_target_entropy(box_dims(space))
         )
         self.updates = 0
-        # The MLPs' products in numpy or torch, whichever updates faster on this CPU.
         on_cpu = device.type == "cpu"
-        self.products = ProductTrial(
-            s.matmul if on_cpu else "numpy", rounds=MATMUL_TRIAL, cycle=s.policy_every
-        )
+        self.products = self.product_trial(s.matmul if on_cpu else "numpy")
         self.bf16 = on_cpu and cpu_bfloat16(s.precision)
         gemm.use_bfloat16(self.bf16)
+
+    def product_trial(self, choice: Literal["auto", "numpy", "torch"]) -> ProductTrial:
+        """The MLPs' products in numpy or torch, and with `auto` the twin critics on one
+        thread or `sac.threads`, whichever updates fastest on this CPU (models/gemm.py)."""
+        s = self.settings
+        trial_threads = self.critic.shared_input and choice == "auto"
+        return ProductTrial(
+            choice,
+            rounds=MATMUL_TRIAL,
+            cycle=s.policy_every,
+            threads=sorted({1, s.threads}) if trial_threads else (s.threads,),
+            set_threads=self.critic.use_threads,
+        )
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -263,7 +273,8 @@ class SACLearner:
         record.update(self.batches.metrics(seconds, self._waited))
         trial = self.sac.products
         if trial.chosen is not None:  # 1: the products run in torch, 0: in numpy
-            record["matmul/torch"] = float(trial.chosen == "torch")
+            record["matmul/torch"] = float(trial.chosen.library == "torch")
+            record["matmul/threads"] = float(trial.chosen.threads)
             record.update({f"matmul/{k}_ms": v for k, v in trial.medians_ms().items()})
         record["matmul/bfloat16"] = float(self.sac.bf16)
         self._stats = []

@@ -121,5 +121,9 @@ class TwinQ(nn.Module):
         q1, q2 = parallel_mlps(x, self._networks(), self.threads, held=True)
         return q1.squeeze(-1), q2.squeeze(-1)
 
+    def use_threads(self, threads: int) -> None:
+        """Run the two networks on up to `threads` threads from now on (flat observations)."""
+        self.threads = threads
+
     def _networks(self) -> list[tuple[MLP, nn.Linear | None]]:
         return [(self.q1.torso, self.q1.head), (self.q2.torso, self.q2.head)]

@@ -44,10 +44,27 @@ def test_torch_products_match_numpy_on_views_and_into_out() -> None:
 
 
 def test_a_fixed_choice_runs_no_trial() -> None:
-    trial = gemm.ProductTrial("torch")
-    assert trial.chosen == "torch" and gemm.library() == "torch"
+    counts: list[int] = []
+    trial = gemm.ProductTrial("torch", threads=(2,), set_threads=counts.append)
+    assert trial.chosen == gemm.Way("torch", 2) and gemm.library() == "torch"
+    assert counts == [2]  # applied at once
     assert trial.run(lambda: 3) == 3
     assert trial.medians_ms() == {}
+
+
+def test_outer_products_match_matmul() -> None:
+    """Inner dimension 1 (a one-output head's input gradient) takes numpy's broadcasting
+    multiply: the same single rounded product per element as a matmul's."""
+    rng = np.random.default_rng(1)
+    g, w = (
+        rng.standard_normal((256, 1), dtype=np.float32),
+        rng.standard_normal((1, 40), dtype=np.float32),
+    )
+    gemm.use("numpy")
+    np.testing.assert_array_equal(gemm.matmul(g, w), np.matmul(g, w))
+    out = np.empty((256, 40), np.float32)
+    assert gemm.matmul(g, w, out=out) is out
+    np.testing.assert_array_equal(out, np.matmul(g, w))
 
 
 def test_bad_choices_are_refused() -> None:
@@ -57,6 +74,10 @@ def test_bad_choices_are_refused() -> None:
         gemm.use("mkl")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cycle"):
         gemm.ProductTrial("auto", cycle=0)
+    with pytest.raises(ValueError, match="thread counts must be >= 1"):
+        gemm.ProductTrial("auto", threads=(0, 2), set_threads=print)
+    with pytest.raises(ValueError, match="needs `set_threads`"):
+        gemm.ProductTrial("auto", threads=(1, 2))
 
 
 @pytest.mark.parametrize("slower", ["numpy", "torch"])
@@ -79,12 +100,36 @@ def test_the_trial_keeps_the_faster_library_over_a_repeating_mix(slower: str) ->
         trial.run(work)
     assert calls == 2 * 2 * (5 + 1)  # 6 turns of 2 calls each side, the first of each untimed
     faster = "torch" if slower == "numpy" else "numpy"
-    assert trial.chosen == faster and gemm.library() == faster
+    assert trial.chosen == gemm.Way(faster) and gemm.library() == faster
     medians = trial.medians_ms()
-    assert medians[slower] - medians[faster] == pytest.approx(4.0, abs=2.5)
-    assert len(trial.seconds["numpy"]) == len(trial.seconds["torch"]) == 5
+    assert medians[f"{slower}_1t"] - medians[f"{faster}_1t"] == pytest.approx(4.0, abs=2.5)
+    assert [len(t) for t in trial.seconds.values()] == [5, 5]
     trial.run(work)  # decided: no more switching
     assert gemm.library() == faster
+
+
+def test_the_trial_goes_round_libraries_and_thread_counts() -> None:
+    """Four ways (two libraries, one or two threads): each gets its untimed first cycle and
+    `rounds` timed ones, and the fastest (torch on one thread here) stays, threads included."""
+    threads = [0]
+    seen: list[gemm.Way] = []
+
+    def work() -> None:
+        seen.append(gemm.Way(gemm.library(), threads[0]))
+        slow = (gemm.library() == "numpy") + (threads[0] == 2)  # torch on 1 thread: fastest
+        time.sleep(0.002 + 0.004 * slow)
+
+    def set_threads(n: int) -> None:
+        threads[0] = n
+
+    trial = gemm.ProductTrial("auto", rounds=4, threads=(2, 1, 2), set_threads=set_threads)
+    assert [w.name for w in trial.ways] == ["numpy_1t", "numpy_2t", "torch_1t", "torch_2t"]
+    while trial.chosen is None:
+        trial.run(work)
+    assert seen[:4] == trial.ways and len(seen) == 4 * (4 + 1)
+    assert trial.chosen == gemm.Way("torch", 1) and gemm.library() == "torch"
+    assert threads[0] == 1
+    assert set(trial.medians_ms()) == {w.name for w in trial.ways}
 
 
 def bf16_rounded(a: np.ndarray) -> np.ndarray:
