@@ -45,6 +45,7 @@ from surge.devices import cpu_bfloat16, trainer_device
 from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
 from surge.learners.replay import ReplayBatches
+from surge.learners.sac_numpy import NumpySteps
 from surge.models import gemm
 from surge.models.gemm import ProductTrial
 from surge.models.sac_network import SACActor, TwinQ
@@ -122,6 +123,8 @@ class SACUpdate:
         )
         self.updates = 0
         on_cpu = device.type == "cpu"
+        # MLPs on flat observations step in numpy, without autograd (learners/sac_numpy.py)
+        self.numpy_steps = NumpySteps(self) if NumpySteps.fits(self) else None
         self.products = self.product_trial(s.matmul if on_cpu else "numpy")
         self.bf16 = on_cpu and cpu_bfloat16(s.precision)
         gemm.use_bfloat16(self.bf16)
@@ -169,6 +172,8 @@ class SACUpdate:
         return stats
 
     def _critic_step(self, batch: SACBatch) -> dict[str, float]:
+        if self.numpy_steps is not None:
+            return self.numpy_steps.critic_step(batch)
         with torch.no_grad():
             next_action, next_logp = self.sample(batch.next_obs)
             q1_next, q2_next = self.target(batch.next_obs, next_action)
@@ -184,6 +189,8 @@ class SACUpdate:
         return {"qf_loss": loss.item(), "q_mean": q_mean.item()}
 
     def _policy_step(self, obs: Obs) -> dict[str, float]:
+        if self.numpy_steps is not None:
+            return self.numpy_steps.policy_step(obs)
         action, logp = self.sample(obs)
         q1, q2 = self.critic.held(obs, action)  # the actor's loss moves the actor only
         loss = actor_loss(logp, q1, q2, self.alpha)
