@@ -195,17 +195,19 @@ class SACConfig:
     """None: -dim(A)."""
 
     threads: int = 1
-    """Threads of the learner. With MLP networks the twin critics run side by side on 2
-    (numpy releases the GIL in their matmuls: models/layers.py `parallel_mlps`) and torch
-    keeps one thread; with a CNN encoder these are torch's intra-op threads. 2 pays on 2
+    """Threads of the learner. With MLP networks the twin critics can run side by side on 2
+    (numpy releases the GIL in their matmuls) and torch keeps one thread; with
+    `matmul: auto` this is the most they take, and the learner's trial keeps 1 where that
+    updates faster. With a CNN encoder these are torch's intra-op threads. 2 can pay on 2
     cores when the actors leave a core mostly idle (one MuJoCo env: `halfcheetah-sac`)."""
 
     matmul: MatmulLibrary = "auto"
     """Where the MLP networks' matrix products run: `numpy` (OpenBLAS) or `torch` (MKL).
-    Which is faster depends on the CPU. `auto`: the learner's first updates alternate the
-    two, `policy_every` updates at a time, 16 turns each (64 updates by default), and the
-    one with the lower median time stays (models/gemm.py); the choice and both medians are
-    logged (`matmul/*`). CNN encoders always compute in torch, and on a GPU everything does."""
+    Which is faster depends on the CPU. `auto`: the learner's first updates go round the
+    ways to run them, each library with the twin critics on one thread and (with
+    `threads: 2`) on two, `policy_every` updates at a time, 16 turns each, and the way with
+    the lowest median time stays (models/gemm.py); the choice and every median are logged
+    (`matmul/*`). CNN encoders always compute in torch, and on a GPU everything does."""
 
     precision: ProductPrecision = "float32"
     """The MLP networks' large matrix products (their hidden layers' 256 x 256 at batch 256,

@@ -164,8 +164,12 @@ class SACUpdate:
         stats = self._critic_step(batch)
         self.updates += 1
         if self.updates % s.policy_every == 0:  # CleanRL: the 2nd, 4th, ... update
-            for _ in range(s.policy_every):  # compensates for the delay
-                stats.update(self._policy_step(batch.obs))
+            # that many steps: compensates for the delay
+            if self.numpy_steps is not None:
+                stats.update(self.numpy_steps.policy_steps(batch.obs, s.policy_every))
+            else:
+                for _ in range(s.policy_every):
+                    stats.update(self._policy_step(batch.obs))
         with torch.no_grad():  # target <- tau * critic + (1 - tau) * target
             self.target_flat.data.lerp_(self.critic_flat.data, s.tau)
         stats["alpha"] = float(self.alpha)
@@ -189,8 +193,6 @@ class SACUpdate:
         return {"qf_loss": loss.item(), "q_mean": q_mean.item()}
 
     def _policy_step(self, obs: Obs) -> dict[str, float]:
-        if self.numpy_steps is not None:
-            return self.numpy_steps.policy_step(obs)
         action, logp = self.sample(obs)
         q1, q2 = self.critic.held(obs, action)  # the actor's loss moves the actor only
         loss = actor_loss(logp, q1, q2, self.alpha)

@@ -32,6 +32,8 @@ from surge.models.sac_network import SACActor, TwinQ
 from surge.threads import run_each
 
 Layers = list[tuple[np.ndarray, np.ndarray]]
+ActorPass = tuple[list[np.ndarray], np.ndarray, np.ndarray]
+"""The actor's forward pass: (the torso's hidden values, mean [B, A], raw log-std [B, A])."""
 
 
 class Batch(Protocol):
@@ -121,7 +123,7 @@ class NumpySteps:
 
     # --- the pieces ---------------------------------------------------------------------
 
-    def _actor(self, x: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    def _actor(self, x: np.ndarray) -> ActorPass:
         """(the torso's hidden values, mean [B, A], raw log-std [B, A])."""
         hidden = mlp_forward(x, self.actor_torso, self.activation, False, gemm.matmul)
         h = hidden[-1]
@@ -183,12 +185,30 @@ class NumpySteps:
         q_mean = 0.5 * (float(q[0].mean()) + float(q[1].mean()))
         return {"qf_loss": loss, "q_mean": q_mean}
 
-    def policy_step(self, obs: dict[str, Tensor]) -> dict[str, float]:
+    def policy_steps(self, obs: dict[str, Tensor], steps: int) -> dict[str, float]:
+        """`steps` steps of the actor (and temperature) on one batch; the last one's stats.
+
+        The temperature's sample after a step reads the updated actor on the same
+        observations as the next step's sample, so the actor's forward pass serves both
+        (the noise is drawn for each, in the torch steps' order)."""
+        x = _flat(obs, self.sac.actor.encoder)
+        forward = self._actor(x)
+        stats: dict[str, float] = {}
+        tuned = self.sac.alpha_optimizer is not None
+        for step in range(steps):
+            stats = self._actor_step(x, forward)
+            if tuned or step + 1 < steps:
+                forward = self._actor(x)  # the updated actor
+            if tuned:
+                stats.update(self._temperature_step(forward))
+        return stats
+
+    def _actor_step(self, x: np.ndarray, forward: ActorPass) -> dict[str, float]:
+        """One step of the actor from its forward pass on `x`."""
         sac = self.sac
         alpha = float(sac.alpha)
-        x = _flat(obs, sac.actor.encoder)
         rows = x.shape[0]
-        hidden, mean, raw = self._actor(x)
+        hidden, mean, raw = forward
         action, logp, sample = squashed_gaussian_forward(
             mean, raw, self.scale, self.bias, self._noise(mean)
         )
@@ -236,18 +256,18 @@ class NumpySteps:
             matmul=gemm.matmul,
         )
         sac.actor_optimizer.step()
-        entropy = -float(logp.mean())
-        stats = {"actor_loss": loss, "entropy": entropy}
-        if sac.alpha_optimizer is not None and self.alpha_grad is not None:
-            # the updated actor's log-probabilities (CleanRL)
-            _, mean, raw = self._actor(x)
-            _, logp, _ = squashed_gaussian_forward(
-                mean, raw, self.scale, self.bias, self._noise(mean)
-            )
-            shifted = float(np.mean(logp + sac.target_entropy))
-            log_alpha = float(sac.log_alpha.detach())
-            sac.alpha_optimizer.zero_grad()
-            self.alpha_grad[0] = -np.exp(log_alpha) * shifted
-            sac.alpha_optimizer.step()
-            stats["alpha_loss"] = -float(np.exp(log_alpha)) * shifted
-        return stats
+        return {"actor_loss": loss, "entropy": -float(logp.mean())}
+
+    def _temperature_step(self, forward: ActorPass) -> dict[str, float]:
+        """One step of the temperature on a fresh sample of the actor's forward pass (the
+        updated actor's log-probabilities, as CleanRL takes them)."""
+        sac = self.sac
+        assert sac.alpha_optimizer is not None and self.alpha_grad is not None
+        _, mean, raw = forward
+        _, logp, _ = squashed_gaussian_forward(mean, raw, self.scale, self.bias, self._noise(mean))
+        shifted = float(np.mean(logp + sac.target_entropy))
+        alpha = float(np.exp(float(sac.log_alpha.detach())))
+        sac.alpha_optimizer.zero_grad()
+        self.alpha_grad[0] = -alpha * shifted  # d/dlog_alpha of mean(-alpha * (logp + H))
+        sac.alpha_optimizer.step()
+        return {"alpha_loss": -alpha * shifted}
