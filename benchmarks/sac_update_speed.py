@@ -11,6 +11,7 @@ alike; the table shows the median block.
 
     python benchmarks/sac_update_speed.py                       # halfcheetah-sac
     python benchmarks/sac_update_speed.py pendulum-sac --rounds 15
+    python benchmarks/sac_update_speed.py --torch-steps   # the steps with autograd
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--updates", type=int, default=40, help="updates per timed block")
+    parser.add_argument(
+        "--torch-steps",
+        action="store_true",
+        help="time the torch steps (autograd) where the numpy ones would run (MLPs)",
+    )
     args = parser.parse_args()
     cfg, _ = load_config(args.preset, [*args.set, "sac.matmul=numpy"])  # `use` decides below
     counts = sorted({1, cfg.sac.threads})
@@ -75,6 +81,8 @@ def main() -> None:
     ]
     env = probe_env(cfg.env, cfg.seed)
     sac = SACUpdate(cfg, env.observation_space, env.action_space, torch.device("cpu"))
+    if args.torch_steps:
+        sac.numpy_steps = None
     rng = np.random.default_rng(0)
     space = env.action_space
     assert isinstance(space, gym.spaces.Box), f"{args.preset}: SAC acts in a Box"
@@ -103,9 +111,10 @@ def main() -> None:
     med = {mode: statistics.median(t) for mode, t in times.items()}
     base = med[("numpy", False, counts[-1])]
     print(machine.summary())
+    steps = "in numpy (learners/sac_numpy.py)" if sac.numpy_steps else "in torch (autograd)"
     print(
         f"{args.preset}: one update at batch {cfg.replay.batch_size}, sac.threads="
-        f"{cfg.sac.threads}, median of {args.rounds} blocks of {args.updates}"
+        f"{cfg.sac.threads}, median of {args.rounds} blocks of {args.updates}, steps {steps}"
     )
     print(
         "| products | large products in | critics' threads | ms per update | min..max "

@@ -125,8 +125,9 @@ class ProductTrial:
 
     Threads are part of the choice because a second thread is not free: on a 2-core Intel
     Xeon with AMX, two threads' bfloat16 products at once took 152 us each against 87 alone,
-    and a SAC update on one thread (7.1 ms) beat the same on two (8.3 ms), where on others
-    the two threads win. `set_threads` applies a way's count to the caller's networks."""
+    and a SAC update on one thread beat the same on two (7.1 against 8.3 ms, its steps then
+    in torch), where on others the two threads win. `set_threads` applies a way's count to
+    the caller's networks."""
 
     def __init__(
         self,
