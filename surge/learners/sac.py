@@ -13,7 +13,10 @@ sac_continuous_action.py does per env step after learning starts:
   a step of the temperature on a fresh sample of the updated actor (`temperature_loss`);
 - the target critics follow the critics by Polyak averaging with `sac.tau`, every update.
 
-The published vector is the actor's parameters (models/sac_policy.py acts with them).
+With MLP networks on flat observations on the CPU these steps run in numpy without
+autograd (learners/sac_numpy.py: the same maths, parameters, optimizers and noise); the
+torch steps below serve CNN encoders and GPUs. The published vector is the actor's
+parameters (models/sac_policy.py acts with them).
 """
 
 from __future__ import annotations
@@ -161,12 +164,13 @@ class SACUpdate:
 
     def _update(self, batch: SACBatch) -> dict[str, float]:
         s = self.settings
-        stats = self._critic_step(batch)
+        in_numpy = self.numpy_steps
+        stats = in_numpy.critic_step(batch) if in_numpy is not None else self._critic_step(batch)
         self.updates += 1
         if self.updates % s.policy_every == 0:  # CleanRL: the 2nd, 4th, ... update
             # that many steps: compensates for the delay
-            if self.numpy_steps is not None:
-                stats.update(self.numpy_steps.policy_steps(batch.obs, s.policy_every))
+            if in_numpy is not None:
+                stats.update(in_numpy.policy_steps(batch.obs, s.policy_every))
             else:
                 for _ in range(s.policy_every):
                     stats.update(self._policy_step(batch.obs))
@@ -176,8 +180,6 @@ class SACUpdate:
         return stats
 
     def _critic_step(self, batch: SACBatch) -> dict[str, float]:
-        if self.numpy_steps is not None:
-            return self.numpy_steps.critic_step(batch)
         with torch.no_grad():
             next_action, next_logp = self.sample(batch.next_obs)
             q1_next, q2_next = self.target(batch.next_obs, next_action)

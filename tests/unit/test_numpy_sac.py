@@ -133,3 +133,29 @@ def test_an_update_in_numpy_lands_where_the_torch_steps_land() -> None:
     assert stats_t.keys() == stats_n.keys()
     for key in stats_t:
         assert stats_n[key] == pytest.approx(stats_t[key], rel=1e-4, abs=1e-5), key
+
+
+def test_a_cnn_encoder_takes_the_torch_steps() -> None:
+    """Image observations (a small CNN encoder per critic, with weights) are not what the
+    numpy steps handle: the update takes the torch steps, and they learn."""
+    cfg, _ = load_config("pendulum-sac", ["model.encoder=small_cnn"])
+    image = gym.spaces.Box(0, 255, (3, 16, 16), np.uint8)
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    sac = SACUpdate(cfg, image, action_space, torch.device("cpu"))
+    assert sac.numpy_steps is None
+    before = sac.actor_flat.data.clone()
+    rows = 8
+
+    def frames() -> dict[str, torch.Tensor]:
+        return {"obs": torch.randint(0, 256, (rows, 3, 16, 16), dtype=torch.uint8)}
+
+    batch = SACBatch(
+        obs=frames(),
+        action=torch.rand(rows, 1) * 4 - 2,
+        next_obs=frames(),
+        reward=torch.randn(rows),
+        discount=torch.full((rows,), 0.99),
+    )
+    for _ in range(2):
+        stats = sac(batch)
+    assert "actor_loss" in stats and not torch.equal(before, sac.actor_flat.data)
