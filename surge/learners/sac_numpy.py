@@ -13,6 +13,7 @@ parameters.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
@@ -114,7 +115,11 @@ class NumpySteps:
         (self.mean_head, self.log_std_head), (self.mean_grads, self.log_std_grads) = _layers(
             [actor.mean, actor.log_std]
         )
-        self.critics = [_layers([q.torso, q.head]) for q in (critic.q1, critic.q2)]
+        critics = [_layers([q.torso, q.head]) for q in (critic.q1, critic.q2)]
+        self.critic_params = [params for params, _ in critics]
+        self.critic_grads = [grads for _, grads in critics]
+        self.critic_weights = [[w for w, _ in params] for params in self.critic_params]
+        self.actor_torso_weights = [w for w, _ in self.actor_torso]
         self.targets = [_layers([q.torso, q.head])[0] for q in (target.q1, target.q2)]
         self.scale = sac.scale.numpy()
         self.bias = sac.bias.numpy()
@@ -160,8 +165,7 @@ class NumpySteps:
         target = reward + discount * (np.minimum(q1n, q2n) - alpha * logp)
 
         x = np.hstack((_flat(batch.obs, sac.critic.q1.encoder), batch.action.numpy()))
-        nets = [params for params, _ in self.critics]
-        hiddens = self._twin(nets, x)
+        hiddens = self._twin(self.critic_params, x)
         q = [h[-1][:, 0] for h in hiddens]
         rows = x.shape[0]
         errors = [qi - target for qi in q]
@@ -169,15 +173,14 @@ class NumpySteps:
         sac.critic_optimizer.zero_grad()
 
         def backward(i: int) -> None:
-            params, grads = self.critics[i]
             g = (2.0 / rows) * errors[i][:, None]
             mlp_backward(
                 g,
                 hiddens[i],
-                [w for w, _ in params],
+                self.critic_weights[i],
                 self.activation,
                 True,
-                grads=grads,
+                grads=self.critic_grads[i],
                 matmul=gemm.matmul,
             )
 
@@ -214,8 +217,7 @@ class NumpySteps:
             mean, raw, self.scale, self.bias, self._noise(mean)
         )
         # the critics held constant: gradients reach the action only
-        nets = [params for params, _ in self.critics]
-        hiddens = self._twin(nets, np.hstack((x, action)))
+        hiddens = self._twin(self.critic_params, np.hstack((x, action)))
         q1, q2 = (h[-1][:, 0] for h in hiddens)
         loss = float(np.mean(alpha * logp - np.minimum(q1, q2)))
         g_q = minimum_backward(q1, q2, np.full(rows, -1.0 / rows, np.float32))
@@ -224,7 +226,7 @@ class NumpySteps:
             _, x_grad = mlp_backward(
                 g_q[i][:, None],
                 hiddens[i],
-                [w for w, _ in nets[i]],
+                self.critic_weights[i],
                 self.activation,
                 True,
                 input_grad=True,
@@ -250,7 +252,7 @@ class NumpySteps:
         mlp_backward(
             g_h,
             hidden,
-            [w for w, _ in self.actor_torso],
+            self.actor_torso_weights,
             self.activation,
             False,
             grads=self.actor_torso_grads,
@@ -267,7 +269,7 @@ class NumpySteps:
         _, mean, raw = forward
         _, logp, _ = squashed_gaussian_forward(mean, raw, self.scale, self.bias, self._noise(mean))
         shifted = float(np.mean(logp + sac.target_entropy))
-        alpha = float(np.exp(float(sac.log_alpha.detach())))
+        alpha = math.exp(float(sac.log_alpha.detach()))
         sac.alpha_optimizer.zero_grad()
         self.alpha_grad[0] = -alpha * shifted  # d/dlog_alpha of mean(-alpha * (logp + H))
         sac.alpha_optimizer.step()
