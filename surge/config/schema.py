@@ -168,6 +168,12 @@ class WorkersConfig:
     `ring_size`). Fewer flushes mean fewer, larger messages; 0 means `ring_size` (send each
     group's request as soon as it is stepped)."""
 
+    inference_spin_us: float = 200.0
+    """With remote inference, how long (microseconds) an actor polls its inference slots
+    for answers, and a policy worker for requests, before sleeping on its channel: a peer on
+    another core answers a small batch sooner than a sleeper wakes. Polling stops after a
+    wait longer than this, and resumes after one shorter (streams/spin.py). 0: always sleep."""
+
     actor_threads: int = 1
     """torch / OpenMP threads in each actor worker process."""
 

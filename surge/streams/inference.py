@@ -22,11 +22,17 @@ Requests are sent `inference_splits` times per ring rotation: posts are buffered
 as one channel write every `ring_size / inference_splits` groups (and always before the actor
 blocks), trading a little latency for fewer, larger messages.
 
+Since the slots say what is answered, a waiting side first polls them for a moment
+(`workers.inference_spin_us`, streams/spin.py) and sleeps on its channel only when nothing
+comes: a policy worker on another core answers a small batch faster than a sleeper wakes.
+
 With `workers.inference: inline` the same slots are used, but the actor answers its own
 requests (workers/policy.py `InlineInference`) and hears of new parameters in its inbox.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -34,7 +40,9 @@ from surge.envs.spaces import ArraySpec
 from surge.models.recurrent_state import RowFields
 from surge.streams.ports import Port
 from surge.streams.sample import Outputs, output_fields
+from surge.streams.spin import Spin
 from surge.streams.transport import BlockLayout, Field, Transport
+from surge.tracking.timing import Timers
 
 
 def inference_layout(
@@ -73,7 +81,13 @@ class InferenceClient:
     """The actor side of remote inference."""
 
     def __init__(
-        self, transport: Transport, port: Port, inbox: str, posts_per_flush: int = 1
+        self,
+        transport: Transport,
+        port: Port,
+        inbox: str,
+        timers: Timers,
+        posts_per_flush: int = 1,
+        spin_s: float = 0.0,
     ) -> None:
         arrays = transport.block(port.block)
         self._min_version = arrays["min_version"]
@@ -83,11 +97,17 @@ class InferenceClient:
         self._responses = transport.channel(inbox)
         self._outbox: list[int] = []
         self._posts_per_flush = posts_per_flush
+        self._asked: list[int] = []  # groups posted whose answers `ready` has not returned
+        # Polling is pointless where the server runs in this thread (the serial runtime).
+        self._spin = Spin(spin_s if self._responses.concurrent else 0.0)
+        self._timers = timers
 
     def post(self, group: int, min_version: int) -> None:
         """The group's observations are in its slot: ask for its actions."""
         self._min_version[group] = min_version
         self._request_id[group] += 1  # after the observations: publishes them
+        if group not in self._asked:  # a ring's worth at most (several lanes never call ready)
+            self._asked.append(group)
         self._outbox.append(group)
         if len(self._outbox) >= self._posts_per_flush:
             self.flush()
@@ -101,11 +121,29 @@ class InferenceClient:
         """Whether the group's latest request has its answer."""
         return bool(self._response_id[group] == self._request_id[group])
 
-    def ready(self, timeout: float) -> list[int]:
-        """Groups whose answers to their latest request arrived (waits up to `timeout`)."""
-        self.flush()  # never block on an answer to a request not yet sent
+    def _take_answered(self) -> list[int]:
+        """The asked groups whose latest requests are answered, no longer asked."""
         req, resp = self._request_id, self._response_id
-        return [g for g in self._responses.recv(timeout) if g >= 0 and resp[g] == req[g]]
+        done = [g for g in self._asked if resp[g] == req[g]]
+        if done:
+            self._asked = [g for g in self._asked if g not in done]
+        return done
+
+    def ready(self, timeout: float) -> list[int]:
+        """Groups whose answers to their latest request arrived (waits up to `timeout`).
+        The slots say which; the channel's records only wake a sleeping actor."""
+        self.flush()  # never block on an answer to a request not yet sent
+        self._responses.recv(0.0)  # wake-ups of answers the slots already show
+        done = self._take_answered()
+        if done or timeout <= 0:
+            return done
+        done = self._spin.poll(self._take_answered) or []
+        if done:
+            return done
+        waited = time.perf_counter()
+        self._responses.recv(timeout)
+        self._spin.slept(self._timers.add_wait(waited) - waited)
+        return self._take_answered()
 
 
 class InferenceServer:
@@ -120,6 +158,11 @@ class InferenceServer:
         self._client_of = {g: a for a in port.hears_from for g in port.slots_of(a)}
         """group -> the actor that owns it (whose inbox gets the answer)"""
         self._inboxes = {a: transport.channel(a) for a in port.hears_from}
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether its clients run beside it (not in its thread: the serial runtime)."""
+        return self._requests.concurrent
 
     def receive(self, timeout: float) -> bool:
         """Wait up to `timeout` for a request or a parameter announcement; True if any came."""

@@ -72,6 +72,10 @@ class BlockLayout:
 class Channel(Protocol):
     """A one-reader, many-writer queue of int32 records (slot ids and control codes)."""
 
+    concurrent: bool
+    """Whether its writers run beside its reader, so shared memory can change while the
+    reader polls it (false where they take turns in one thread: the serial runtime)."""
+
     def send(self, *records: int) -> None: ...
 
     def notify(self, code: int) -> None:
@@ -95,6 +99,8 @@ class Transport(Protocol):
 
 
 class InlineChannel:
+    concurrent = False
+
     def __init__(self) -> None:
         self._queue: deque[int] = deque()
 
@@ -134,6 +140,8 @@ class InlineTransport:
 class FifoChannel:
     """A named pipe. Writes of one record are atomic (< PIPE_BUF), so many writers are safe."""
 
+    concurrent = True
+
     def __init__(self, path: str) -> None:
         # O_RDWR never blocks on open and never sees EOF when a peer dies.
         self._fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
@@ -154,13 +162,20 @@ class FifoChannel:
             os.write(self._fd, np.asarray([code], dtype=RECORD).tobytes())
 
     def recv(self, timeout: float) -> list[int]:
-        ready, _, _ = select.select([self._fd], [], [], timeout)
-        if not ready:
-            return []
+        # Read first: on a busy channel records are usually there, and one syscall is
+        # cheaper than select's two.
         try:
             data = os.read(self._fd, 1 << 16)
         except BlockingIOError:
-            return []
+            if timeout <= 0:
+                return []
+            ready, _, _ = select.select([self._fd], [], [], timeout)
+            if not ready:
+                return []
+            try:
+                data = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                return []
         return np.frombuffer(data, dtype=RECORD).tolist()
 
     def close(self) -> None:

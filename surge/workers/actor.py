@@ -95,7 +95,11 @@ class _Lane:
         else:
             ring = len(inference.slots)
             splits = cfg.workers.inference_splits or ring
-            self.client = InferenceClient(transport, inference, b.inbox, ring // splits)
+            spin_s = cfg.workers.inference_spin_us * 1e-6
+            timers = b.control.timers
+            self.client = InferenceClient(
+                transport, inference, b.inbox, timers, ring // splits, spin_s
+            )
         self.slot_obs = request_obs(arrays)  # [groups, rows, ...] per field
         self.action, self.version = arrays["action"], arrays["version"]
         # The algorithm's per-step outputs (e.g. PPO's logp, value), copied as they come.
@@ -245,12 +249,8 @@ class ActorWorker:
             one = self._one_lane
             if one is None:
                 self._ready.update(self._answered(timeout))
-            elif self._remote:
-                waited = time.perf_counter()
+            else:  # either client times its own waits
                 self._ready.update(one.client.ready(timeout))
-                self.timers.add_wait(waited)
-            else:
-                self._ready.update(one.client.ready(timeout))  # inline: times itself
             if not self._ready:
                 return False
         # The first ready group in ring order from the head. Normally that is the head

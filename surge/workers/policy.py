@@ -29,6 +29,7 @@ from surge.seeds import derive_seed
 from surge.streams.inference import InferenceServer, request_obs
 from surge.streams.params import ParameterService
 from surge.streams.ports import Port
+from surge.streams.spin import Spin
 from surge.streams.transport import Transport
 from surge.threads import limit_torch_threads
 from surge.tracking.timing import INFERENCE
@@ -125,12 +126,22 @@ class PolicyWorker:
         self.engine = PolicyEngine(ctx, self.server.arrays, b.transport, params, seed)
         limit_torch_threads(cfg.workers.policy_threads)
         self._woken = True  # look at the slots once at start: a restart finds requests there
+        spin_s = cfg.workers.inference_spin_us * 1e-6 if self.server.concurrent else 0.0
+        self._spin = Spin(spin_s)
+
+    def _work(self) -> bool:
+        """Whether a request it can serve, or newer parameters, came (read from shared
+        memory: what the spin polls)."""
+        engine = self.engine
+        if engine.params.latest_version() > engine.loaded:
+            return True
+        return bool(engine.servable(self.server.pending()))
 
     def poll(self, timeout: float) -> bool:
-        if not self._woken:
+        if not self._woken and not self._spin.poll(self._work):
             waited = time.perf_counter()
             self._woken = self.server.receive(timeout)
-            self.timers.add_wait(waited)
+            self._spin.slept(self.timers.add_wait(waited) - waited)
         t = self.timers.now()
         self.engine.refresh()
         serve = self.engine.servable(self.server.pending())
