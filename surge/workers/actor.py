@@ -42,6 +42,7 @@ from surge.streams.inference import InferenceClient, request_obs
 from surge.streams.league import LeaguePool
 from surge.streams.ports import Port
 from surge.streams.sample import PROGRESS, SampleProducer
+from surge.streams.spin import Spin
 from surge.streams.transport import Channel
 from surge.tracking.timing import COPY, ENV
 from surge.workers.base import Binding, RunContext
@@ -180,6 +181,9 @@ class ActorWorker:
         self.head = 0
         self._remote = cfg.workers.inference == "remote"
         self._inbox: Channel = b.transport.channel(b.inbox)
+        # With several lanes the actor polls their slots itself (one lane: its client does).
+        polls = self._remote and self._inbox.concurrent
+        self._spin = Spin(cfg.workers.inference_spin_us * 1e-6 if polls else 0.0)
         G = cfg.workers.envs_per_group
         opponents = _league_pool(ctx, b)  # self-play games: past versions from the league
         policies = [lane.policy for lane in self.lanes]
@@ -272,18 +276,24 @@ class ActorWorker:
         if self._remote:
             for lane in self.lanes:
                 lane.client.flush()
+            self._inbox.recv(0.0)  # wake-ups of answers the slots already show
         else:
             for lane in self.lanes:
                 lane.client.answer_servable()
-        ready = [g for g in self.ring if all(lane.client.answered(g) for lane in self.lanes)]
+        ready = self._all_lanes_answered()
         if ready or timeout <= 0:
+            return ready
+        if self._remote and (ready := self._spin.poll(self._all_lanes_answered) or []):
             return ready
         waited = time.perf_counter()
         self._inbox.recv(timeout)  # answers (remote) or new versions (inline)
-        self.timers.add_wait(waited)
+        self._spin.slept(self.timers.add_wait(waited) - waited)
         if not self._remote:
             for lane in self.lanes:
                 lane.client.answer_servable()
+        return self._all_lanes_answered()
+
+    def _all_lanes_answered(self) -> list[int]:
         return [g for g in self.ring if all(lane.client.answered(g) for lane in self.lanes)]
 
     def _advance(self, k: int) -> None:
