@@ -343,6 +343,7 @@ RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("env.atari.repeat_action_probability", lambda v: 0 <= v < 1, "in [0, 1)"),
     *[(f"workers.{n}", _at_least(1), ">= 1") for n in (*_WORKER_COUNTS, *_THREADS)],
     ("workers.trainer_threads_alone", _at_least(0), ">= 0"),
+    ("workers.inference_spin_us", _at_least(0), ">= 0 (0: never poll)"),
     ("workers.max_restarts", _at_least(0), ">= 0"),
     ("workers.heartbeat_timeout_s", _positive, "> 0"),
     *[(f"ray.{n}", _at_least(0), ">= 0") for n in _RAY_RESOURCES],

@@ -172,7 +172,8 @@ class WorkersConfig:
     """With remote inference, how long (microseconds) an actor polls its inference slots
     for answers, and a policy worker for requests, before sleeping on its channel: a peer on
     another core answers a small batch sooner than a sleeper wakes. Polling stops after a
-    wait longer than this, and resumes after one shorter (streams/spin.py). 0: always sleep."""
+    wait longer than this, and resumes after one shorter (streams/spin.py); a process
+    that may use one CPU only never polls. 0: always sleep."""
 
     actor_threads: int = 1
     """torch / OpenMP threads in each actor worker process."""

@@ -40,7 +40,7 @@ from surge.envs.spaces import ArraySpec
 from surge.models.recurrent_state import RowFields
 from surge.streams.ports import Port
 from surge.streams.sample import Outputs, output_fields
-from surge.streams.spin import Spin
+from surge.streams.spin import polling
 from surge.streams.transport import BlockLayout, Field, Transport
 from surge.tracking.timing import Timers
 
@@ -98,8 +98,7 @@ class InferenceClient:
         self._outbox: list[int] = []
         self._posts_per_flush = posts_per_flush
         self._asked: list[int] = []  # groups posted whose answers `ready` has not returned
-        # Polling is pointless where the server runs in this thread (the serial runtime).
-        self._spin = Spin(spin_s if self._responses.concurrent else 0.0)
+        self._spin = polling(spin_s, self._responses.concurrent)
         self._timers = timers
 
     def post(self, group: int, min_version: int) -> None:

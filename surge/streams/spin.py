@@ -16,6 +16,7 @@ and one whose waits are short (an MLP policy and a cheap env) hardly sleeps at a
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -53,3 +54,12 @@ class Spin:
         only if that was within the budget."""
         self.sleeps += 1
         self._short = self.budget_s > 0 and seconds < self.budget_s
+
+
+def polling(budget_s: float, concurrent: bool) -> Spin:
+    """A `Spin` of `budget_s`, or one that never polls where nothing can change while it
+    would: the peers run in this thread (`Channel.concurrent` false: the serial runtime), or
+    this process may use one CPU only, so a peer runs only once it sleeps."""
+    affinity = getattr(os, "sched_getaffinity", None)  # absent on macOS
+    cpus = len(affinity(0)) if affinity else (os.cpu_count() or 1)
+    return Spin(budget_s if concurrent and cpus > 1 else 0.0)

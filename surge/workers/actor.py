@@ -42,7 +42,7 @@ from surge.streams.inference import InferenceClient, request_obs
 from surge.streams.league import LeaguePool
 from surge.streams.ports import Port
 from surge.streams.sample import PROGRESS, SampleProducer
-from surge.streams.spin import Spin
+from surge.streams.spin import polling
 from surge.streams.transport import Channel
 from surge.tracking.timing import COPY, ENV
 from surge.workers.base import Binding, RunContext
@@ -183,7 +183,7 @@ class ActorWorker:
         self._inbox: Channel = b.transport.channel(b.inbox)
         # With several lanes the actor polls their slots itself (one lane: its client does).
         polls = self._remote and self._inbox.concurrent
-        self._spin = Spin(cfg.workers.inference_spin_us * 1e-6 if polls else 0.0)
+        self._spin = polling(cfg.workers.inference_spin_us * 1e-6, polls)
         G = cfg.workers.envs_per_group
         opponents = _league_pool(ctx, b)  # self-play games: past versions from the league
         policies = [lane.policy for lane in self.lanes]

@@ -29,7 +29,7 @@ from surge.seeds import derive_seed
 from surge.streams.inference import InferenceServer, request_obs
 from surge.streams.params import ParameterService
 from surge.streams.ports import Port
-from surge.streams.spin import Spin
+from surge.streams.spin import polling
 from surge.streams.transport import Transport
 from surge.threads import limit_torch_threads
 from surge.tracking.timing import INFERENCE
@@ -126,8 +126,7 @@ class PolicyWorker:
         self.engine = PolicyEngine(ctx, self.server.arrays, b.transport, params, seed)
         limit_torch_threads(cfg.workers.policy_threads)
         self._woken = True  # look at the slots once at start: a restart finds requests there
-        spin_s = cfg.workers.inference_spin_us * 1e-6 if self.server.concurrent else 0.0
-        self._spin = Spin(spin_s)
+        self._spin = polling(cfg.workers.inference_spin_us * 1e-6, self.server.concurrent)
 
     def _work(self) -> bool:
         """Whether a request it can serve, or newer parameters, came (read from shared

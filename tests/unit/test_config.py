@@ -173,6 +173,7 @@ def test_unknown_preset_lists_presets() -> None:
         ("ppo.clip_coef=-1", "ppo.clip_coef: must be > 0"),
         ("max_policy_lag=-1", "max_policy_lag: must be >= 0"),
         ("workers.trainer_threads_alone=-1", "workers.trainer_threads_alone: must be >= 0"),
+        ("workers.inference_spin_us=-5", "workers.inference_spin_us: must be >= 0"),
         ("model.hidden_sizes=[]", "model.hidden_sizes: must be a non-empty list"),
         ("model.hidden_sizes=[64,0]", "model.hidden_sizes: must be a list of positive widths"),
         ("env.id=''", "env.id: must be a non-empty Gymnasium id"),

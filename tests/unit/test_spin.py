@@ -4,6 +4,7 @@ actor's client answered while it polls by a policy-worker process."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from surge.envs.spaces import ArraySpec
 from surge.streams.inference import InferenceClient, InferenceServer, inference_layout
 from surge.streams.ports import Port
-from surge.streams.spin import Spin
+from surge.streams.spin import Spin, polling
 from surge.streams.transport import (
     InlineTransport,
     ShmSpec,
@@ -137,3 +138,15 @@ def test_the_serial_runtime_never_polls() -> None:
     started = time.perf_counter()
     assert client.ready(0.01) == []
     assert time.perf_counter() - started < 0.4
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_no_polling_where_the_peer_cannot_run_meanwhile() -> None:
+    assert polling(0.5, concurrent=True).budget_s == 0.5
+    assert polling(0.5, concurrent=False).budget_s == 0.0  # the serial runtime
+    cpus = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(cpus)})  # this process may use one CPU only
+        assert polling(0.5, concurrent=True).budget_s == 0.0
+    finally:
+        os.sched_setaffinity(0, cpus)
