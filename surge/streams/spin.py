@@ -30,7 +30,7 @@ class Spin:
             raise ValueError(f"a spin budget cannot be negative, got {budget_s}")
         self.budget_s = budget_s
         self._short = budget_s > 0  # the last wait ended within the budget
-        self.polls = 0  # waits answered while polling (metrics and tests)
+        self.polls = 0  # waits answered while polling (for tests and profiling)
         self.sleeps = 0  # waits that slept
 
     def poll(self, check: Callable[[], T]) -> T | None:

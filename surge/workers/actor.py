@@ -97,9 +97,8 @@ class _Lane:
             ring = len(inference.slots)
             splits = cfg.workers.inference_splits or ring
             spin_s = cfg.workers.inference_spin_us * 1e-6
-            timers = b.control.timers
             self.client = InferenceClient(
-                transport, inference, b.inbox, timers, ring // splits, spin_s
+                transport, inference, b.inbox, b.control.timers, ring // splits, spin_s
             )
         self.slot_obs = request_obs(arrays)  # [groups, rows, ...] per field
         self.action, self.version = arrays["action"], arrays["version"]
