@@ -118,6 +118,23 @@ TASKS: dict[str, Task] = {
         1,
         "LLM RL: GRPO on Countdown, longer completions than arith-grpo (opt-in: longer)",
     ),
+    "cartpole-dqn": Task(
+        "cartpole-dqn",
+        tuple(UNTIL_STOPPED),
+        30,
+        5,
+        1,
+        "replay: DQN at CleanRL's settings (actor -> replay worker -> trainer, 12.8 samples "
+        "per insert), bound by the updates (opt-in)",
+    ),
+    "pendulum-sac": Task(
+        "pendulum-sac",
+        tuple(UNTIL_STOPPED),
+        40,
+        10,
+        1,
+        "replay: SAC, one update per env step, the steps in numpy (opt-in)",
+    ),
 }
 DEFAULT_TASKS = ("cartpole-ppo", "cartpole-appo")
 
