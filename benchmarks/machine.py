@@ -120,7 +120,9 @@ def describe() -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_kernels": torch.backends.cpu.get_cpu_capability(),
         "numpy": np.__version__,
-        "numpy_avx512": bool(npy_features.get("AVX512F")),
+        # AVX512_SKX: a dispatch target of every numpy 2 (X86_V4's part from 2.4), so it reads
+        # False when NPY_DISABLE_CPU_FEATURES turned AVX-512 off; AVX512F stays the CPU's flag
+        "numpy_avx512": bool(npy_features.get("AVX512_SKX")),
         "precision_auto": "bfloat16" if native_bf16() else "float32",
         "kernel_variables": {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ},
         "python": platform.python_version(),

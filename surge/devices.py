@@ -146,11 +146,24 @@ def describe(cfg: Any, visible: int | None = None) -> str:
     return f"devices: {where} (torch models; numpy MLPs run on the CPU)"
 
 
-@functools.cache
+ONEDNN_ISAS_WITHOUT_BF16 = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
+"""oneDNN's `ONEDNN_MAX_CPU_ISA` values below its native bfloat16 kernels (AVX512_CORE_BF16)."""
+
+
 def native_bf16() -> bool:
     """Whether this CPU computes bfloat16 dot products natively (AVX512-BF16 or AMX), where
-    oneDNN's bf16 kernels are about twice as fast as float32 or more (Linux: from
-    /proc/cpuinfo)."""
+    oneDNN's bf16 kernels are about twice as fast as float32 or more, and oneDNN may use
+    them: held below them (`ONEDNN_MAX_CPU_ISA=AVX2`, as the narrow-kernel test pass sets)
+    it emulates bfloat16, a 256x256 product some 300 times slower than with AMX."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+    return cap.strip().upper() not in ONEDNN_ISAS_WITHOUT_BF16 and _cpu_has_bf16()
+
+
+@functools.cache
+def _cpu_has_bf16() -> bool:
+    """AVX512-BF16 or AMX-BF16 among the CPU's flags (Linux: from /proc/cpuinfo)."""
     try:
         flags = Path("/proc/cpuinfo").read_text().split()
     except OSError:

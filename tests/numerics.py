@@ -29,13 +29,24 @@ import torch
 
 F32_EPS = float(np.finfo(np.float32).eps)
 
+
+def numpy_wide_targets() -> str:
+    """The SIMD targets above AVX2 that this numpy dispatches to, by its own names: before
+    numpy 2.4 AVX512F, AVX512_SKX, ..., from 2.4 the x86-64 level X86_V4 with AVX512_ICL and
+    AVX512_SPR. numpy refuses a name it does not dispatch with an ImportWarning, which
+    Python hides by default, and keeps the target on; so only its own names are given."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__ as dispatched
+    except ImportError:  # numpy < 2
+        from numpy.core._multiarray_umath import __cpu_dispatch__ as dispatched
+    return ",".join(t for t in dispatched if t.startswith("AVX512") or t == "X86_V4")
+
+
 NARROW_KERNELS = {
     # torch's own CPU kernels (ATen), numpy's SIMD dispatch, and the BLAS / DNN libraries
     # both call, each held to AVX2 whatever the CPU offers.
     "ATEN_CPU_CAPABILITY": "avx2",
-    "NPY_DISABLE_CPU_FEATURES": (
-        "AVX512F,AVX512CD,AVX512_SKX,AVX512_CLX,AVX512_CNL,AVX512_ICL,AVX512_SPR"
-    ),
+    "NPY_DISABLE_CPU_FEATURES": numpy_wide_targets(),
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
 }
