@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -80,6 +82,18 @@ def interrupt(proc: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """Import benchmarks/NAME.py by its path. Putting benchmarks/ on sys.path would let its
+    scripts shadow installed packages for every later test in the session."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
 
 
 def wait_for(predicate: object, timeout: float, interval: float = 0.1) -> bool:

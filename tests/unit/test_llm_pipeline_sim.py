@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.conftest import load_benchmark
 
-def _load_simulation():  # type: ignore[no-untyped-def]
-    """Import benchmarks/llm_pipeline_sim.py by its path. Putting benchmarks/ on sys.path
-    would let its scripts shadow installed packages for every later test in the session."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "llm_pipeline_sim.py"
-    spec = importlib.util.spec_from_file_location("llm_pipeline_sim", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
-
-
-_sim = _load_simulation()
+_sim = load_benchmark("llm_pipeline_sim")
 Costs, simulate = _sim.Costs, _sim.simulate
 
 COSTS = Costs(

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-MACHINE = Path(__file__).resolve().parents[2] / "benchmarks" / "machine.py"
+from tests.conftest import load_benchmark
 
 
 def _children() -> set[int]:
@@ -26,17 +25,11 @@ def _children() -> set[int]:
     return found
 
 
-def _machine():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("benchmark_machine", MACHINE)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+machine = load_benchmark("machine")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or sys.platform != "linux", reason="needs fork")
 def test_wake_round_trip_is_timed_and_leaves_no_child_or_descriptor() -> None:
-    machine = _machine()
     fds, children = set(os.listdir("/proc/self/fd")), _children()
     trip = machine.wake_round_trip_us(trips=50, rounds=2)
     # a round trip is two wakes: more than nothing, far less than a scheduler tick's worth
@@ -46,7 +39,6 @@ def test_wake_round_trip_is_timed_and_leaves_no_child_or_descriptor() -> None:
 
 
 def test_summary_names_the_wake_only_when_timed() -> None:
-    machine = _machine()
     info = {
         "cpu": "X",
         "cores": 2,
