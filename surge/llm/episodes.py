@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from surge.errors import UserError
 from surge.llm.engine import Completion, Engine, Request
 from surge.llm.model import decode_completion, encode_prompt
 from surge.llm.problems import Problem
@@ -180,7 +181,8 @@ class EpisodeRunner:
     `start` begins an episode under a caller's key; `step` decodes one token in every busy
     slot and returns the episodes that ended, as (key, trajectory or None). An episode that
     raises is logged with its traceback and ends as None (dropped), as does one whose
-    trajectory is malformed.
+    trajectory is malformed; a user error (a text env's bad output) propagates, and stops
+    the run with its message.
 
     Each request keeps its slot parked when it finishes and follows the episode's previous
     request, so the next turn continues its cache; an episode that ends releases its slot
@@ -230,6 +232,8 @@ class EpisodeRunner:
             self._release(completion)
             self._ended.append((key, self._checked(key, end.value)))
             return
+        except UserError:
+            raise  # the env's mistake (surge/llm/env_checks.py): every episode would meet it
         except Exception:
             self._release(completion)
             log.exception("episode %d raised: dropped", key)

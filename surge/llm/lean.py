@@ -154,7 +154,10 @@ class LeanLlama:
         x_c = F.embedding(completions, self.embed)
         device = self.device
         pos_p = torch.arange(P, device=device).expand(groups, P)
-        pos_c = lens[:, None] + torch.arange(N, device=device)
+        # N is the batch's longest completion, so a row with a longer prompt than that one's
+        # runs padding past its own end, possibly past the model's positions: padding sits
+        # at the last position instead (no real token attends to it; its logits are unused).
+        pos_c = (lens[:, None] + torch.arange(N, device=device)).clamp(max=self.max_length - 1)
         # A completion token sees its prompt's real tokens and the completion up to itself.
         sees_prompt = (torch.arange(P, device=device)[None, :] < lens[:, None])[:, None, :]
         sees_prompt = sees_prompt.expand(S, N, P)

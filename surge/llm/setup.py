@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing as mp
 import random
@@ -24,6 +25,7 @@ from gymnasium import spaces
 from surge.config.schema import ExperimentConfig
 from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError
+from surge.llm.context import ContextRule
 from surge.llm.tasks import ALPHABETS, Task, heldout_set, task_of
 from surge.llm.text_sample import TextSample, check_warm_start, text_sample, tiny_model_positions
 from surge.llm.textenv import TextEnvTask, limits_record
@@ -77,6 +79,12 @@ def _answer(send: Any, cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> 
 def _prepare(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> tuple[Path, EnvInfo, int]:
     if cfg.model.path is None:
         shapes_and_size(cfg, None)  # the settings' errors before minutes of warm start
+    task = task_of(cfg)
+    if isinstance(task, TextEnvTask) and task.has_expert and not resuming:
+        tokenizer, _ = tokenizer_and_config(
+            cfg, None if cfg.model.path is None else Path(cfg.model.path)
+        )
+        print(f"  {expert_fit(task, tokenizer)}", file=sys.stderr)
     model_dir = model_directory(cfg, run_dir, resuming)
     env, n_params = shapes_and_size(cfg, model_dir)
     return model_dir, env, n_params
@@ -260,7 +268,9 @@ def text_env_shapes(
         )
     segments = limits.rule.max_segments if c.mode != "none" else 1
     vocab = len(tokenizer)
-    observation = spaces.Box(0, vocab - 1, (min(longest + longest // 4 + 1, c.window),), np.int32)
+    # A prompt may be as long as the window allows (one longer than the sampled ones must
+    # not fail to fit its row); the trainer reads a batch's longest, not the row's width.
+    observation = spaces.Box(0, vocab - 1, (c.window,), np.int32)
     return EnvInfo(observation, spaces.MultiDiscrete(np.full((segments, c.window), vocab)))
 
 
@@ -280,16 +290,52 @@ def longest_observation(task: TextEnvTask, engine: Any) -> int:
         for _ in range(task.limits.max_turns if task.has_expert else 1):
             action = env.expert(rng) if task.has_expert else ""
             observation, _, terminated, truncated, _ = env.step(action)
-            if not isinstance(observation, str):
-                raise ConfigError(
-                    f"task.name={task.name!r}: its step returned a "
-                    f"{type(observation).__name__} observation, not a str",
-                    "return (text, reward, terminated, truncated, info) from step",
-                )
             longest = max(longest, len(engine.encode(observation)))
             if terminated or truncated:
                 break
     return longest
+
+
+EXPERT_PROBES = 64
+"""Expert episodes run to report the longest one beside the window."""
+
+
+def expert_fit(task: TextEnvTask, tokenizer: Any) -> str:
+    """The longest of `EXPERT_PROBES` expert episodes (prompt and every token, with no window
+    to bound it) beside `context.window`, as a line for the terminal: a warning when, with
+    `context.mode=none`, it does not fit (those episodes end with reward 0)."""
+    from surge.llm.episodes import EpisodeEngine
+
+    engine, limits = EpisodeEngine(tokenizer), task.limits
+    unbounded = dataclasses.replace(limits, rule=ContextRule("none", 1 << 30))
+    problems = task.sample("train", EXPERT_PROBES, random.Random(1))
+    needed, overlong = 0, 0
+    for n, problem in enumerate(problems):
+        rng = np.random.default_rng(n)
+        t = task.expert_episode(engine, int(problem.meta["seed"]), rng, unbounded)
+        needed = max(needed, len(t.prompt) + len(t.tokens))
+        overlong += t.overlong
+    window, mode = limits.rule.window, limits.rule.mode
+    line = (
+        f"the expert's longest episode needs {needed} tokens (of {len(problems)} run); "
+        f"context.window={window}, context.mode={mode}"
+    )
+    if overlong:
+        return (
+            f"warning: {line}; {overlong} of them ran past rollout.max_turns="
+            f"{limits.max_turns} or rollout.max_tool_calls={limits.max_tool_calls} unfinished, "
+            "and the warm start imitates them: raise those limits"
+        )
+    if needed <= window:
+        return line
+    if mode == "none":
+        return (
+            f"warning: {line}: the policy's episodes as long end at the window with reward 0; "
+            f"raise context.window to at least {needed} (docs/agents.md, 'When your episodes "
+            "are longer than the window')"
+        )
+    then = "summarises" if mode == "summarize" else "drops its oldest exchanges"
+    return f"{line}: past the trigger the context {then}"
 
 
 def tokenizer_and_config(cfg: ExperimentConfig, model_dir: Path | None) -> tuple[Any, Any]:

@@ -186,7 +186,7 @@ def make_task(name: str, kwargs: dict[str, Any], reward_fn: str | None = None) -
     file, or `module:function` returning a task."""
     task: Task
     if name in TEXT_ENVS:
-        task = TextEnvTask(_text_env_class(name), kwargs)
+        task = TextEnvTask(_text_env_class(name), kwargs, name)
     elif name in BUILT_IN:
         task = BUILT_IN[name](**kwargs)
     elif name.startswith(REASONING_GYM):  # before `module:function`, which it resembles
@@ -201,7 +201,7 @@ def make_task(name: str, kwargs: dict[str, Any], reward_fn: str | None = None) -
             raise ValueError(f"task.name={name!r}: a dataset file needs task.reward_fn")
     elif ":" in name:
         made = import_path(name, "task.name")
-        task = TextEnvTask(made, kwargs) if is_text_env(made) else made(**kwargs)
+        task = TextEnvTask(made, kwargs, name) if is_text_env(made) else made(**kwargs)
     else:
         raise ValueError(
             f"task.name={name!r}: expected one of {sorted(BUILT_IN)}, "
@@ -273,7 +273,7 @@ def task_of(cfg: ExperimentConfig, evaluation: bool = False) -> Task:
     try:
         task = make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
         if isinstance(task, TextEnvTask):
-            task.configure(episode_limits(cfg, evaluation))
+            task.configure(episode_limits(cfg, evaluation), own_tokenizer=bool(cfg.model.path))
         return task
     except TypeError as e:  # arguments the task does not take
         raise ConfigError(

@@ -38,6 +38,7 @@ from surge.llm.context import (
     kept_exchanges,
     summary_room,
 )
+from surge.llm.env_checks import CheckedTextEnv, TextEnvError, where_raised
 from surge.llm.episodes import EpisodeEngine, Segment, Trajectory
 from surge.llm.problems import Problem, Split, split_of
 
@@ -128,23 +129,52 @@ class _Segment:
 class TextEnvTask:
     """A text env as a task: problems are reset seeds, the episode is the env's loop."""
 
-    def __init__(self, env_factory: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, env_factory: Callable[..., Any], kwargs: dict[str, Any], name: str = ""
+    ) -> None:
         self.env_factory, self.kwargs = env_factory, dict(kwargs)
-        probe = env_factory(**self.kwargs)  # a TypeError here names the bad kwargs
+        self.name = name or getattr(env_factory, "__name__", "env")
+        probe = self._construct({})
         self.alphabet: str = getattr(probe, "alphabet", USER_ALPHABET)
+        if not isinstance(self.alphabet, str):
+            raise TextEnvError(
+                f"task.name={self.name!r}: its alphabet is a {type(self.alphabet).__name__}, "
+                "not a str",
+                "set `alphabet` to a str of every character the env and its expert write",
+            )
+        self.checked_alphabet: str | None = self.alphabet
+        """What the env's text is checked against: the built-in tokenizer's characters, or
+        None when the model brings its own tokenizer (`configure`)."""
         self.has_expert = callable(getattr(probe, "expert", None))
         # An env that marks its deciding action lets the warm start check the model there
         # with the expert leading (expert_led_episode).
         self.has_deciding = self.has_expert and hasattr(probe, "deciding")
         self.limits = EpisodeLimits(ContextRule("none", 256))
-        self.name = getattr(env_factory, "__name__", "env")
 
-    def configure(self, limits: EpisodeLimits) -> None:
-        """The run's context and turn limits (`context.*`, `rollout.*`)."""
+    def configure(self, limits: EpisodeLimits, own_tokenizer: bool = False) -> None:
+        """The run's context and turn limits (`context.*`, `rollout.*`); `own_tokenizer`:
+        the model brings its tokenizer (`model.path`), so the env's text need not keep to
+        the built-in one's alphabet."""
         self.limits = limits
+        self.checked_alphabet = None if own_tokenizer else self.alphabet
 
-    def make_env(self) -> Any:
-        return self.env_factory(**self.kwargs)
+    def _construct(self, settings: dict[str, Any]) -> Any:
+        """The env object (a TypeError, for arguments it does not take, names task.kwargs)."""
+        kwargs = {**self.kwargs, **settings}
+        try:
+            return self.env_factory(**kwargs)
+        except TypeError:
+            raise
+        except Exception as e:
+            raise TextEnvError(
+                f"task.name={self.name!r}: constructing it with {kwargs} raised "
+                f"{type(e).__name__}: {e}{where_raised(e)}",
+                "fix the env's constructor, or task.kwargs",
+            ) from None
+
+    def make_env(self, settings: dict[str, Any] | None = None) -> CheckedTextEnv:
+        """A new env (with `settings` over task.kwargs), its outputs checked."""
+        return CheckedTextEnv(self._construct(settings or {}), self.name, self.checked_alphabet)
 
     def sample(self, split: Split, n: int, rng: random.Random) -> list[Problem]:
         """`n` problems of `split`: reset seeds drawn from `rng` whose key falls in it."""
@@ -157,8 +187,6 @@ class TextEnvTask:
                 raise ValueError(f"{self.name}: no problems of the {split} split found")
             seed = rng.getrandbits(31)
             text, info = env.reset(seed)
-            if not isinstance(text, str):
-                raise TypeError(f"{self.name}.reset returned {type(text).__name__}, not a str")
             if split_of(str(info.get("key", f"{text}#{seed}"))) == split:
                 out.append(Problem(text, "", {"seed": seed}))
         return out
@@ -178,16 +206,22 @@ class TextEnvTask:
 
         return await text_episode(env, engine, prompt_text, self.limits, policy)
 
-    def expert_episode(self, engine: EpisodeEngine, seed: int, rng: np.random.Generator) -> Any:
-        """The expert's trajectory of the problem of `seed` (the warm start's data)."""
+    def expert_episode(
+        self,
+        engine: EpisodeEngine,
+        seed: int,
+        rng: np.random.Generator,
+        limits: EpisodeLimits | None = None,
+    ) -> Any:
+        """The expert's trajectory of the problem of `seed` (the warm start's data), under
+        the run's limits or `limits`."""
         env = self.make_env()
         prompt_text, _ = env.reset(seed)
 
         async def expert(context: list[int], max_new: int, summarize: bool) -> Written:
-            tokens = engine.encode(env.expert(rng, summarize=summarize))[:max_new]
-            return tokens, [0.0] * len(tokens), [0] * len(tokens), "stop"
+            return expert_turn(env, engine, rng, max_new, summarize)
 
-        return run_now(text_episode(env, engine, prompt_text, self.limits, expert))
+        return run_now(text_episode(env, engine, prompt_text, limits or self.limits, expert))
 
     def expert_led_episode(
         self, engine: EpisodeEngine, seed: int, rng: np.random.Generator, decide: Writer
@@ -197,16 +231,26 @@ class TextEnvTask:
         is true; `decide(context, max_new, False)` writes that action and any after it,
         synchronously (it must not await an engine)."""
         best = getattr(self.env_factory, "best_expert", {})
-        env = self.env_factory(**{**self.kwargs, **best})
+        env = self.make_env(best)
         prompt_text, _ = env.reset(seed)
 
         async def lead(context: list[int], max_new: int, summarize: bool) -> Written:
             if env.deciding and not summarize:
                 return decide(context, max_new, False)
-            tokens = engine.encode(env.expert(rng, summarize=summarize))[:max_new]
-            return tokens, [0.0] * len(tokens), [0] * len(tokens), "stop"
+            return expert_turn(env, engine, rng, max_new, summarize)
 
         return run_now(text_episode(env, engine, prompt_text, self.limits, lead))
+
+
+def expert_turn(
+    env: Any, engine: EpisodeEngine, rng: np.random.Generator, max_new: int, summarize: bool
+) -> Written:
+    """The expert's next action (or summary) as the engine would give it: at most `max_new`
+    tokens, finishing `length` where it was cut (as a policy's text is), else `stop`."""
+    tokens = engine.encode(env.expert(rng, summarize=summarize))
+    finish = "length" if len(tokens) > max_new else "stop"
+    tokens = tokens[:max_new]
+    return tokens, [0.0] * len(tokens), [0] * len(tokens), finish
 
 
 def run_now(episode: Any) -> Any:
@@ -229,6 +273,8 @@ async def text_episode(
     the context rule, segments and limits of `limits`."""
     rule = limits.rule
     prompt = engine.encode_prompt(prompt_text)
+    if len(prompt) >= rule.window:
+        raise _too_long(env, "reset's prompt", len(prompt), rule.window)
     instruction = engine.encode(limits.instruction)
     done: list[Segment] = []
     segment = _Segment()
@@ -268,6 +314,8 @@ async def text_episode(
             observation_tokens, r, terminated, tool_call = _step(env, engine, written[0])
             reward += r
             tool_calls += tool_call
+            if not terminated and len(observation_tokens) > rule.window:
+                raise _too_long(env, "an observation", len(observation_tokens), rule.window)
         if terminated:  # the last observation is never read: the row keeps what fits W
             fits = rule.window - len(context) - (0 if written is None else len(written[0]))
             observation_tokens = observation_tokens[: max(fits, 0)]
@@ -298,6 +346,9 @@ async def text_episode(
                 carried = []
             if written is not None:
                 segment.add([], written)
+            if crosses(rule, len(prompt), exchange):
+                end = "overlong"  # even a fresh context cannot hold the exchange
+                break
             segment = restart(carried)
             if written is not None and not window_full:
                 segment.exchanges.append((len(segment.tokens), exchange))
@@ -309,8 +360,13 @@ async def text_episode(
             turn.add(segment.tokens)  # its context, as context
             turn.add([], written)
             dropped.append(turn.frozen())
+        # The summary's room: its reserve, or what the window leaves (a context restarted
+        # from a long prompt and summary may already be past the trigger).
+        room = min(summary_room(rule, len(instruction)), rule.window - len(context + instruction))
+        if room < 1:
+            end = "overlong"
+            break
         at_summary.append(len(context) + len(instruction))
-        room = summary_room(rule, len(instruction))
         summary = await write(context + instruction, room, True)
         longest = max(longest, len(context) + len(instruction) + len(summary[0]))
         segment.add(instruction)
@@ -347,15 +403,21 @@ async def text_episode(
 def _step(
     env: Any, engine: EpisodeEngine, action: list[int]
 ) -> tuple[list[int], float, bool, bool]:
-    """The env's answer to an action: its observation's tokens, the reward, whether the
-    episode is over (terminated or truncated), and whether the action called a tool."""
+    """The env's answer to an action (checked by the task's env: surge/llm/env_checks.py):
+    its observation's tokens, the reward, whether the episode is over (terminated or
+    truncated), and whether the action called a tool."""
     observation, reward, terminated, truncated, info = env.step(engine.decode(action))
-    if not isinstance(observation, str):
-        raise TypeError(
-            f"the env's step returned a {type(observation).__name__} observation, not a str"
-        )
     tool_call = bool(info.get("tool_call", False))
     return engine.encode(observation), float(reward), bool(terminated or truncated), tool_call
+
+
+def _too_long(env: Any, what: str, tokens: int, window: int) -> TextEnvError:
+    name = getattr(env, "name", type(env).__name__)
+    return TextEnvError(
+        f"task.name={name!r}: {what} is {tokens} tokens, and the context window "
+        f"(context.window={window}) must hold it with room for an action",
+        "raise context.window (the built-in model is sized to it), or shorten the env's text",
+    )
 
 
 def _summary_kept(env: Any, summary: str) -> float | None:

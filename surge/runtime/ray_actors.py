@@ -7,7 +7,7 @@ applied by surge/runtime/ray.py).
   own clock, the trainer's progress, stop requests.
 - `WorkerHost`, one per worker: a Ray actor process (with the CPUs/GPUs its config declares)
   whose `run` drives the worker's poll loop on the node's shared memory exactly as a `local`
-  worker process does. `run` returns ("finished", reason) or ("failed", traceback); if the
+  worker process does. `run` returns ("finished", reason) or ("failed", its failure text); if the
   process dies instead, the controller gets a RayActorError naming the cause. A restart is a
   new host on the same node, running the next `life` (a fresh process, as in `local`).
 """
@@ -19,9 +19,9 @@ import os
 import signal
 import socket
 import time
-import traceback
 from typing import Any
 
+from surge.errors import failure_text
 from surge.runtime.launch import drive, start_worker
 from surge.runtime.warm import thread_env
 from surge.streams import ray_bridge
@@ -204,12 +204,12 @@ class WorkerHost:
     def run(
         self, graph: Graph, slot: int, ctx: RunContext, shm: ShmSpec, life: int = 0
     ) -> tuple[str, str]:
-        """One life of the worker: ("finished", reason) or ("failed", traceback)."""
+        """One life of the worker: ("finished", reason) or ("failed", its failure text)."""
         transport = ShmTransport(shm)
         try:
             spec, control, worker = start_worker(ctx, graph, slot, transport, life)
             drive(worker, control, spec, POLL_S)
             worker.close()
             return "finished", str(getattr(worker, "finish_reason", ""))
-        except Exception:
-            return "failed", traceback.format_exc()
+        except Exception as error:
+            return "failed", failure_text(error)

@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from surge.errors import WorkerFailure
+from surge.errors import UserError, WorkerFailure, failure_text
 from surge.runtime.launch import start_worker, write_timing
 from surge.runtime.supervisor import Exit, Supervisor
 from surge.streams.control import CHECKPOINT_AND_STOP, Control
@@ -73,6 +73,8 @@ class _InProcess:
                 _, _, worker = start_worker(self.ctx, self.graph, slot, self.transport, life)
             except (KeyboardInterrupt, WorkerFailure):
                 raise
+            except UserError:
+                raise
             except Exception:
                 raise WorkerFailure(name, traceback.format_exc()) from None
             self.workers[name] = worker
@@ -89,8 +91,8 @@ class _InProcess:
                 progressed |= worker.poll(0.0)
             except (KeyboardInterrupt, WorkerFailure):
                 raise
-            except Exception:
-                ended.append(Exit(name, "raised", traceback.format_exc()))
+            except Exception as error:
+                ended.append(Exit(name, "raised", failure_text(error)))
                 continue
             if worker.finished:
                 ended.append(Exit(name, "finished", str(getattr(worker, "finish_reason", ""))))

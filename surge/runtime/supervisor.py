@@ -12,6 +12,9 @@ happens:
   place if its spec allows (`restartable`, within `workers.max_restarts`, an exception only
   with `workers.restart_on_error`); else the run stops with its failure, after the leaders
   saved a checkpoint if they can (`surge resume` continues from it);
+- a worker fails on a user error (a text env's bad output, say): never restarted, since the
+  same input fails again; the run stops with the error's problem and fix, after the same
+  checkpoint;
 - Ctrl+C: the leaders are asked for a checkpoint and the run ends when they finish; a
   second Ctrl+C, or `INTERRUPT_GRACE_S` without the checkpoint, stops at once.
 
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from surge.config.schema import ExperimentConfig
-from surge.errors import WorkerFailure
+from surge.errors import WorkerFailure, WorkerUserError, user_error_in
 from surge.tracking.run_dir import WorkersFile
 from surge.workers.graph import Graph
 
@@ -118,6 +121,7 @@ class Supervisor:
         self.started: dict[str, float] = {}  # when each worker's current life started
         self.columns: dict[str, dict[str, Any]] = {}  # pid, host, node: what the runtime knows
         self.interrupted_at: float | None = None
+        self.run_dir = run_dir
         self.workers_file = WorkersFile(run_dir / "workers.json")
         self.leaders = [spec.name for spec in graph.leaders]
         self.finished: dict[str, str] = {}  # leader -> its finish reason, in finishing order
@@ -137,6 +141,11 @@ class Supervisor:
         except WorkerFailure as failure:
             if failure.worker not in self.leaders and self._checkpoint_now(runtime):
                 failure.detail += "\n(the trainer saved a checkpoint: `surge resume` continues)"
+            raise
+        except WorkerUserError as error:
+            if error.worker not in self.leaders and self._checkpoint_now(runtime):
+                kept = f"the trainer saved a checkpoint: `surge resume {self.run_dir}` continues"
+                error.fix = f"{error.fix}; {kept}" if error.fix else kept
             raise
 
     def _watch(self, runtime: Runtime) -> str:
@@ -179,6 +188,9 @@ class Supervisor:
     ) -> None:
         """Restart the worker in place if allowed, else stop the run with its failure."""
         self.record(name, state)
+        user_error = user_error_in(name, cause)
+        if user_error is not None:
+            raise user_error
         if not self.may_restart(name, raised):
             raise WorkerFailure(name, cause)
         runtime.retire(name)  # the old life is gone before the new one takes the slot

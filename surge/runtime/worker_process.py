@@ -11,9 +11,9 @@ import gc
 import os
 import signal
 import sys
-import traceback
 from pathlib import Path
 
+from surge.errors import failure_text
 from surge.runtime.launch import drive, start_worker
 from surge.streams.transport import ShmSpec, ShmTransport
 from surge.workers.base import RunContext
@@ -40,8 +40,8 @@ def worker_main(
         if spec.ends_run:
             done = Path(transport.error_path(spec.name)).with_suffix(".done")
             done.write_text(getattr(worker, "finish_reason", ""))
-    except BaseException:
-        Path(transport.error_path(spec.name)).write_text(traceback.format_exc())
+    except BaseException as error:
+        Path(transport.error_path(spec.name)).write_text(failure_text(error))
         sys.stderr.flush()
         os._exit(1)
 

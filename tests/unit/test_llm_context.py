@@ -16,6 +16,7 @@ from surge.llm.context import (
     kept_exchanges,
     summary_room,
 )
+from surge.llm.env_checks import CheckedTextEnv, TextEnvError
 from surge.llm.episodes import EpisodeEngine
 from surge.llm.textenv import EpisodeLimits, Written, run_now, text_episode
 from surge.llm.tiny import char_tokenizer
@@ -187,5 +188,6 @@ def test_a_non_string_observation_raises(engine: EpisodeEngine) -> None:
             return 7, 0.0, False, False, {}
 
     limits = EpisodeLimits(ContextRule("none", 40), 6)
-    with pytest.raises(TypeError, match="int observation"):
-        run_now(text_episode(Bad(3, 0), engine, "abc\n", limits, random_writer(engine, 0, [])))
+    env = CheckedTextEnv(Bad(3, 0), "my:Bad", None)
+    with pytest.raises(TextEnvError, match=r"my:Bad.*observation is an int \(7\), not a str"):
+        run_now(text_episode(env, engine, "abc\n", limits, random_writer(engine, 0, [])))

@@ -16,6 +16,7 @@ pytest.importorskip("transformers")
 from surge.config.load import load_config  # noqa: E402
 from surge.errors import ConfigError  # noqa: E402
 from surge.llm import setup  # noqa: E402
+from surge.llm.env_checks import TextEnvError  # noqa: E402
 from surge.llm.episodes import EpisodeEngine  # noqa: E402
 from surge.llm.sft import transcript_batch  # noqa: E402
 from surge.llm.tasks import task_of  # noqa: E402
@@ -98,7 +99,7 @@ def test_context_settings_on_a_single_turn_task_are_an_error() -> None:
 def test_an_env_with_non_string_observations_is_an_error() -> None:
     name = f"{__name__}:NumberObservations"
     cfg = _cfg("guess-grpo", f"task.name={name}", "sft.steps=0")
-    with pytest.raises(ConfigError, match=r"int observation, not a str"):
+    with pytest.raises(TextEnvError, match=r"observation is an int \(7\), not a str"):
         setup.shapes_and_size(cfg, None)
 
 
