@@ -35,7 +35,11 @@ ROLES = (
     ("policy workers", "workers.policy_device"),
     ("evaluation", "eval.device"),
 )
-"""(role, setting) of the roles every algorithm has; LLM runs add `rollout.device`."""
+"""(role, setting) of the roles of an algorithm whose graph has a trainer, policy workers
+and evaluators (the default of a plug-in's `device_roles`; GRPO's are its trainer and its
+generation workers)."""
+
+Roles = tuple[tuple[str, str], ...]
 
 
 def valid(setting: Any) -> bool:
@@ -108,25 +112,17 @@ def trainer_device(cfg: Any) -> Any:
     return torch.device(role_device(cfg.workers.trainer_device, "workers.trainer_device"))
 
 
-def settings_of(cfg: Any) -> list[tuple[str, str, str]]:
-    """(role, setting name, value) of the run's roles."""
-    if cfg.algo == "grpo":  # the reference model, if any, sits beside the trainer
-        return [
-            ("trainer", "workers.trainer_device", cfg.workers.trainer_device),
-            ("generation", "rollout.device", cfg.rollout.device),
-        ]
-    values = {
-        "workers.trainer_device": cfg.workers.trainer_device,
-        "workers.policy_device": cfg.workers.policy_device,
-        "eval.device": cfg.eval.device,
-    }
-    return [(role, name, values[name]) for role, name in ROLES]
+def settings_of(cfg: Any, roles: Roles) -> list[tuple[str, str, str]]:
+    """(role, setting name, value) of the run's roles (the algorithm's `device_roles`)."""
+    return [(role, name, functools.reduce(getattr, name.split("."), cfg)) for role, name in roles]
 
 
-def check_devices(cfg: Any, visible: int | None = None) -> None:
-    """Before a serial or local run: every explicit CUDA setting names a GPU this machine
-    has (ConfigError otherwise). `visible`: the GPUs seen (default: `visible_gpus()`)."""
-    explicit = [(name, value) for _, name, value in settings_of(cfg) if value.startswith("cuda")]
+def check_devices(cfg: Any, roles: Roles, visible: int | None = None) -> None:
+    """Before a serial or local run: every explicit CUDA setting of `roles` names a GPU this
+    machine has (ConfigError otherwise). `visible`: the GPUs seen (default: `visible_gpus()`)."""
+    explicit = [
+        (name, value) for _, name, value in settings_of(cfg, roles) if value.startswith("cuda")
+    ]
     if not explicit or cfg.runtime == "ray":
         return  # Ray: each worker sees the GPUs it declares (config/load.py checks those)
     seen = visible_gpus() if visible is None else visible
@@ -134,14 +130,14 @@ def check_devices(cfg: Any, visible: int | None = None) -> None:
         require(choose_device(value, True, seen), name, seen)
 
 
-def describe(cfg: Any, visible: int | None = None) -> str:
+def describe(cfg: Any, roles: Roles, visible: int | None = None) -> str:
     """The header's line: what each role's torch model runs on here."""
     if cfg.runtime == "ray":
-        where = ", ".join(f"{role} {value}" for role, _, value in settings_of(cfg))
+        where = ", ".join(f"{role} {value}" for role, _, value in settings_of(cfg, roles))
         return f"devices: {where} (auto: CUDA where Ray gives the worker a GPU)"
     seen = visible_gpus() if visible is None else visible
     where = ", ".join(
-        f"{role} {choose_device(value, True, seen)}" for role, _, value in settings_of(cfg)
+        f"{role} {choose_device(value, True, seen)}" for role, _, value in settings_of(cfg, roles)
     )
     return f"devices: {where} (torch models; numpy MLPs run on the CPU)"
 

@@ -56,6 +56,14 @@ def load_algorithm(name: str) -> Any:
         ) from None
 
 
+def device_roles(cfg: Any) -> Any:
+    """The (role, device setting) pairs of `cfg.algo`'s workers (its plug-in's
+    `device_roles`): what surge/devices.py checks and describes."""
+    from surge.devices import ROLES
+
+    return getattr(load_algorithm(cfg.algo), "device_roles", ROLES)
+
+
 def _split(path: str, what: str) -> tuple[str, str]:
     module, sep, attribute = path.partition(":")
     if not sep or not module or not attribute:

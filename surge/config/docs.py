@@ -2,9 +2,11 @@
 
     python -m surge.config.docs [OUT]     # default OUT: docs/configuration.md in the repo
 
-Types and defaults come from the dataclasses themselves; each field's description is the
-string literal right under it in schema.py, read with `ast` (Python keeps no such docstrings
-at runtime). A unit test compares the committed file with `render()`, so it cannot go stale.
+Types, defaults and range rules (config/rules.py) come from the dataclasses themselves; each
+field's description is the string literal right under it in its class's source, read with
+`ast` (Python keeps no such docstrings at runtime), so a registered plug-in's own sections
+(`config_sections`) are documented as the built-in ones are. A unit test compares the
+committed file with `render()`, so it cannot go stale.
 """
 
 from __future__ import annotations
@@ -14,25 +16,25 @@ import dataclasses
 import inspect
 import itertools
 import sys
+import textwrap
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from surge.config import llm_schema, replay_schema, schema
-from surge.config.load import DEFAULT_PRESET, list_presets
+from surge.config.algorithms import ALGORITHMS
+from surge.config.load import DEFAULT_PRESET, list_presets, plugin_sections
+from surge.config.rules import rules_of
 from surge.config.schema import ExperimentConfig
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
-def field_docs() -> dict[tuple[str, str], str]:
-    """{(class name, field name): docstring} for every documented field in schema.py (and
-    llm_schema.py and replay_schema.py, its LLM and replay sections)."""
-    docs: dict[tuple[str, str], str] = {}
-    modules = (schema, llm_schema, replay_schema)
-    nodes = [n for m in modules for n in ast.walk(ast.parse(inspect.getsource(m)))]
-    for node in nodes:
+def field_docs(cls: Any) -> dict[str, str]:
+    """{field name: docstring} for every documented field of the dataclass `cls`."""
+    docs: dict[str, str] = {}
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    for node in tree.body:
         if not isinstance(node, ast.ClassDef):
             continue
         body = node.body
@@ -44,7 +46,7 @@ def field_docs() -> dict[tuple[str, str], str]:
                 and isinstance(nxt.value, ast.Constant)
                 and isinstance(nxt.value.value, str)
             ):
-                docs[(node.name, stmt.target.id)] = " ".join(nxt.value.value.split())
+                docs[stmt.target.id] = " ".join(nxt.value.value.split())
     return docs
 
 
@@ -80,29 +82,42 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _section(
-    cls: Any, instance: Any, prefix: str, docs: dict[tuple[str, str], str], out: list[str]
-) -> list[tuple[str, Any, Any]]:
+def _section(cls: Any, instance: Any, prefix: str, out: list[str]) -> list[tuple[str, Any, Any]]:
     """Append the table of cls's plain fields; return its nested dataclass fields."""
-    hints = typing.get_type_hints(cls)
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
     nested = []
     rows = ["| key | type | default | description |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
+        if not f.init:
+            continue  # not a setting (ExperimentConfig.sections: the plug-ins' own, below)
         tp, value = hints[f.name], getattr(instance, f.name)
         if dataclasses.is_dataclass(tp):
             nested.append((f.name, tp, value))
             continue
-        doc = docs.get((cls.__name__, f.name), "")
+        doc = docs.get(f.name, "")
+        rules = "; ".join(rule.words for rule in rules_of(f))
+        if rules:
+            doc += f" Must be {rules}."
         rows.append(
             f"| `{prefix}{f.name}` | `{_cell(_type_text(tp))}` "
-            f"| `{_cell(_value_text(value))}` | {_cell(doc)} |"
+            f"| `{_cell(_value_text(value))}` | {_cell(doc.strip())} |"
         )
     out.extend(rows)
     return nested
 
 
+def _sections(pending: list[tuple[str, Any, Any]], out: list[str]) -> None:
+    """Each section's table, breadth-first: `env`, then `env.atari`, ..."""
+    while pending:
+        name, cls, value = pending.pop(0)
+        out += ["", f"## `{name}`", ""]
+        if cls.__doc__:
+            out += [" ".join(cls.__doc__.split()), ""]
+        deeper = _section(cls, value, f"{name}.", out)
+        pending += [(f"{name}.{sub}", c, v) for sub, c, v in deeper]
+
+
 def render() -> str:
-    docs = field_docs()
     presets = "\n".join(f"- `{name}`: {desc}" for name, desc in list_presets())
     out = [
         "# Configuration reference",
@@ -141,14 +156,12 @@ def render() -> str:
         "## Top-level keys",
         "",
     ]
-    pending = _section(ExperimentConfig, ExperimentConfig(), "", docs, out)
-    while pending:  # breadth-first: `env`, then `env.atari`, ...
-        name, cls, value = pending.pop(0)
-        out += ["", f"## `{name}`", ""]
-        if cls.__doc__:
-            out += [" ".join(cls.__doc__.split()), ""]
-        deeper = _section(cls, value, f"{name}.", docs, out)
-        pending += [(f"{name}.{sub}", c, v) for sub, c, v in deeper]
+    _sections(_section(ExperimentConfig, ExperimentConfig(), "", out), out)
+    for algo in sorted(ALGORITHMS):  # the registered plug-ins' own sections
+        own = plugin_sections(algo)
+        if own:
+            out += ["", f"# Sections of `algo: {algo}`"]
+            _sections([(name, cls, cls()) for name, cls in own.items()], out)
     return "\n".join(out) + "\n"
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from surge.config.rules import AT_LEAST_ONE, DEVICE, NON_NEGATIVE, POSITIVE, UNIT, between, ruled
+
 AdvantageName = Literal["grpo", "dr_grpo", "rloo"]
 LossName = Literal["decoupled", "aipo"]
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
@@ -33,41 +35,41 @@ class TaskConfig:
     """`module:function` scoring a completion, `f(prompt, completion, **meta) -> float`; None:
     the task's own verifier."""
 
-    heldout: int = 500
+    heldout: int = ruled(500, AT_LEAST_ONE)
     """Held-out problems in each evaluation (greedy accuracy, `eval/accuracy`)."""
 
-    pass_k: int = 0
+    pass_k: int = ruled(0, NON_NEGATIVE)
     """Also sample this many completions per held-out problem (at `rollout.temperature`) and
     log the share solved by at least one as `eval/pass@k`; 0: greedy accuracy only."""
 
 
 @dataclass
 class RolloutConfig:
-    group_size: int = 8
+    group_size: int = ruled(8, AT_LEAST_ONE)
     """Completions sampled per prompt (GRPO's G): the advantage compares them."""
 
-    prompts_per_batch: int = 16
+    prompts_per_batch: int = ruled(16, AT_LEAST_ONE)
     """Prompts (groups) in one training batch."""
 
-    max_new_tokens: int = 8
+    max_new_tokens: int = ruled(8, AT_LEAST_ONE)
     """Longest completion; a completion that reaches it ends with finish reason `length`."""
 
-    temperature: float = 1.0
+    temperature: float = ruled(1.0, NON_NEGATIVE)
     """Sampling temperature (0: greedy)."""
 
-    top_p: float = 1.0
+    top_p: float = ruled(1.0, between(0, 1, "(]"))
     """Nucleus sampling: sample from the smallest set of tokens holding this probability."""
 
     stop: list[str] = field(default_factory=list)
     """Strings that end a completion (besides the end-of-sequence token)."""
 
-    device: str = "auto"
+    device: str = ruled("auto", DEVICE)
     """Where generation workers decode: `auto` (CUDA when the worker's process sees a GPU),
     `cpu`, `cuda` or `cuda:N` (surge/devices.py); the KV cache, sampling and log-probs live
     there. The learner (and the reference model beside it) follow
     `workers.trainer_device`."""
 
-    slots: int = 0
+    slots: int = ruled(0, NON_NEGATIVE)
     """Sequences a generation worker decodes at once (continuous batching: a finished one
     frees its slot for the next prompt at once). 0: two batches' worth."""
 
@@ -93,10 +95,10 @@ class RolloutConfig:
     """Multi-turn tasks: policy turns in one episode (summaries included); past them an
     episode is overlong, as for `max_tool_calls`."""
 
-    workers: int = 1
+    workers: int = ruled(1, AT_LEAST_ONE)
     """Generation workers (each its own process and engine)."""
 
-    threads: int = 1
+    threads: int = ruled(1, AT_LEAST_ONE)
     """torch threads of each generation worker."""
 
 
@@ -147,55 +149,55 @@ class GRPOConfig:
     aggregation: Aggregation = "token-mean"
     """How token losses become the batch loss (DAPO's token-mean, or per sequence first)."""
 
-    lr: float = 1e-4
+    lr: float = ruled(1e-4, POSITIVE)
     """AdamW learning rate (constant)."""
 
-    weight_decay: float = 0.0
+    weight_decay: float = ruled(0.0, NON_NEGATIVE)
     """AdamW weight decay."""
 
-    clip_low: float = 0.2
+    clip_low: float = ruled(0.2, between(0, 1, "()"))
     """Lower clip of the ratio (1 - clip_low)."""
 
-    clip_high: float = 0.28
+    clip_high: float = ruled(0.28, POSITIVE)
     """Upper clip of the ratio (1 + clip_high); DAPO's asymmetric clip."""
 
-    behav_cap: float = 5.0
+    behav_cap: float = ruled(5.0, POSITIVE)
     """Decoupled loss: tokens whose behaviour weight pi_prox/mu exceeds this are masked out."""
 
-    aipo_rho: float = 4.0
+    aipo_rho: float = ruled(4.0, POSITIVE)
     """AIPO's truncation of the importance weight (2-10 in the paper)."""
 
-    kl_coef: float = 0.0
+    kl_coef: float = ruled(0.0, NON_NEGATIVE)
     """Weight of the k3 KL to the frozen starting model (0: no reference model is kept)."""
 
     dynamic_sampling: bool = False
     """DAPO's filter: groups whose rewards are all equal (no gradient) are left out of the
     loss."""
 
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = ruled(1.0, POSITIVE)
     """Gradient clipping."""
 
-    threads: int = 1
+    threads: int = ruled(1, AT_LEAST_ONE)
     """torch threads of the trainer."""
 
 
 @dataclass
 class SFTConfig:
-    steps: int = 0
+    steps: int = ruled(0, NON_NEGATIVE)
     """Most supervised warm-start steps on the task's solutions before RL (built-in model only;
     cached under `$SURGE_CACHE`, reused by later runs with the same settings). 0: none (the
     built-in model starts from random weights; `model.path`'s weights are used as they are)."""
 
-    target_accuracy: float = 0.0
+    target_accuracy: float = ruled(0.0, UNIT)
     """Stop the warm start early once greedy accuracy on training problems reaches this (RL
     learns best from a start that solves some, not all: 20-60%). A text env that marks its
     deciding action (recall's answer) is checked there, with its expert leading every other
     turn (docs/agents.md). 0: run all `steps`."""
 
-    batch_size: int = 128
+    batch_size: int = ruled(128, AT_LEAST_ONE)
     """Examples per warm-start step."""
 
-    lr: float = 1e-3
+    lr: float = ruled(1e-3, POSITIVE)
     """Warm-start learning rate."""
 
     aggregation: Aggregation = "token-mean"
@@ -203,7 +205,7 @@ class SFTConfig:
     task whose deciding action is one token among many (recall's answer) learns it faster per
     segment first (`seq-mean-token-mean`): its last segment is short, so the action weighs more."""
 
-    threads: int = 2
+    threads: int = ruled(2, AT_LEAST_ONE)
     """torch threads of the warm start. Part of its cache entry: another count sums in
     another order, and a long warm start drifts apart from it (recall's read of the answer
     did)."""
@@ -214,11 +216,11 @@ class TinyModelConfig:
     """The built-in model of LLM runs without `model.path`: a Llama with a character
     tokenizer of the task, trained from scratch (warm start, then RL)."""
 
-    hidden: int = 128
+    hidden: int = ruled(128, AT_LEAST_ONE)
     """Hidden size."""
 
-    layers: int = 4
+    layers: int = ruled(4, AT_LEAST_ONE)
     """Decoder layers."""
 
-    heads: int = 4
+    heads: int = ruled(4, AT_LEAST_ONE)
     """Attention heads (head size = hidden / heads, at least 32)."""

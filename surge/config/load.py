@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import importlib.resources
 import importlib.util
 import math
 import re
 import types
 import typing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
 
 from surge import devices
-from surge.config.algorithms import load_algorithm
+from surge.config.algorithms import device_roles, load_algorithm
 from surge.config.reward_model_schema import STATE_KEYS
+from surge.config.rules import check_section
 from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError, UserError
 
@@ -126,7 +125,9 @@ _OVERRIDE_FIX = (
 )
 
 
-def _apply_override(raw: dict[str, Any], text: str, origins: dict[str, str]) -> None:
+def _apply_override(
+    raw: dict[str, Any], text: str, origins: dict[str, str], extra: dict[str, type]
+) -> None:
     key, sep, value_text = text.partition("=")
     key = key.strip()
     if not sep or not key:
@@ -141,7 +142,7 @@ def _apply_override(raw: dict[str, Any], text: str, origins: dict[str, str]) -> 
             "quote the value or fix its YAML syntax, e.g. model.hidden_sizes=[64,64]",
         ) from None
     parts = key.split(".")
-    _check_key_path(parts, origin)
+    _check_key_path(parts, origin, extra)
     node = raw
     for part in parts[:-1]:
         child = node.get(part)
@@ -152,23 +153,32 @@ def _apply_override(raw: dict[str, Any], text: str, origins: dict[str, str]) -> 
     last = parts[-1]
     old = node.get(last)
     # `ppo={lr: 1e-3}` updates the ppo section rather than dropping its other keys.
-    if isinstance(old, dict) and isinstance(value, dict) and _is_section(parts):
+    if isinstance(old, dict) and isinstance(value, dict) and _is_section(parts, extra):
         old.update(value)
     else:
         node[last] = value
     origins[key] = origin
 
 
-def _is_section(parts: list[str]) -> bool:
+def _hints(tp: Any, extra: dict[str, type]) -> dict[str, Any]:
+    """A section's fields and their types; at the top level, with the plug-in's sections."""
+    if tp is ExperimentConfig:
+        fields = {f.name for f in dataclasses.fields(tp) if f.init}
+        hints = {k: v for k, v in typing.get_type_hints(tp).items() if k in fields}
+        return {**hints, **extra}
+    return typing.get_type_hints(tp)
+
+
+def _is_section(parts: list[str], extra: dict[str, type]) -> bool:
     tp: Any = ExperimentConfig
     for part in parts:
         if not dataclasses.is_dataclass(tp):
             return False
-        tp = typing.get_type_hints(tp)[part]
+        tp = _hints(tp, extra)[part]
     return dataclasses.is_dataclass(tp)
 
 
-def _check_key_path(parts: list[str], origin: str) -> None:
+def _check_key_path(parts: list[str], origin: str, extra: dict[str, type]) -> None:
     """Reject an override key that does not name a field, before any value is converted."""
     tp: Any = ExperimentConfig
     for i, part in enumerate(parts):
@@ -181,7 +191,7 @@ def _check_key_path(parts: list[str], origin: str) -> None:
                 f"does not exist ({origin})",
                 f"set it directly: {parent}=<value>",
             )
-        hints = typing.get_type_hints(tp)
+        hints = _hints(tp, extra)
         if part not in hints:
             _unknown_key(".".join(parts[:i]), part, list(hints), origin)
         tp = hints[part]
@@ -313,138 +323,12 @@ class _Converter:
 # ---------------------------------------------------------------- validation
 
 
-def _at_least(low: float) -> Callable[[Any], bool]:
-    return lambda v: v >= low
-
-
-def _positive(v: Any) -> bool:
-    return bool(v > 0)
-
-
-_WORKER_COUNTS = ("actors", "ring_size", "envs_per_group", "policy_workers")
-_THREADS = ("actor_threads", "policy_threads", "trainer_threads")
-_RAY_RESOURCES = (
-    "trainer_cpus",
-    "trainer_gpus",
-    "policy_cpus",
-    "policy_gpus",
-    "actor_cpus",
-    "eval_cpus",
-)
-
-RULES: list[tuple[str, Callable[[Any], bool], str]] = [
-    ("env.id", lambda v: bool(v.strip()), "a non-empty Gymnasium id"),
-    ("env.max_episode_steps", lambda v: v is None or v >= 1, ">= 1 (or null)"),
-    *[
-        (f"env.atari.{n}", _at_least(1), ">= 1")
-        for n in ("frame_skip", "screen_size", "frame_stack")
-    ],
-    ("env.atari.noop_max", _at_least(0), ">= 0"),
-    ("env.atari.repeat_action_probability", lambda v: 0 <= v < 1, "in [0, 1)"),
-    *[(f"workers.{n}", _at_least(1), ">= 1") for n in (*_WORKER_COUNTS, *_THREADS)],
-    ("workers.trainer_threads_alone", _at_least(0), ">= 0"),
-    ("workers.inference_spin_us", _at_least(0), ">= 0 (0: never poll)"),
-    ("workers.max_restarts", _at_least(0), ">= 0"),
-    ("workers.heartbeat_timeout_s", _positive, "> 0"),
-    *[(f"ray.{n}", _at_least(0), ">= 0") for n in _RAY_RESOURCES],
-    ("model.hidden_sizes", lambda v: len(v) > 0, "a non-empty list such as [64, 64]"),
-    ("model.hidden_sizes", lambda v: all(s >= 1 for s in v), "a list of positive widths"),
-    *[(f"ppo.{n}", _at_least(1), ">= 1") for n in ("rollout_len", "epochs", "minibatches")],
-    *[(f"ppo.{n}", _positive, "> 0") for n in ("lr", "adam_eps", "clip_coef", "max_grad_norm")],
-    ("ppo.gamma", lambda v: 0 < v <= 1, "in (0, 1]"),
-    ("ppo.gae_lambda", lambda v: 0 <= v <= 1, "in [0, 1]"),
-    *[(f"ppo.{n}", _at_least(0), ">= 0") for n in ("ent_coef", "vf_coef")],
-    ("ppo.target_kl", lambda v: v is None or v > 0, "> 0 (or null)"),
-    ("ppo.clip_reward", _positive, "> 0"),
-    ("model.clip_obs", _positive, "> 0"),
-    ("model.core_size", _at_least(1), ">= 1"),
-    ("ppo.burn_in", _at_least(0), ">= 0"),
-    *[(f"appo.{n}", _positive, "> 0") for n in ("rho_bar", "c_bar")],
-    *[(n, _at_least(1), ">= 1") for n in ("total_env_steps", "return_window")],
-    ("max_policy_lag", _at_least(0), ">= 0"),
-    ("max_train_time_s", lambda v: v is None or v > 0, "> 0 (or null)"),
-    *[(f"log.{n}", _at_least(0), ">= 0") for n in ("interval_s", "checkpoint_interval_s")],
-    ("log.first_checkpoint_s", _at_least(0), ">= 0"),
-    ("log.keep_checkpoints", _at_least(1), ">= 1"),
-    *[(f"eval.{n}", _at_least(0), ">= 0") for n in ("workers", "every_versions", "video_every")],
-    *[(f"eval.{n}", _positive, "> 0") for n in ("every_s", "final_timeout_s")],
-    ("eval.episodes", _at_least(1), ">= 1"),
-    ("eval.nice", lambda v: 0 <= v <= 19, "in [0, 19]"),
-    *[(f"selfplay.{n}", _at_least(1), ">= 1") for n in ("snapshot_every", "pool_size")],
-    ("selfplay.latest_share", lambda v: 0 <= v <= 1, "in [0, 1]"),
-    ("selfplay.pfsp_power", _at_least(0), ">= 0"),
-    (
-        "selfplay.eval_opponents",
-        lambda v: set(v) <= {"random", "heuristic"} and len(set(v)) == len(v),
-        "a list of distinct players from [random, heuristic]",
-    ),
-    # LLM RL (algo: grpo)
-    *[
-        (f"rollout.{n}", _at_least(1), ">= 1")
-        for n in ("group_size", "prompts_per_batch", "max_new_tokens", "workers", "threads")
-    ],
-    ("rollout.slots", _at_least(0), ">= 0"),
-    ("rollout.temperature", _at_least(0), ">= 0"),
-    ("rollout.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-    *[
-        (f"grpo.{n}", _positive, "> 0")
-        for n in ("lr", "clip_high", "behav_cap", "aipo_rho", "max_grad_norm")
-    ],
-    ("grpo.clip_low", lambda v: 0 < v < 1, "in (0, 1)"),
-    *[(f"grpo.{n}", _at_least(0), ">= 0") for n in ("weight_decay", "kl_coef")],
-    ("grpo.threads", _at_least(1), ">= 1"),
-    ("sft.steps", _at_least(0), ">= 0"),
-    ("sft.batch_size", _at_least(1), ">= 1"),
-    ("sft.lr", _positive, "> 0"),
-    ("sft.target_accuracy", lambda v: 0 <= v <= 1, "in [0, 1]"),
-    ("sft.threads", _at_least(1), ">= 1"),
-    ("task.heldout", _at_least(1), ">= 1"),
-    ("task.pass_k", _at_least(0), ">= 0"),
-    *[(f"tiny_model.{n}", _at_least(1), ">= 1") for n in ("hidden", "layers", "heads")],
-    # replay-based RL (algo: dqn | sac)
-    *[
-        (f"replay.{n}", _at_least(1), ">= 1")
-        for n in ("capacity", "shards", "batch_size", "prefetch", "segment_len")
-    ],
-    ("replay.ratio", _positive, "> 0"),
-    *[(f"replay.{n}", _at_least(0), ">= 0") for n in ("min_size", "error_buffer", "alpha")],
-    ("replay.beta0", lambda v: 0 <= v <= 1, "in [0, 1]"),
-    ("replay.priority_eps", _positive, "> 0"),
-    *[(f"{n}.threads", _at_least(1), ">= 1") for n in ("dqn", "sac")],
-    # a model as the reward (reward_model.mode != env)
-    *[(f"reward_model.{n}", _at_least(1), ">= 1") for n in ("batch_size", "max_pending")],
-    *[
-        (f"reward_model.{n}", _positive, "> 0")
-        for n in ("v_target", "d_max", "theta_max_deg", "sigma_max")
-    ],
-    ("reward_model.threshold", lambda v: v is None or _positive(v), "> 0 (or null)"),
-    (
-        "reward_model.threshold_min",
-        lambda v: v is None or math.isfinite(v),
-        "a finite number (or null)",
-    ),
-    *[
-        (name, devices.valid, "auto, cpu, cuda or cuda:N")
-        for name in (
-            "workers.trainer_device",
-            "workers.policy_device",
-            "eval.device",
-            "rollout.device",
-        )
-    ],
-]
-"""(field, check, the rule in words): the value checks the types cannot express."""
-
-
 def validate(cfg: ExperimentConfig) -> None:
     """Check values the types cannot express; raise ConfigError naming the field."""
     algorithm = load_algorithm(cfg.algo)  # first: an unknown algorithm is the mistake to name
-    for field, ok, rule in RULES:
-        value = functools.reduce(getattr, field.split("."), cfg)
-        if not ok(value):
-            raise ConfigError(
-                f"{field}: must be {rule}, got {value!r}", f"change {field} so it is {rule}"
-            )
+    check_section(cfg)  # every field's own rules (config/rules.py)
+    for name, section in cfg.sections.items():
+        check_section(section, name)
     _check_inference_splits(cfg)
     _check_policies(cfg)
     _check_extras(cfg)
@@ -474,7 +358,7 @@ def _check_devices(cfg: ExperimentConfig) -> None:
         "rollout.device": ("ray.policy_gpus", cfg.ray.policy_gpus),
         "eval.device": ("the evaluation workers' GPUs (none on Ray)", 0.0),
     }
-    for _, name, value in devices.settings_of(cfg):
+    for _, name, value in devices.settings_of(cfg, device_roles(cfg)):
         if value.startswith("cuda") and name in declared and declared[name][1] <= 0:
             gpus, amount = declared[name]
             raise ConfigError(
@@ -577,11 +461,35 @@ def _check_extras(cfg: ExperimentConfig) -> None:
 # ---------------------------------------------------------------- public API
 
 
+def plugin_sections(algo: Any) -> dict[str, type]:
+    """The sections the plug-in of `algo` brings beyond ExperimentConfig's own (its
+    `config_sections`: name -> dataclass); a ConfigError for an unknown algorithm, or for a
+    plug-in whose sections are not dataclasses or take a built-in section's name."""
+    if not isinstance(algo, str):
+        return {}  # the conversion names the wrong type
+    sections = dict(getattr(load_algorithm(algo), "config_sections", None) or {})
+    builtin = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    for name, cls in sections.items():
+        if name in builtin or not name.isidentifier() or not dataclasses.is_dataclass(cls):
+            raise ConfigError(
+                f"algo: {algo}'s config_sections has {name!r}: {cls!r}",
+                "give each section of a plug-in an unused identifier and a dataclass "
+                "(docs/architecture.md, adding an algorithm)",
+            )
+    return sections
+
+
 def config_from_dict(
     data: dict[str, Any], *, origins: dict[str, str] | None = None, source: str = ""
 ) -> ExperimentConfig:
     """Convert a nested dict (e.g. a run's saved config.yaml) and validate it."""
-    cfg = _Converter(origins or {}, source).convert(data, ExperimentConfig, "")
+    extra = plugin_sections(data.get("algo", ExperimentConfig.algo))
+    rest = {k: v for k, v in data.items() if k not in extra}
+    converter = _Converter(origins or {}, source)
+    cfg = converter.convert(rest, ExperimentConfig, "")
+    cfg.sections = {
+        name: converter.convert(data.get(name, {}), cls, name) for name, cls in extra.items()
+    }
     validate(cfg)
     return typing.cast(ExperimentConfig, cfg)
 
@@ -605,14 +513,28 @@ def load_config(source: str | None, overrides: list[str]) -> tuple[ExperimentCon
             raise ConfigError(f"preset '{source}' is not valid YAML: {e}") from None
         name, where = source, f"in preset {source}"
     origins: dict[str, str] = {}
+    extra = plugin_sections(_final_algo(raw, overrides))
     for text in overrides:
-        _apply_override(raw, text, origins)
+        _apply_override(raw, text, origins, extra)
     return config_from_dict(raw, origins=origins, source=where), name
 
 
+def _final_algo(raw: dict[str, Any], overrides: list[str]) -> Any:
+    """The `algo` the config will have: the last `algo=` override's, else the source's."""
+    algo = raw.get("algo", ExperimentConfig.algo)
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        if sep and key.strip() == "algo":
+            algo = parse_yaml(value) if value.strip() else ""
+    return algo
+
+
 def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
-    """A plain nested dict (YAML- and JSON-able) holding every field."""
-    return dataclasses.asdict(cfg)
+    """A plain nested dict (YAML- and JSON-able) holding every field, a plug-in's sections at
+    the top level as they are written."""
+    data = dataclasses.asdict(cfg)
+    sections = data.pop("sections")
+    return {**data, **sections}
 
 
 def dump_yaml(cfg: ExperimentConfig, path: Path) -> None:

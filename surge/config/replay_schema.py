@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from surge.config.rules import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ruled
+
 TDLoss = Literal["huber", "mse"]
 Exploration = Literal["linear", "apex"]
 WeightNorm = Literal["batch", "replay"]
@@ -22,36 +24,36 @@ class ReplayConfig:
     """The replay: a ring of transitions in each replay worker (a shard), filled by the
     actors' segments and sampled by the trainer, at a rate the limiter holds."""
 
-    capacity: int = 100_000
+    capacity: int = ruled(100_000, AT_LEAST_ONE)
     """Transitions kept, over all shards (the oldest are overwritten)."""
 
-    shards: int = 1
+    shards: int = ruled(1, AT_LEAST_ONE)
     """Replay workers; actor a's env groups go to shard a % shards, and the trainer draws
     batch u from shard u % shards."""
 
-    batch_size: int = 128
+    batch_size: int = ruled(128, AT_LEAST_ONE)
     """Transitions in one training batch."""
 
-    ratio: float = 8.0
+    ratio: float = ruled(8.0, POSITIVE)
     """Samples per inserted transition (Reverb's `SampleToInsertRatio`): the trainer samples
     `ratio` transitions for every transition the actors insert. Inserts wait for the
     trainer (the actors' sample stream holds them by version) and samples wait for inserts
     (the replay worker holds them), each within `error_buffer`."""
 
-    min_size: int = 1_000
+    min_size: int = ruled(1_000, NON_NEGATIVE)
     """Transitions in the replay before the first batch is sampled (learning starts)."""
 
-    error_buffer: float = 0.0
+    error_buffer: float = ruled(0.0, NON_NEGATIVE)
     """How far, in samples, the ratio may drift either way before one side waits. 0: the
     largest of 0.1 * min_size * ratio (Acme's tolerance), 10 * ratio, two batches (in
     transitions: a batch of R2D2 sequences counts each sequence's trained steps) and twice
     the floor below which the actors and the replay could wait for each other forever
     (docs/replay.md, rate limiting); a value set below that floor is an error."""
 
-    prefetch: int = 2
+    prefetch: int = ruled(2, AT_LEAST_ONE)
     """Batches each shard keeps sampled ahead of the trainer."""
 
-    segment_len: int = 32
+    segment_len: int = ruled(32, AT_LEAST_ONE)
     """Steps per env in the segments the actors send (how often a transition reaches the
     replay: every this many steps)."""
 
@@ -61,10 +63,10 @@ class ReplayConfig:
     importance weights (beta annealed to 1 over `total_env_steps`). New transitions get a
     priority from the actors' Q-values (Ape-X). false: uniform sampling."""
 
-    alpha: float = 0.6
+    alpha: float = ruled(0.6, NON_NEGATIVE)
     """Prioritisation exponent (0: uniform)."""
 
-    beta0: float = 0.4
+    beta0: float = ruled(0.4, UNIT)
     """Initial importance-sampling exponent, annealed linearly to 1."""
 
     weight_norm: WeightNorm = "batch"
@@ -76,7 +78,7 @@ class ReplayConfig:
     orders of magnitude as beta nears 1 (measured on breakout-apex: a mean weight of about
     1e-3 at 1M steps)."""
 
-    priority_eps: float = 1e-6
+    priority_eps: float = ruled(1e-6, POSITIVE)
     """Added to every priority, so no transition's probability is 0."""
 
     checkpoint: bool = False
@@ -159,7 +161,7 @@ class DQNConfig:
     priority_eta: float = 0.9
     """R2D2: a sequence's priority, eta * max |TD| + (1 - eta) * mean |TD| over its steps."""
 
-    threads: int = 1
+    threads: int = ruled(1, AT_LEAST_ONE)
     """torch threads of the learner."""
 
 
@@ -194,7 +196,7 @@ class SACConfig:
     target_entropy: float | None = None
     """None: -dim(A)."""
 
-    threads: int = 1
+    threads: int = ruled(1, AT_LEAST_ONE)
     """Threads of the learner. With MLP networks the twin critics can run side by side on 2
     (numpy releases the GIL in their matmuls) and torch keeps one thread; with
     `matmul: auto` this is the most they take, and the learner's trial keeps 1 where that

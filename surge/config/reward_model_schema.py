@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from surge.config.rules import AT_LEAST_ONE, FINITE_OR_NULL, POSITIVE, or_null, ruled
+
 RewardMode = Literal["env", "clg", "clg+state", "state"]
 
 STATE_KEYS = ("speed_kmh", "lane_offset", "heading_error", "lane_offset_std")
@@ -29,12 +31,12 @@ class RewardModelConfig:
     steadiness; surge/rewards/clg.py `synthesize`). `state`: the synthesis with r_CLG = 1
     (no model). Terminal steps of the synthesis get `terminal_penalty`."""
 
-    batch_size: int = 64
+    batch_size: int = ruled(64, AT_LEAST_ONE)
     """Most frames scored in one call of the model (VLM-RL scores each 64-step collection).
     The worker scores whatever waits whenever it is free: frames pile up into full batches
     while a slow model works, and a fast one keeps up a segment at a time."""
 
-    max_pending: int = 2
+    max_pending: int = ruled(2, AT_LEAST_ONE)
     """Segments per env group that may wait for scoring. An actor writes its next segment
     while earlier ones are scored, and waits (logged as the actor's wait) only when the
     model has fallen behind and all its slots are unscored; no frame is dropped. A slow
@@ -67,28 +69,28 @@ class RewardModelConfig:
     negative: str = "Two cars have collided with each other on the road"
     """The negative language goal (VLM-RL's)."""
 
-    threshold: float | None = None
+    threshold: float | None = ruled(None, or_null(POSITIVE))
     """The contrast z = cos(frame, negative) - cos(frame, positive) at which r_CLG reaches 0
     (r_CLG = 1 - (clip(z, m, threshold) - m) / (threshold - m), m: `threshold_min`). None:
     the model's own, where its directory suggests one (the built-in tiny CLIP's, measured on
     held-out frames), else VLM-RL's 0.03 (which fits ViT-bigG-14's cosines)."""
 
-    threshold_min: float | None = None
+    threshold_min: float | None = ruled(None, FINITE_OR_NULL)
     """The contrast at and below which r_CLG is 1 (below `threshold`). None: the model's
     own, where its directory suggests one (the built-in tiny CLIP's: the held-out median z
     of frames without a crash, so frames nearer the negative goal than an ordinary one
     score less, as cars close ahead do), else VLM-RL's 0."""
 
-    v_target: float = 25.0
+    v_target: float = ruled(25.0, POSITIVE)
     """km/h: the speed asked for when r_CLG = 1 (the synthesis; VLM-RL's code)."""
 
-    d_max: float = 3.0
+    d_max: float = ruled(3.0, POSITIVE)
     """m: the lane offset at which the centring factor reaches 0."""
 
-    theta_max_deg: float = 90.0
+    theta_max_deg: float = ruled(90.0, POSITIVE)
     """Degrees: the heading error at which the heading factor reaches 0."""
 
-    sigma_max: float = 0.4
+    sigma_max: float = ruled(0.4, POSITIVE)
     """m: the standard deviation of recent lane offsets at which the steadiness factor
     reaches 0."""
 

@@ -23,6 +23,18 @@ from surge.config.llm_schema import (
 )
 from surge.config.replay_schema import DQNConfig, ReplayConfig, SACConfig
 from surge.config.reward_model_schema import RewardModelConfig
+from surge.config.rules import (
+    AT_LEAST_ONE,
+    DEVICE,
+    NON_NEGATIVE,
+    POSITIVE,
+    UNIT,
+    Rule,
+    between,
+    or_null,
+    ruled,
+    ruled_factory,
+)
 
 RuntimeName = Literal["serial", "local", "ray"]
 Activation = Literal["tanh", "relu"]
@@ -36,21 +48,29 @@ InferenceMode = Literal["remote", "inline"]
 CoreName = Literal["none", "gru", "lstm"]
 GlobalState = Literal["none", "auto", "env", "concat"]
 
+NON_EMPTY_ID = Rule(lambda v: bool(v.strip()), "a non-empty Gymnasium id")
+NON_EMPTY_WIDTHS = Rule(lambda v: len(v) > 0, "a non-empty list such as [64, 64]")
+POSITIVE_WIDTHS = Rule(lambda v: all(s >= 1 for s in v), "a list of positive widths")
+EVAL_OPPONENTS = Rule(
+    lambda v: set(v) <= {"random", "heuristic"} and len(set(v)) == len(v),
+    "a list of distinct players from [random, heuristic]",
+)
+
 
 @dataclass
 class AtariConfig:
     """Atari preprocessing (the standard DQN/PPO recipe), applied to `ALE/*` env ids."""
 
-    noop_max: int = 30
+    noop_max: int = ruled(30, NON_NEGATIVE)
     """Up to this many no-op actions after each reset, for varied starts."""
 
-    frame_skip: int = 4
+    frame_skip: int = ruled(4, AT_LEAST_ONE)
     """Repeat each action this many frames; the observation is the max of the last two."""
 
-    screen_size: int = 84
+    screen_size: int = ruled(84, AT_LEAST_ONE)
     """Frames are resized to screen_size x screen_size greyscale."""
 
-    frame_stack: int = 4
+    frame_stack: int = ruled(4, AT_LEAST_ONE)
     """Consecutive frames stacked into one observation [frame_stack, H, W] uint8."""
 
     episodic_life: bool = True
@@ -59,7 +79,7 @@ class AtariConfig:
     clip_rewards: bool = True
     """Train on the sign of each reward; reported returns stay the raw game score."""
 
-    repeat_action_probability: float = 0.0
+    repeat_action_probability: float = ruled(0.0, between(0, 1, "[)"))
     """Sticky actions (ALE v5 defaults to 0.25; CleanRL's ppo_atari uses 0)."""
 
     full_action_space: bool = False
@@ -93,7 +113,7 @@ class MultiAgentEnvConfig:
 class EnvConfig:
     """Which environment to train on and how to build it."""
 
-    id: str = "CartPole-v1"
+    id: str = ruled("CartPole-v1", NON_EMPTY_ID)
     """A Gymnasium id (`CartPole-v1`), or `module:EnvName-v0` to import `module` first so it
     can register a user's own env, or `pettingzoo:<module>` for a PettingZoo multi-agent env
     (`pettingzoo:mpe2.simple_spread_v3`; `pettingzoo:<module>:<factory>` for your own;
@@ -115,7 +135,7 @@ class EnvConfig:
     a camera frame), for a stage that reads them (a reward model, surge/workers/
     reward_model.py). Checked on a probe step; backend `gymnasium`, single-agent envs."""
 
-    max_episode_steps: int | None = None
+    max_episode_steps: int | None = ruled(None, or_null(AT_LEAST_ONE))
     """Override the env's time limit (episodes are truncated, not terminated, after this many
     steps). None keeps the registered limit."""
 
@@ -145,16 +165,16 @@ class EnvConfig:
 class WorkersConfig:
     """How many workers of each kind, and how actors lay out their environments."""
 
-    actors: int = 1
+    actors: int = ruled(1, AT_LEAST_ONE)
     """Number of actor workers (processes in the `local` runtime, Ray actors in `ray`)."""
 
-    ring_size: int = 2
+    ring_size: int = ruled(2, AT_LEAST_ONE)
     """Env groups per actor. The actor steps group k+1 while group k waits for its actions."""
 
-    envs_per_group: int = 2
+    envs_per_group: int = ruled(2, AT_LEAST_ONE)
     """Environments in one group. One inference request carries a whole group."""
 
-    policy_workers: int = 1
+    policy_workers: int = ruled(1, AT_LEAST_ONE)
     """Number of policy (inference) workers; actor i is served by policy worker i % this.
     Ignored with `inference: inline`."""
 
@@ -168,23 +188,23 @@ class WorkersConfig:
     `ring_size`). Fewer flushes mean fewer, larger messages; 0 means `ring_size` (send each
     group's request as soon as it is stepped)."""
 
-    inference_spin_us: float = 200.0
+    inference_spin_us: float = ruled(200.0, Rule(NON_NEGATIVE.check, ">= 0 (0: never poll)"))
     """With remote inference, how long (microseconds) an actor polls its inference slots
     for answers, and a policy worker for requests, before sleeping on its channel: a peer on
     another core answers a small batch sooner than a sleeper wakes. Polling stops after a
     wait longer than this, and resumes after one shorter (streams/spin.py); a process
     that may use one CPU only never polls. 0: always sleep."""
 
-    actor_threads: int = 1
+    actor_threads: int = ruled(1, AT_LEAST_ONE)
     """torch / OpenMP threads in each actor worker process."""
 
-    policy_threads: int = 1
+    policy_threads: int = ruled(1, AT_LEAST_ONE)
     """torch / OpenMP threads in each policy worker process."""
 
-    trainer_threads: int = 1
+    trainer_threads: int = ruled(1, AT_LEAST_ONE)
     """torch / OpenMP threads in the trainer process (1 is fastest for small MLPs)."""
 
-    trainer_threads_alone: int = 0
+    trainer_threads_alone: int = ruled(0, NON_NEGATIVE)
     """torch threads of the torch learner while it runs alone: once every actor has filled
     all the batches it may fill ahead (`max_policy_lag`) and waits for new parameters, so
     the actors' and policy workers' cores are idle. Checked before every minibatch; with
@@ -192,21 +212,21 @@ class WorkersConfig:
     cores, `trainer_threads: 1` with 2 here lets a CNN learner use the second core once
     the actor is done with the next batch."""
 
-    trainer_device: str = "auto"
+    trainer_device: str = ruled("auto", DEVICE)
     """Where the learner's torch model trains: `auto` (CUDA when the trainer's process sees a
     GPU and its model is a torch one; numpy MLP learners stay on the CPU), `cpu`, `cuda` or
     `cuda:N` (surge/devices.py). On Ray the trainer sees the GPUs `ray.trainer_gpus`
     declares."""
 
-    policy_device: str = "auto"
+    policy_device: str = ruled("auto", DEVICE)
     """Where policy workers run a torch model's batched inference (as `trainer_device`; on
     Ray they see the GPUs `ray.policy_gpus` declares, a fraction to share one)."""
 
-    heartbeat_timeout_s: float = 60.0
+    heartbeat_timeout_s: float = ruled(60.0, POSITIVE)
     """A worker that has not reported progress for this long is declared hung: an actor or
     policy worker is then killed and restarted (see `max_restarts`), the trainer stops the run."""
 
-    max_restarts: int = 3
+    max_restarts: int = ruled(3, NON_NEGATIVE)
     """How many times each actor or policy worker may be restarted in place after it died
     (e.g. killed) or hung. The run goes on; the segments a dead actor was writing are
     discarded. 0: any worker failure stops the run. The trainer is never restarted: the run
@@ -225,23 +245,23 @@ class RayConfig:
     """Address of a running Ray cluster (`HOST:PORT` of its head, or `auto`). None: start a
     Ray instance on this machine for the run and stop it at the end."""
 
-    trainer_cpus: float = 1.0
+    trainer_cpus: float = ruled(1.0, NON_NEGATIVE)
     """Ray CPUs the trainer declares (fractions allowed). Ray CPUs are a scheduling budget:
     the trainer still uses `workers.trainer_threads` threads."""
 
-    trainer_gpus: float = 0.0
+    trainer_gpus: float = ruled(0.0, NON_NEGATIVE)
     """GPUs the trainer declares; above 0 it is placed on a node with a free GPU."""
 
-    policy_cpus: float = 0.5
+    policy_cpus: float = ruled(0.5, NON_NEGATIVE)
     """Ray CPUs each policy worker declares."""
 
-    policy_gpus: float = 0.0
+    policy_gpus: float = ruled(0.0, NON_NEGATIVE)
     """GPUs each policy worker declares; fractions let several policy workers share a device."""
 
-    actor_cpus: float = 0.5
+    actor_cpus: float = ruled(0.5, NON_NEGATIVE)
     """Ray CPUs each actor worker declares."""
 
-    eval_cpus: float = 0.25
+    eval_cpus: float = ruled(0.25, NON_NEGATIVE)
     """CPUs each evaluation worker declares (they run on the trainer's node)."""
 
 
@@ -253,7 +273,7 @@ class ModelConfig:
     """LLM runs (`algo: grpo`): a local Hugging Face causal LM directory (safetensors weights,
     config and tokenizer), loaded offline. None: the built-in tiny Llama (`tiny_model`)."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    hidden_sizes: list[int] = ruled_factory(lambda: [64, 64], NON_EMPTY_WIDTHS, POSITIVE_WIDTHS)
     """Widths of the hidden layers of the MLP torso on the `flat` or `small_cnn` encoder's
     features (one torso each for actor and critic unless `shared` is set). Not used with
     `nature_cnn`: the CNN is the torso, and the heads sit on its 512 features."""
@@ -336,7 +356,7 @@ class ModelConfig:
     weights as one version, and checkpoints them; `surge eval` applies them frozen.
     Real-valued Box observations only (docs/environments.md)."""
 
-    clip_obs: float = 10.0
+    clip_obs: float = ruled(10.0, POSITIVE)
     """Normalised observations are clipped to [-clip_obs, clip_obs] (with `normalize_obs`)."""
 
     core: CoreName = "none"
@@ -347,7 +367,7 @@ class ModelConfig:
     segment from that stored state (truncated BPTT; `ppo.burn_in`). Recurrent models train
     with the torch backend (docs/recurrent.md)."""
 
-    core_size: int = 128
+    core_size: int = ruled(128, AT_LEAST_ONE)
     """Hidden size of the recurrent core (`core`); its state is this many floats per env
     for `gru`, twice as many for `lstm` (h and c)."""
 
@@ -364,45 +384,45 @@ class ModelConfig:
 class PPOConfig:
     """PPO hyperparameters (defaults follow CleanRL's ppo.py)."""
 
-    rollout_len: int = 128
+    rollout_len: int = ruled(128, AT_LEAST_ONE)
     """Steps per env in one trajectory segment; one update trains on one segment of every env."""
 
-    epochs: int = 4
+    epochs: int = ruled(4, AT_LEAST_ONE)
     """Passes over each batch."""
 
-    minibatches: int = 4
+    minibatches: int = ruled(4, AT_LEAST_ONE)
     """Minibatches per epoch; the batch (rollout_len x total envs) must divide evenly. With a
     recurrent model (`model.core`) a minibatch is whole segments (sequences), so this must
     divide the number of envs."""
 
-    lr: float = 2.5e-4
+    lr: float = ruled(2.5e-4, POSITIVE)
     """Adam learning rate."""
 
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 at `total_env_steps`."""
 
-    adam_eps: float = 1e-5
+    adam_eps: float = ruled(1e-5, POSITIVE)
     """Adam epsilon."""
 
-    gamma: float = 0.99
+    gamma: float = ruled(0.99, between(0, 1, "(]"))
     """Discount factor."""
 
-    gae_lambda: float = 0.95
+    gae_lambda: float = ruled(0.95, UNIT)
     """GAE lambda."""
 
-    clip_coef: float = 0.2
+    clip_coef: float = ruled(0.2, POSITIVE)
     """Surrogate clipping coefficient."""
 
     clip_vloss: bool = True
     """Clip the value loss around the old values (by `clip_coef`)."""
 
-    ent_coef: float = 0.01
+    ent_coef: float = ruled(0.01, NON_NEGATIVE)
     """Entropy bonus coefficient."""
 
-    vf_coef: float = 0.5
+    vf_coef: float = ruled(0.5, NON_NEGATIVE)
     """Value loss coefficient."""
 
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = ruled(0.5, POSITIVE)
     """Global gradient-norm clip."""
 
     norm_adv: bool = True
@@ -415,7 +435,7 @@ class PPOConfig:
     as the eager step; updates with inactive multi-agent rows run eagerly. No effect on the
     CPU."""
 
-    target_kl: float | None = None
+    target_kl: float | None = ruled(None, or_null(POSITIVE))
     """Stop the epochs of an update early once the approximate KL exceeds this. None: never."""
 
     normalize_reward: bool = False
@@ -424,10 +444,10 @@ class PPOConfig:
     NormalizeReward wrapper, but kept by the trainer and checkpointed. Reported episode
     returns stay raw."""
 
-    clip_reward: float = 10.0
+    clip_reward: float = ruled(10.0, POSITIVE)
     """Scaled rewards are clipped to [-clip_reward, clip_reward] (with `normalize_reward`)."""
 
-    burn_in: int = 0
+    burn_in: int = ruled(0, NON_NEGATIVE)
     """Recurrent models (`model.core`): the first this many steps of every segment only
     rebuild the recurrent state from the stored one, under no gradient, and are left out
     of the loss (R2D2's burn-in: the stored state came from an older policy version). Must
@@ -440,10 +460,10 @@ class APPOConfig:
     V-trace targets, which correct for actions chosen by an older policy (`max_policy_lag`).
     The PPO settings (rollout, epochs, clipping, coefficients) apply as well."""
 
-    rho_bar: float = 1.0
+    rho_bar: float = ruled(1.0, POSITIVE)
     """Truncation of the importance weights in the V-trace value targets (rho-bar)."""
 
-    c_bar: float = 1.0
+    c_bar: float = ruled(1.0, POSITIVE)
     """Truncation of the trace-cutting weights in V-trace (c-bar)."""
 
 
@@ -451,7 +471,7 @@ class APPOConfig:
 class LogConfig:
     """What the run records and shows."""
 
-    interval_s: float = 2.0
+    interval_s: float = ruled(2.0, NON_NEGATIVE)
     """Seconds between lines of metrics.jsonl / TensorBoard points (at most one per update)."""
 
     tensorboard: bool = True
@@ -472,14 +492,14 @@ class LogConfig:
     wandb_entity: str | None = None
     """The W&B entity (user or team); None: your default entity."""
 
-    checkpoint_interval_s: float = 60.0
+    checkpoint_interval_s: float = ruled(60.0, NON_NEGATIVE)
     """Seconds between checkpoints (one is always written at the end and on Ctrl+C)."""
 
-    first_checkpoint_s: float = 5.0
+    first_checkpoint_s: float = ruled(5.0, NON_NEGATIVE)
     """Seconds from the trainer's start to its first checkpoint (or `checkpoint_interval_s`
     if that is shorter), so that a run whose trainer dies early can still be resumed."""
 
-    keep_checkpoints: int = 3
+    keep_checkpoints: int = ruled(3, AT_LEAST_ONE)
     """How many of the newest checkpoints to keep."""
 
 
@@ -488,30 +508,30 @@ class EvalConfig:
     """Evaluation during training: workers that play whole episodes with the latest published
     policy on their own env instances and seeds, and never write samples."""
 
-    workers: int = 0
+    workers: int = ruled(0, NON_NEGATIVE)
     """Evaluation worker processes (0: no evaluation during training)."""
 
-    every_versions: int = 0
+    every_versions: int = ruled(0, NON_NEGATIVE)
     """Evaluate every this many policy versions; 0: every `every_s` seconds instead."""
 
-    every_s: float = 30.0
+    every_s: float = ruled(30.0, POSITIVE)
     """Seconds between evaluations when `every_versions` is 0."""
 
-    episodes: int = 10
+    episodes: int = ruled(10, AT_LEAST_ONE)
     """Episodes per evaluation (split over the evaluation workers)."""
 
     deterministic: bool = True
     """Act with the policy's mode (greedy) instead of sampling."""
 
-    video_every: int = 0
+    video_every: int = ruled(0, NON_NEGATIVE)
     """Record the first episode of every this many evaluations as an MP4 under
     `run_dir/videos/` (and in TensorBoard); an evaluation skipped because the evaluator lagged
     passes its video to the next one played. 0: no videos. Needs the `video` extra."""
 
-    nice: int = 19
+    nice: int = ruled(19, between(0, 19))
     """OS niceness added to evaluation processes, so that they use the CPU training leaves."""
 
-    device: str = "auto"
+    device: str = ruled("auto", DEVICE)
     """Where evaluation workers run a torch policy (as `workers.trainer_device`)."""
 
     final: bool = True
@@ -519,7 +539,7 @@ class EvalConfig:
     version before the run closes (unless the schedule just did), so the closing line and the
     metrics report the policy the run saved, not one a few versions older."""
 
-    final_timeout_s: float = 600.0
+    final_timeout_s: float = ruled(600.0, POSITIVE)
     """The longest the run waits for that final evaluation before it closes without it."""
 
 
@@ -529,23 +549,23 @@ class SelfPlayConfig:
     of a two-player game; the other seat's player is drawn for each episode from a league of
     the learner's past versions, kept by the league worker."""
 
-    snapshot_every: int = 10
+    snapshot_every: int = ruled(10, AT_LEAST_ONE)
     """Versions between two snapshots of the learner taken into the league (version 0 is
     the first)."""
 
-    pool_size: int = 20
+    pool_size: int = ruled(20, AT_LEAST_ONE)
     """Snapshots the league keeps; a new one replaces the oldest."""
 
-    latest_share: float = 0.5
+    latest_share: float = ruled(0.5, UNIT)
     """Share of episodes played against the newest snapshot; the others draw an opponent
     from the whole pool, uniformly or by `pfsp_power`."""
 
-    pfsp_power: float = 0.0
+    pfsp_power: float = ruled(0.0, NON_NEGATIVE)
     """Prioritised fictitious self-play (AlphaStar): a pool draw picks a snapshot with
     weight (1 - the learner's win rate against it) ** pfsp_power, each actor counting its
     own games. 0: uniform."""
 
-    eval_opponents: list[str] = field(default_factory=lambda: ["random", "heuristic"])
+    eval_opponents: list[str] = ruled_factory(lambda: ["random", "heuristic"], EVAL_OPPONENTS)
     """Fixed players the evaluation workers play (`eval.episodes` games each, seats
     alternating), logged as `eval/win_rate_vs_<player>`, `eval/draw_rate_vs_<player>` and
     `eval/loss_rate_vs_<player>`: `random` (a uniformly random legal move), `heuristic` (the
@@ -570,10 +590,10 @@ class ExperimentConfig:
     run_dir: str | None = None
     """Where the run writes everything. None: `runs/<preset>-<timestamp>`."""
 
-    total_env_steps: int = 500_000
+    total_env_steps: int = ruled(500_000, AT_LEAST_ONE)
     """Stop after this many environment steps (summed over all envs)."""
 
-    max_train_time_s: float | None = None
+    max_train_time_s: float | None = ruled(None, or_null(POSITIVE))
     """Also stop once the trainer has trained this long (seconds on its clock, from its start,
     resumed runs included): a time budget, as benchmarks use. None: no limit."""
 
@@ -589,10 +609,10 @@ class ExperimentConfig:
     comes once `return_window` more episodes have finished. The closing line gives both
     numbers. false: stop on the training mean alone."""
 
-    return_window: int = 20
+    return_window: int = ruled(20, AT_LEAST_ONE)
     """Episodes averaged for `stop_return` and for `episode_return_mean` in the metrics."""
 
-    max_policy_lag: int = 0
+    max_policy_lag: int = ruled(0, NON_NEGATIVE)
     """How many versions older than the trainer's current one the acting policy may be.
     0: synchronous on-policy training (actors wait for every update)."""
 
@@ -668,6 +688,17 @@ class ExperimentConfig:
 
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     """Replay-based RL: rewards from a model scoring each step's frame (docs/reward-models.md)."""
+
+    sections: dict[str, Any] = field(default_factory=dict, init=False)
+    """The sections an algorithm plug-in brings beyond the ones above (its
+    `config_sections`), by name: written at the top level like any section (`a2c: {lr:
+    7e-4}`, `a2c.lr=7e-4`), read with `section(name)`."""
+
+    def section(self, name: str) -> Any:
+        """The section `name`: one of the fields above, or a plug-in's own."""
+        if name in self.sections:
+            return self.sections[name]
+        return getattr(self, name)
 
     # Derived values: computed, never configured.
     @property

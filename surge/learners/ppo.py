@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from surge.algos.batch import RolloutBatch
+from surge.config.algorithms import load_algorithm
 from surge.errors import ConfigError, UserError
 from surge.evaluation.suite import InlineEvaluator
 from surge.models.normalize import TrainerStats, ValueNormalizer
@@ -310,8 +311,9 @@ def make_backend(ctx: RunContext) -> Backend:
 
 
 def _vtrace(ctx: RunContext) -> Any:
-    """APPO's V-trace settings, or None for PPO (GAE)."""
-    return ctx.cfg.appo if ctx.cfg.algo == "appo" else None
+    """The V-trace settings where the algorithm learns on V-trace targets (APPO), or None
+    (PPO: GAE)."""
+    return ctx.cfg.appo if getattr(load_algorithm(ctx.cfg.algo), "vtrace", False) else None
 
 
 class NumpyBackend:

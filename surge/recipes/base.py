@@ -21,8 +21,10 @@ algorithm's pieces in their `RunContext` and ports.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from surge.config.schema import ExperimentConfig
+from surge.devices import ROLES, Roles
 from surge.workers.base import RunContext
 from surge.workers.graph import Graph
 
@@ -38,6 +40,13 @@ class Algorithm:
     warm_module: str | None = None
     """A module the trainer's process may import while the controller prepares the run
     (surge/runtime/warm.py): its learner's. None: no warm process."""
+    device_roles: Roles = ROLES
+    """(role, device setting) of its workers that run torch models: what is checked against
+    the GPUs and shown in the run's header (surge/devices.py)."""
+    config_sections: ClassVar[dict[str, type]] = {}
+    """Config sections it brings beyond ExperimentConfig's own, by name: dataclasses with
+    their defaults and range rules (surge/config/rules.py), written at the top level of a
+    config and read with `cfg.section(name)` (examples/my_algorithm.py)."""
 
     def validate(self, cfg: ExperimentConfig) -> None:
         """Raise a ConfigError naming the field for settings the types cannot rule out."""

@@ -189,6 +189,8 @@ class GRPOFamily(Algorithm):
     # No warm trainer process: every LLM worker is forked from one process that imported
     # torch and transformers once (`shared_imports`).
     warm_module = None
+    # The reference model, if any, sits beside the trainer; generation has its own device.
+    device_roles = (("trainer", "workers.trainer_device"), ("generation", "rollout.device"))
 
     def validate(self, cfg: ExperimentConfig) -> None:
         if cfg.policies:

@@ -198,8 +198,10 @@ class PPOFamily(Algorithm):
 
     warm_module = "surge.learners.ppo"
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, vtrace: bool) -> None:
         self.name = name
+        self.vtrace = vtrace
+        """V-trace targets and advantages (`appo` settings) instead of GAE."""
 
     def validate(self, cfg: ExperimentConfig) -> None:
         _check_minibatches(cfg)
@@ -259,8 +261,8 @@ class PPOFamily(Algorithm):
         return summary(result)
 
 
-PPO = PPOFamily("ppo")
-APPO = PPOFamily("appo")
+PPO = PPOFamily("ppo", vtrace=False)
+APPO = PPOFamily("appo", vtrace=True)
 
 
 def batch_steps(cfg: ExperimentConfig) -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from surge.config.algorithms import device_roles
 from surge.config.load import dump_yaml, load_config
 from surge.config.schema import ExperimentConfig
 from surge.devices import check_devices
@@ -67,7 +68,8 @@ def train(
     runtime; the caller closes it whatever happens. `recipe`: builds the graph from the
     run's context instead of the algorithm's own (e.g. to add a worker of a new kind)."""
     algorithm = algorithm_of(cfg)
-    check_devices(cfg)  # before the run directory: a run that cannot start leaves nothing
+    # before the run directory: a run that cannot start leaves nothing
+    check_devices(cfg, algorithm.device_roles)
     run_dir = create_run_dir(cfg, name)
     try:
         ctx = algorithm.prepare(cfg, run_dir, checkpoint=None)
@@ -95,7 +97,7 @@ def resume(run_dir: Path, overrides: list[str], warm: WarmProcess | None = None)
                 "start a new run with `surge train` instead",
             )
     cfg, _ = load_config(str(config_path), overrides)
-    check_devices(cfg)
+    check_devices(cfg, device_roles(cfg))
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise UserError(
@@ -209,7 +211,7 @@ def _print_header(algorithm: Algorithm, ctx: RunContext, graph: Graph) -> None:
     )
     for line in algorithm.describe(ctx, graph):
         print(f"  {line}", file=sys.stderr)
-    print(f"  {describe_devices(cfg)}", file=sys.stderr)
+    print(f"  {describe_devices(cfg, device_roles(cfg))}", file=sys.stderr)
     if ctx.checkpoint is not None:
         print(f"  resuming from {ctx.checkpoint}", file=sys.stderr)
 

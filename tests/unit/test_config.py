@@ -238,8 +238,12 @@ def test_docs_cover_every_field() -> None:
     for key in ("`seed`", "`ppo.lr`", "`env.kwargs`", "`workers.heartbeat_timeout_s`"):
         assert key in text
     assert "Adam learning rate." in text
-    field_docs = docs.field_docs()
-    assert field_docs[("PPOConfig", "lr")] == "Adam learning rate."
+    from surge.config.schema import PPOConfig, RewardModelConfig
+
+    assert docs.field_docs(PPOConfig)["lr"] == "Adam learning rate."
+    # every section's fields are documented, and each range rule is printed beside its field
+    assert all(docs.field_docs(RewardModelConfig).values())
+    assert "| `ppo.lr` | `float` | `0.00025` | Adam learning rate. Must be > 0. |" in text
 
 
 def test_docs_file_up_to_date() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from surge.config.algorithms import device_roles
 from surge.config.load import load_config
 from surge.devices import check_devices, choose_device, describe, require, visible_gpus
 from surge.errors import ConfigError
@@ -59,7 +60,8 @@ def test_settings_are_checked_by_syntax_backend_and_ray_gpus() -> None:
     cfg, _ = load_config(
         "cartpole-ppo", ["runtime=ray", "workers.trainer_device=cuda", "ray.trainer_gpus=1"]
     )
-    check_devices(cfg, visible=0)  # Ray places it: the GPU need not be on this machine
+    # Ray places it: the GPU need not be on this machine
+    check_devices(cfg, device_roles(cfg), visible=0)
 
 
 def test_cuda_makes_the_learners_choose_torch() -> None:
@@ -77,16 +79,16 @@ def test_cuda_makes_the_learners_choose_torch() -> None:
 
 def test_the_header_says_what_each_role_got() -> None:
     cfg, _ = load_config("cartpole-ppo", [])
-    assert describe(cfg, visible=0) == (
+    assert describe(cfg, device_roles(cfg), visible=0) == (
         "devices: trainer cpu, policy workers cpu, evaluation cpu "
         "(torch models; numpy MLPs run on the CPU)"
     )
     cfg, _ = load_config("arith-grpo", ["rollout.device=cpu"])
-    assert describe(cfg, visible=1) == (
+    assert describe(cfg, device_roles(cfg), visible=1) == (
         "devices: trainer cuda:0, generation cpu (torch models; numpy MLPs run on the CPU)"
     )
     cfg, _ = load_config("cartpole-ppo", ["eval.device=cpu"])
-    assert describe(cfg, visible=1).startswith(
+    assert describe(cfg, device_roles(cfg), visible=1).startswith(
         "devices: trainer cuda:0, policy workers cuda:0, evaluation cpu ("
     )
 
