@@ -24,7 +24,7 @@ from surge import devices
 from surge.config.algorithms import device_roles, load_algorithm
 from surge.config.reward_model_schema import STATE_KEYS
 from surge.config.rules import check_section
-from surge.config.schema import ExperimentConfig
+from surge.config.schema import MULTI_AGENT_PREFIXES, ExperimentConfig
 from surge.errors import ConfigError, UserError
 
 DEFAULT_PRESET = "cartpole-appo"
@@ -421,7 +421,7 @@ def _check_policies(cfg: ExperimentConfig) -> None:
         )
     if not names and not mapping:
         return
-    if not cfg.env.id.startswith("pettingzoo:"):
+    if not cfg.env.id.startswith(MULTI_AGENT_PREFIXES):
         raise ConfigError(
             f"policies / policy_mapping route the agents of a multi-agent env; env.id="
             f"{cfg.env.id!r} is not one (pettingzoo:<module>)",

@@ -109,6 +109,10 @@ class MultiAgentEnvConfig:
     such field."""
 
 
+MULTI_AGENT_PREFIXES = ("pettingzoo:", "lbforaging:")
+"""`env.id` prefixes of multi-agent envs, trained as agent rows (surge/envs/pettingzoo.py)."""
+
+
 @dataclass
 class EnvConfig:
     """Which environment to train on and how to build it."""

@@ -6,6 +6,8 @@
   `is_parallelizable`.
 - `pettingzoo:my_pkg.envs:make_arena` calls a user's factory, which may return a
   `ParallelEnv` or a parallelisable `AECEnv`.
+- `lbforaging:Foraging-8x8-2p-2f-coop-v3` builds Level-Based Foraging's env of that id as a
+  `ParallelEnv` (surge/envs/foraging.py).
 
 Turn-based AEC games (chess, connect four: one agent acts per step) are not parallelisable;
 they are played by the self-play env (surge/envs/selfplay.py), not here.
@@ -16,14 +18,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from surge.config.schema import EnvConfig
+from surge.config.schema import MULTI_AGENT_PREFIXES, EnvConfig
 from surge.errors import ConfigError, EnvSpecError
 
-PREFIX = "pettingzoo:"
+PREFIX, LBF_PREFIX = MULTI_AGENT_PREFIXES
+"""PettingZoo modules, and Level-Based Foraging's Gymnasium ids served as parallel envs
+(surge/envs/foraging.py)."""
 
 
 def is_pettingzoo_id(env_id: str) -> bool:
-    return env_id.startswith(PREFIX)
+    """Whether `env_id` names a multi-agent env that trains as PettingZoo agent rows."""
+    return env_id.startswith(MULTI_AGENT_PREFIXES)
 
 
 def import_env_module(env_id: str) -> tuple[Any, str]:
@@ -51,6 +56,10 @@ def make_parallel_env(cfg: EnvConfig, render_mode: str | None = None) -> Any:
     from pettingzoo import AECEnv, ParallelEnv
     from pettingzoo.utils.conversions import aec_to_parallel
 
+    if cfg.id.startswith(LBF_PREFIX):
+        from surge.envs.foraging import foraging_env
+
+        return foraging_env(cfg.id.removeprefix(LBF_PREFIX), render_mode, **cfg.kwargs)
     module, factory = import_env_module(cfg.id)
     if factory:
         make = getattr(module, factory, None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pickle
 import sys
-import time
 import typing
 from typing import Any
 
@@ -304,22 +303,3 @@ def test_missing_highway_env(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ImportError, match=r"pip install -e '\.\[highway\]'"):
         make_driving_env()
 
-
-def test_steps_per_second() -> None:
-    """Measured, not asserted (printed with -s): stepping cost with and without frames."""
-    rates = {}
-    for frames in (False, True):
-        env = make_driving_env(frames=frames)
-        env.reset(seed=0)
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < 1.0:
-            _, _, terminated, truncated, _ = env.step(straight())
-            steps += 1
-            if terminated or truncated:
-                env.reset()
-        rates[frames] = steps / (time.perf_counter() - start)
-        env.close()
-    print(
-        f"\nhighway-fast-v0 steps/s: {rates[False]:.0f} without frames, "
-        f"{rates[True]:.0f} with 64x64 frames"
-    )
