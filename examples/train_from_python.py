@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from surge.config.load import load_config
-from surge.evaluation.checkpoint import evaluate
+from surge.recipes.ppo import evaluate
 from surge.runtime.controller import train
 
 

@@ -1,9 +1,9 @@
 """`surge eval RUN`: whole episodes with a run's newest checkpoint, after (or during) training.
 
-The checkpoint's model state becomes the same flat vector the trainer publishes (weights,
-then the observation statistics of that version), and is played by the algorithm's acting
-policy (`FlatPolicy` for PPO's family) and `play_episodes`, as evaluation workers play
-during training.
+The algorithm's plug-in turns the checkpoint's state into the flat vector its trainer
+published for that version (`Published`: PPO's weights and statistics in
+surge/recipes/ppo.py, DQN's and SAC's networks in theirs), which its acting policy plays with
+`play_episodes`, as evaluation workers play during training.
 """
 
 from __future__ import annotations
@@ -24,72 +24,14 @@ from surge.envs.spaces import EnvInfo
 from surge.errors import UserError
 from surge.evaluation.suite import EvalSuite
 from surge.models.acting import ActingPolicy, acting_policy
-from surge.models.normalize import ValueNormalizer, stats_vector
-from surge.models.numpy_policy import numpy_layout
 from surge.seeds import derive_seed
 from surge.threads import limit_torch_threads
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
 from surge.tracking.run_dir import policy_home
 from surge.tracking.video import write_mp4
 
-
-def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
-    """The published vector of the checkpoint's version: the model's parameters in the
-    trainer's order, then (with `model.normalize_obs`) its observation statistics as the
-    policy of that version applied them, then (with `model.value_norm`) its value
-    statistics. MLPs need no torch: their parameters go in the layout's order
-    (models/numpy_policy.py), which is the trainer's."""
-    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
-    if layout is not None:
-        model = state["model"]
-        flat = np.concatenate([np.asarray(model[name]).reshape(-1) for name, _ in layout.params])
-        flat = flat.astype(np.float32)
-    else:
-        import torch
-
-        from surge.models.actor_critic import ActorCritic
-        from surge.models.weights import model_to_flat
-
-        net = ActorCritic(env.observation_space, env.action_space, cfg.model)
-        net.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
-        flat = model_to_flat(net)
-    parts = [flat]
-    if cfg.model.normalize_obs:
-        saved = state.get("normalizer")
-        if saved is None or "obs_mean" not in saved:
-            raise UserError(
-                "this run normalises observations (model.normalize_obs) but its checkpoint "
-                "holds no observation statistics",
-                "evaluate a checkpoint written by this version of surge",
-            )
-        mean = np.asarray(saved["obs_mean"], np.float64)
-        var = np.asarray(saved["obs_var"], np.float64)
-        parts.append(stats_vector(mean, var))
-    if cfg.model.value_norm:
-        value_norm = ValueNormalizer()
-        value_norm.load_state_dict(state["learner"]["value_norm"])
-        parts.append(value_norm.published())
-    return np.concatenate(parts).astype(np.float32)
-
-
 Published = Callable[[ExperimentConfig, Any, dict[str, Any]], np.ndarray]
-"""A checkpoint's state -> the flat vector its version published (`checkpoint_flat` for
-PPO's family)."""
-
-
-def evaluate(
-    run_dir: Path,
-    episodes: int = 10,
-    deterministic: bool = True,
-    seed: int | None = None,
-    video: bool = False,
-) -> dict[str, Any]:
-    """Run `episodes` episodes with the newest checkpoint of a PPO or APPO run; writes
-    `eval.json` too. `video`: the first episode is also recorded to
-    `run_dir/videos/eval-v<version>.mp4` (the env rendered with `render_mode="rgb_array"`;
-    tracking/video.py)."""
-    acting = "surge.models.flat_policy:flat_policy"
-    return evaluate_with(run_dir, acting, checkpoint_flat, episodes, deterministic, seed, video)
+"""A checkpoint's state -> the flat vector its version published."""
 
 
 def evaluate_with(
@@ -101,8 +43,11 @@ def evaluate_with(
     seed: int | None = None,
     video: bool = False,
 ) -> dict[str, Any]:
-    """`evaluate` for any algorithm: its acting policy (`acting`, models/acting.py) plays the
-    vector `published` makes of the newest checkpoint."""
+    """Run `episodes` episodes with the newest checkpoint of any algorithm's run, its acting
+    policy (`acting`, models/acting.py) playing the vector `published` makes of it; writes
+    `eval.json` too. `video`: the first episode is also recorded to
+    `run_dir/videos/eval-v<version>.mp4` (the env rendered with `render_mode="rgb_array"`;
+    tracking/video.py)."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
         raise UserError(f"{run_dir} is not a surge run directory (no config.yaml)")

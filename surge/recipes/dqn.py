@@ -15,11 +15,12 @@ import gymnasium as gym
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.errors import ConfigError, UserError
+from surge.errors import ConfigError
 from surge.learners.q_backends import q_backend_name
 from surge.models.q_policy import count_q_params, q_params
 from surge.models.recurrent_state import state_size
 from surge.recipes.base import Algorithm
+from surge.recipes.checkpoint_fit import params_misfit, require_fit, torch_flat
 from surge.recipes.replay import (
     check_replay,
     describe_replay,
@@ -161,26 +162,14 @@ def _check_fit(cfg: ExperimentConfig, obs_space: Any, n_actions: int, checkpoint
     """The checkpoint's Q-network fits the one this config builds (MLPs: names and shapes,
     without torch)."""
     saved = load_checkpoint(checkpoint).get("model", {})
-    want = dict(q_params(obs_space, n_actions, cfg.model, cfg.dqn.dueling))
-    if not want:
-        return  # a CNN: the learner's load_state_dict says what differs
-    have = {name: tuple(np.shape(v)) for name, v in saved.items()}
-    if want != have:
-        diff = sorted(set(want.items()) ^ set(have.items()))
-        raise UserError(
-            f"{checkpoint} does not fit the Q-network this config builds: parameters differ: "
-            f"{', '.join(f'{n} {s}' for n, s in diff[:6])}",
-            "resume with the env and model settings the run was trained with",
-        )
+    want = q_params(obs_space, n_actions, cfg.model, cfg.dqn.dueling)
+    if want:  # else a CNN: the learner's load_state_dict says what differs
+        require_fit(checkpoint, "Q-network", params_misfit(want, saved))
 
 
 def _published(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
     """The flat vector a checkpoint's Q-network publishes (`QPolicy` loads it)."""
-    import torch
-
     from surge.models.q_network import QNetwork
-    from surge.models.weights import model_to_flat
 
     net = QNetwork(env.observation_space, int(env.action_space.n), cfg.model, cfg.dqn.dueling)
-    net.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
-    return model_to_flat(net)
+    return torch_flat(net, state["model"])

@@ -31,10 +31,11 @@ from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError, UserError
 from surge.models.flat_policy import FlatPolicy
 from surge.models.images import choose_encoder
-from surge.models.normalize import published_stats_size
+from surge.models.normalize import ValueNormalizer, published_stats_size, stats_vector
 from surge.models.numpy_policy import layout_size, numpy_layout
 from surge.models.recurrent_state import inference_state_fields, segment_state_fields
 from surge.recipes.base import Algorithm
+from surge.recipes.checkpoint_fit import params_misfit, require_fit, torch_flat
 from surge.recipes.evaluation import add_evaluators
 from surge.recipes.selfplay import add_league
 from surge.streams.flow import VersionBound
@@ -234,7 +235,7 @@ class PPOFamily(Algorithm):
             checkpoint=str(checkpoint) if checkpoint else None,
             resumes=resumes,
             policies=policies,
-            acting_policy="surge.models.flat_policy:flat_policy",
+            acting_policy=ACTING,
         )
 
     def graph(self, ctx: RunContext) -> Graph:
@@ -255,7 +256,7 @@ class PPOFamily(Algorithm):
         ]
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
-        from surge.evaluation.checkpoint import EVAL_OPTIONS, evaluate, parse_options, summary
+        from surge.evaluation.checkpoint import EVAL_OPTIONS, parse_options, summary
 
         result = evaluate(run_dir, **parse_options(options, EVAL_OPTIONS), video=video)
         return summary(result)
@@ -263,6 +264,57 @@ class PPOFamily(Algorithm):
 
 PPO = PPOFamily("ppo", vtrace=False)
 APPO = PPOFamily("appo", vtrace=True)
+ACTING = "surge.models.flat_policy:flat_policy"
+"""PPO's acting policy (models/flat_policy.py): numpy for MLPs, torch for the CNNs."""
+
+
+def evaluate(
+    run_dir: Path,
+    episodes: int = 10,
+    deterministic: bool = True,
+    seed: int | None = None,
+    video: bool = False,
+) -> dict[str, Any]:
+    """`surge eval` of a PPO or APPO run: `episodes` episodes with its newest checkpoint
+    (surge/evaluation/checkpoint.py `evaluate_with`); writes `eval.json` too."""
+    from surge.evaluation.checkpoint import evaluate_with
+
+    return evaluate_with(run_dir, ACTING, checkpoint_flat, episodes, deterministic, seed, video)
+
+
+def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
+    """The published vector of the checkpoint's version: the model's parameters in the
+    trainer's order, then (with `model.normalize_obs`) its observation statistics as the
+    policy of that version applied them, then (with `model.value_norm`) its value
+    statistics. MLPs need no torch: their parameters go in the layout's order
+    (models/numpy_policy.py), which is the trainer's."""
+    layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
+    if layout is not None:
+        model = state["model"]
+        flat = np.concatenate([np.asarray(model[name]).reshape(-1) for name, _ in layout.params])
+        flat = flat.astype(np.float32)
+    else:
+        from surge.models.actor_critic import ActorCritic
+
+        net = ActorCritic(env.observation_space, env.action_space, cfg.model)
+        flat = torch_flat(net, state["model"])
+    parts = [flat]
+    if cfg.model.normalize_obs:
+        saved = state.get("normalizer")
+        if saved is None or "obs_mean" not in saved:
+            raise UserError(
+                "this run normalises observations (model.normalize_obs) but its checkpoint "
+                "holds no observation statistics",
+                "evaluate a checkpoint written by this version of surge",
+            )
+        mean = np.asarray(saved["obs_mean"], np.float64)
+        var = np.asarray(saved["obs_var"], np.float64)
+        parts.append(stats_vector(mean, var))
+    if cfg.model.value_norm:
+        value_norm = ValueNormalizer()
+        value_norm.load_state_dict(state["learner"]["value_norm"])
+        parts.append(value_norm.published())
+    return np.concatenate(parts).astype(np.float32)
 
 
 def batch_steps(cfg: ExperimentConfig) -> int:
@@ -291,12 +343,7 @@ def _resume_point(cfg: ExperimentConfig, env: EnvInfo, checkpoint: Path | None) 
     if checkpoint is None:
         return 0, 0
     state = load_checkpoint(checkpoint)
-    problem = _misfit(cfg, env, state["model"])
-    if problem:
-        raise UserError(
-            f"{checkpoint} does not fit the network this config builds: {problem}",
-            "resume with the env and model settings the run was trained with",
-        )
+    require_fit(checkpoint, "network", _misfit(cfg, env, state["model"]))
     return int(state["version"]), int(state["resumes"]) + 1
 
 
@@ -332,12 +379,7 @@ def _misfit(cfg: ExperimentConfig, env: EnvInfo, saved: dict[str, Any]) -> str:
     does). MLPs are compared by parameter names and shapes without importing torch."""
     layout = numpy_layout(env.observation_space, env.action_space, cfg.model)
     if layout is not None:
-        want = dict(layout.params)
-        have = {name: tuple(np.shape(value)) for name, value in saved.items()}
-        if want == have:
-            return ""
-        diff = sorted(set(want.items()) ^ set(have.items()))
-        return f"parameters differ: {', '.join(f'{n} {s}' for n, s in diff[:6])}"
+        return params_misfit(layout.params, saved)
     import torch
 
     from surge.models.actor_critic import ActorCritic

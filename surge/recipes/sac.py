@@ -16,9 +16,10 @@ import numpy as np
 
 from surge.config.schema import ExperimentConfig
 from surge.devices import cpu_bfloat16, role_device
-from surge.errors import ConfigError, UserError
+from surge.errors import ConfigError
 from surge.models.sac_policy import count_sac_params, sac_params
 from surge.recipes.base import Algorithm
+from surge.recipes.checkpoint_fit import params_misfit, require_fit, torch_flat
 from surge.recipes.replay import (
     check_replay,
     describe_replay,
@@ -134,27 +135,14 @@ def _check_fit(cfg: ExperimentConfig, obs_space: Any, action_space: Any, checkpo
     state = load_checkpoint(checkpoint)
     if state.get("kind") != "sac":
         return  # replay_context says whose it is
-    saved = state.get("actor", {})
-    want = dict(sac_params(obs_space, action_space, cfg.model))
-    if not want:
-        return  # a CNN: the learner's load_state_dict says what differs
-    have = {name: tuple(np.shape(v)) for name, v in saved.items()}
-    if want != have:
-        diff = sorted(set(want.items()) ^ set(have.items()))
-        raise UserError(
-            f"{checkpoint} does not fit the actor this config builds: parameters differ: "
-            f"{', '.join(f'{n} {s}' for n, s in diff[:6])}",
-            "resume with the env and model settings the run was trained with",
-        )
+    want = sac_params(obs_space, action_space, cfg.model)
+    if want:  # else a CNN: the learner's load_state_dict says what differs
+        require_fit(checkpoint, "actor", params_misfit(want, state.get("actor", {})))
 
 
 def _published(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:
     """The flat vector a checkpoint's actor publishes (`SACPolicy` loads it)."""
-    import torch
-
     from surge.models.sac_network import SACActor
-    from surge.models.weights import model_to_flat
 
     actor = SACActor(env.observation_space, env.action_space, cfg.model)
-    actor.load_state_dict({k: torch.as_tensor(v) for k, v in state["actor"].items()})
-    return model_to_flat(actor)
+    return torch_flat(actor, state["actor"])

@@ -14,10 +14,10 @@ import torch
 
 from surge.config.load import load_config
 from surge.envs.make import make_env
-from surge.evaluation.checkpoint import checkpoint_flat, evaluate
 from surge.models.actor_critic import ActorCritic
 from surge.models.flat_policy import FlatPolicy
 from surge.models.normalize import ObsNormalizer, stats_vector
+from surge.recipes.ppo import checkpoint_flat, evaluate
 from surge.runtime.controller import resume, train
 from surge.streams.params import ParameterService
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint

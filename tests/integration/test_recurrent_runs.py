@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from surge.config.load import load_config
-from surge.evaluation.checkpoint import evaluate
 from surge.models.recurrent_state import CORE0, CORE_IN
+from surge.recipes.ppo import evaluate
 from surge.runtime.controller import train
 from surge.runtime.launch import start_worker
 from surge.tracking.metrics import read_metrics

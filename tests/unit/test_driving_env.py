@@ -302,4 +302,3 @@ def test_missing_highway_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "highway_env", None)  # import raises ImportError
     with pytest.raises(ImportError, match=r"pip install -e '\.\[highway\]'"):
         make_driving_env()
-
