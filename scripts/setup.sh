@@ -19,5 +19,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0" \
-  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb,llm,reasoning-gym,multiagent,highway]"
+  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb,llm,reasoning-gym,multiagent,highway,lbf,report]"
 echo "surge installed in .venv ($(.venv/bin/python -c 'import torch, surge; print("torch", torch.__version__)'))"

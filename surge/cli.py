@@ -4,6 +4,7 @@
     surge resume RUN_DIR [key=value ...]
     surge eval RUN_DIR [episodes=N] [deterministic=true|false] [--video]
     surge plot RUN_DIR... -o curves.png
+    surge report [LABEL=]RUN_DIR... [--metric M] [--group-by algo|preset|KEY] [--out DIR]
     surge presets
     surge graph [PRESET|FILE.yaml] [key=value ...]
 
@@ -131,6 +132,22 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("-o", "--output", type=Path, default=Path("curves.png"))
     pl.set_defaults(handler=_plot)
 
+    rp = sub.add_parser(
+        "report", help="compare runs over seeds: IQM, median, mean with bootstrap CIs (rliable)"
+    )
+    rp.add_argument("run_dirs", nargs="+", metavar="[LABEL=]RUN_DIR")
+    rp.add_argument(
+        "--metric", help="a metrics.jsonl key (default episode_return_mean) or eval.json[:FIELD]"
+    )
+    rp.add_argument("--group-by", default="algo", metavar="algo|preset|KEY", help="default algo")
+    rp.add_argument("--min", type=float, dest="score_min", metavar="SCORE", help="maps to 0")
+    rp.add_argument("--max", type=float, dest="score_max", metavar="SCORE", help="maps to 1")
+    rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    rp.add_argument(
+        "--out", type=Path, default=Path("report"), metavar="DIR", help="default ./report"
+    )
+    rp.set_defaults(handler=_report)
+
     ps = sub.add_parser("presets", help="list the shipped presets")
     ps.set_defaults(handler=_presets)
 
@@ -232,6 +249,21 @@ def _plot(args: argparse.Namespace) -> int:
 
     plot_runs(args.run_dirs, args.output)
     print(f"wrote {args.output}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    """`surge report RUN...`: final scores aggregated over seeds (surge/tracking/report.py)."""
+    from surge.tracking.report import DEFAULT_METRIC, build_report, format_table, write_report
+
+    if (args.score_min is None) != (args.score_max is None):
+        raise UserError("--min and --max go together", "give both: the scores mapped to 0 and 1")
+    score_range = None if args.score_min is None else (args.score_min, args.score_max)
+    metric = args.metric or DEFAULT_METRIC
+    report = build_report(args.run_dirs, metric, args.group_by, score_range, args.reps)
+    print(format_table(report))
+    for path in write_report(report, args.out):
+        print(f"wrote {path}")
     return 0
 
 
