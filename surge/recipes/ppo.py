@@ -34,6 +34,7 @@ from surge.models.images import choose_encoder
 from surge.models.normalize import ValueNormalizer, published_stats_size, stats_vector
 from surge.models.numpy_policy import layout_size, numpy_layout
 from surge.models.recurrent_state import inference_state_fields, segment_state_fields
+from surge.recipes.acting import ActingHalf, acting_half, inference_stream, params_stream
 from surge.recipes.base import Algorithm
 from surge.recipes.checkpoint_fit import params_misfit, require_fit, torch_flat
 from surge.recipes.evaluation import add_evaluators
@@ -42,10 +43,11 @@ from surge.streams.flow import VersionBound
 from surge.streams.inference import inference_layout
 from surge.streams.params import params_block, params_layout
 from surge.streams.sample import sample_layout
+from surge.streams.transport import BlockLayout
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
 from surge.tracking.run_dir import policy_home
 from surge.workers.base import PolicyContext, RunContext
-from surge.workers.graph import Edge, Graph, StreamSpec, WorkerSpec, worker
+from surge.workers.graph import Graph, StreamSpec, WorkerSpec, worker
 
 POLICY = "default"
 """The one policy of a PPO graph without `policies`."""
@@ -57,137 +59,84 @@ TRAINER = "surge.learners.ppo:build"
 
 def ppo_graph(ctx: RunContext) -> Graph:
     """The graph of `ctx`'s run: one set of streams and a trainer per policy."""
-    cfg, n_params = ctx.cfg, ctx.n_params
-    policies = ctx.policies or {cfg.policy_names[0]: PolicyContext(ctx.env, n_params)}
+    cfg = ctx.cfg
+    policies = ctx.policies or {cfg.policy_names[0]: PolicyContext(ctx.env, ctx.n_params)}
     single = len(policies) == 1
-    w, r = cfg.workers, cfg.ray
-    remote = w.inference == "remote"
-    n_policy = w.policy_workers if remote else 0
-    trainers: list[WorkerSpec] = []
-    servers: list[WorkerSpec] = []
-    for k, name in enumerate(policies):
-        tag = "" if single else name
-        trainers.append(
-            worker(
-                "trainer",
-                k,
-                factory=TRAINER,
-                threads=w.trainer_threads,
-                restartable=False,
-                ends_run=True,
-                cpus=r.trainer_cpus,
-                gpus=r.trainer_gpus,
-                pod="trainer" if k == 0 else f"trainer-{k}",
-                policy=tag,
-            )  # fmt: skip
-        )
-        # A policy worker and the actors it serves form a pod: the inference stream, which
-        # crosses processes on every env step, stays inside one node.
-        servers += [
-            worker(
-                "policy",
-                k * n_policy + p,
-                threads=w.policy_threads,
-                cpus=r.policy_cpus,
-                gpus=r.policy_gpus,
-                pod=f"policy-{p}",
-                policy=tag,
-            )  # fmt: skip
-            for p in range(n_policy)
-        ]
-    actors = [
-        worker(
-            "actor",
-            a,
-            threads=w.actor_threads,
-            cpus=r.actor_cpus,
-            pod=f"policy-{a % n_policy}" if remote else "",
-        )
-        for a in range(w.actors)
-    ]
-    groups = {
-        a.name: tuple(range(a.index * w.ring_size, (a.index + 1) * w.ring_size)) for a in actors
-    }
-    flow = VersionBound(cfg.max_policy_lag)
+    tags = ["" if single else name for name in policies]
+    trainers = [_trainer(cfg, k, tag) for k, tag in enumerate(tags)]
+    half = acting_half(cfg, tags)
     streams: list[StreamSpec] = []
-    layouts = {}
+    layouts: dict[str, BlockLayout] = {}
     for k, (name, policy) in enumerate(policies.items()):
-        tag, suffix = ("", "") if single else (name, f".{name}")
-        server = {
-            a.name: f"policy-{k * n_policy + a.index % n_policy}" if remote else a.name
-            for a in actors
-        }
-        subscribers = [p.name for p in servers if p.policy == tag] if remote else list(server)
-        params = params_block(name)
-        trainer = trainers[k]
-        penv = policy.env
-        rows = w.envs_per_group * penv.rows_per_env  # per env group: an env's agents are rows
-        group = f"{w.envs_per_group} envs"
-        if penv.agents:
-            n = len(penv.agents)
-            group += f" x {n} agent{'s' if n > 1 else ''}" + (f" ({name})" if tag else "")
-        streams += [
-            StreamSpec(
-                f"inference{suffix}",
-                "request/response",
-                f"inference{suffix}",
-                tuple(Edge(a.name, server[a.name], groups[a.name]) for a in actors),
-                flow,
-                f"a slot per env group ({cfg.total_groups} of {group}); the acting policy is "
-                f"{flow.describe()}",
-                policy=tag,
-            ),
-            StreamSpec(
-                f"samples{suffix}",
-                "segments",
-                f"samples{suffix}",
-                tuple(Edge(a.name, trainer.name, groups[a.name]) for a in actors),
-                flow,
-                f"segments of {cfg.ppo.rollout_len} steps x {group}, each step stamped with its "
-                f"policy version; {flow.depth} slot(s) per group (max_policy_lag {flow.max_lag})",
-                policy=tag,
-            ),
-            StreamSpec(
-                params,
-                "versions",
-                params,
-                tuple(Edge(trainer.name, s) for s in subscribers),
-                note=f"the latest version, {policy.n_params:,} float32 values, announced on "
-                "each publish",
-                policy=tag,
-            ),
-        ]
-        layouts[f"inference{suffix}"] = inference_layout(
-            penv.obs,
-            penv.action,
-            FlatPolicy.OUTPUTS,
-            groups=cfg.total_groups,
-            group_size=rows,
-            state=inference_state_fields(cfg.model),
-        )
-        layouts[f"samples{suffix}"] = sample_layout(
-            penv.obs,
-            penv.action,
-            FlatPolicy.OUTPUTS,
-            depth=flow.depth,
-            steps=cfg.ppo.rollout_len,
-            envs=cfg.total_groups * rows,
-            groups=cfg.total_groups,
-            active=bool(penv.agents),
-            state=segment_state_fields(cfg.model),
-            info=penv.info,
-        )
-        layouts[params] = params_layout(policy.n_params)
-    graph = Graph([*trainers, *servers, *actors], layouts, streams)
+        more, more_layouts = _policy_streams(ctx, half, trainers[k], k, name, tags[k], policy)
+        streams += more
+        layouts.update(more_layouts)
+    graph = Graph([*trainers, *half.servers, *half.actors], layouts, streams)
     lead, lead_params = trainers[0], params_block(next(iter(policies)))
     if is_selfplay_id(cfg.env.id):
-        graph = add_league(graph, cfg, lead, lead_params, n_params)
-    if single:
-        return add_evaluators(graph, cfg, trainer=lead, params=lead_params)
-    return add_evaluators(
-        graph, cfg, trainer=lead, params=lead_params,
-        more_params=[params_block(name) for name in list(policies)[1:]],
+        graph = add_league(graph, cfg, lead, lead_params, ctx.n_params)
+    others = [params_block(name) for name in list(policies)[1:]]
+    return add_evaluators(graph, cfg, trainer=lead, params=lead_params, more_params=others)
+
+
+def _trainer(cfg: ExperimentConfig, k: int, tag: str) -> WorkerSpec:
+    """The trainer of the k-th policy: PPO's learner in the chassis; it ends the run."""
+    w, r = cfg.workers, cfg.ray
+    return worker(
+        "trainer", k, factory=TRAINER, threads=w.trainer_threads, restartable=False,
+        ends_run=True, cpus=r.trainer_cpus, gpus=r.trainer_gpus,
+        pod="trainer" if k == 0 else f"trainer-{k}", policy=tag,
     )  # fmt: skip
+
+
+def _policy_streams(
+    ctx: RunContext,
+    half: ActingHalf,
+    trainer: WorkerSpec,
+    k: int,
+    name: str,
+    tag: str,
+    policy: PolicyContext,
+) -> tuple[list[StreamSpec], dict[str, BlockLayout]]:
+    """A policy's inference, sample and parameter streams, and their blocks' layouts."""
+    cfg, w = ctx.cfg, ctx.cfg.workers
+    suffix = f".{tag}" if tag else ""
+    flow = VersionBound(cfg.max_policy_lag)
+    params = params_block(name)
+    penv = policy.env
+    rows = w.envs_per_group * penv.rows_per_env  # per env group: an env's agents are rows
+    group = f"{w.envs_per_group} envs"
+    if penv.agents:
+        n = len(penv.agents)
+        group += f" x {n} agent{'s' if n > 1 else ''}" + (f" ({name})" if tag else "")
+    streams = [
+        inference_stream(
+            half, f"inference{suffix}", flow,
+            f"a slot per env group ({cfg.total_groups} of {group}); the acting policy is "
+            f"{flow.describe()}", k, tag,
+        ),
+        StreamSpec(
+            f"samples{suffix}", "segments", f"samples{suffix}",
+            half.edges({a.name: trainer.name for a in half.actors}), flow,
+            f"segments of {cfg.ppo.rollout_len} steps x {group}, each step stamped with its "
+            f"policy version; {flow.depth} slot(s) per group (max_policy_lag {flow.max_lag})",
+            policy=tag,
+        ),
+        params_stream(half, params, trainer.name, policy.n_params, tag),
+    ]  # fmt: skip
+    layouts = {
+        f"inference{suffix}": inference_layout(
+            penv.obs, penv.action, FlatPolicy.OUTPUTS, groups=cfg.total_groups,
+            group_size=rows, state=inference_state_fields(cfg.model),
+        ),
+        f"samples{suffix}": sample_layout(
+            penv.obs, penv.action, FlatPolicy.OUTPUTS, depth=flow.depth,
+            steps=cfg.ppo.rollout_len, envs=cfg.total_groups * rows, groups=cfg.total_groups,
+            active=bool(penv.agents), state=segment_state_fields(cfg.model), info=penv.info,
+        ),
+        params: params_layout(policy.n_params),
+    }  # fmt: skip
+    return streams, layouts
 
 
 # ---------------------------------------------------------------------- the plug-in

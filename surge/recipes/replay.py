@@ -30,6 +30,7 @@ from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError, UserError
 from surge.models.images import choose_encoder
 from surge.models.recurrent_state import inference_state_fields, segment_state_fields
+from surge.recipes.acting import ActingHalf, acting_half, inference_stream, params_stream
 from surge.recipes.evaluation import add_evaluators
 from surge.rewards.models import check_scorer
 from surge.streams.flow import RatioBound, SampleToInsertRatio
@@ -45,6 +46,7 @@ from surge.streams.replay import (
 )
 from surge.streams.sample import Outputs, output_fields, sample_layout
 from surge.streams.stats import stats_layout
+from surge.streams.transport import BlockLayout
 from surge.tracking.checkpoint import load_checkpoint
 from surge.workers.base import RunContext
 from surge.workers.graph import Edge, Graph, StreamSpec, worker
@@ -260,11 +262,8 @@ def replay_context(
 
 def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: Outputs) -> Graph:
     """Trainer, replay shards, policy workers (or inline inference), actors, evaluators."""
-    cfg, env = ctx.cfg, ctx.env
-    w, r, ray = cfg.workers, cfg.replay, cfg.ray
+    cfg, w, r, ray = ctx.cfg, ctx.cfg.workers, ctx.cfg.replay, ctx.cfg.ray
     assert ctx.replay is not None
-    remote = w.inference == "remote"
-    n_policy = w.policy_workers if remote else 0
     trainer = worker(
         "trainer", 0, factory=trainer_factory, threads=threads, restartable=False,
         ends_run=True, cpus=ray.trainer_cpus, gpus=ray.trainer_gpus, pod="trainer",
@@ -272,32 +271,8 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     # The replay shards share the trainer's pod: the batches (and their priorities) cross
     # no node; the actors' segments do, by the segment bridge (surge/streams/ray_bridge.py).
     replays = [worker("replay", s, cpus=ray.actor_cpus, pod="trainer") for s in range(r.shards)]
-    servers = [
-        worker(
-            "policy",
-            p,
-            threads=w.policy_threads,
-            cpus=ray.policy_cpus,
-            gpus=ray.policy_gpus,
-            pod=f"policy-{p}",
-        )  # fmt: skip
-        for p in range(n_policy)
-    ]
-    actors = [
-        worker(
-            "actor",
-            a,
-            threads=w.actor_threads,
-            cpus=ray.actor_cpus,
-            pod=f"policy-{a % n_policy}" if remote else "",
-        )  # fmt: skip
-        for a in range(w.actors)
-    ]
-    groups = {
-        a.name: tuple(range(a.index * w.ring_size, (a.index + 1) * w.ring_size)) for a in actors
-    }
-    rows = w.envs_per_group * env.rows_per_env
-    round_ = cfg.total_groups * rows * r.segment_len  # transitions in one segment per group
+    half = acting_half(cfg, [""])
+    round_ = cfg.total_groups * ctx.group_rows * r.segment_len  # one segment per group
     # a restored replay samples at once: the actors need not fill min_size again
     min_size = 0 if ctx.replay.restored else r.min_size
     spec = ctx.replay.shards[0]
@@ -305,41 +280,17 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     limiter = SampleToInsertRatio(r.ratio, min_size, buffer)
     # a version trains a batch of items, each `trained` transitions
     flow = RatioBound(limiter, r.batch_size * spec.trained, round_, ctx.start_version, SLOTS)
-    recurrent = spec.core_size > 0  # the actors carry a state (models/recurrent_state.py)
-    server = {a.name: f"policy-{a.index % n_policy}" if remote else a.name for a in actors}
     params = params_block(POLICY)
-    subscribers = [p.name for p in servers] if remote else list(server)
     scoring = cfg.reward_model.mode != "env"  # a reward-model worker between actors and replay
-    # what the model scores in one call is handed on at once: as many slots as wait for it
-    scored_slots = max(SLOTS, cfg.reward_model.max_pending)
     reward_model = worker("reward-model", 0, threads=1, cpus=ray.actor_cpus, pod="trainer")
-    shard_of = {a.name: f"replay-{a.index % r.shards}" for a in actors}
-    if scoring:  # the actors' segments go to the reward model, and its scored ones on
-        samples = StreamSpec(
-            "samples", "segments", "samples",
-            tuple(Edge(a.name, reward_model.name, groups[a.name]) for a in actors),
-            replace(flow, slots=cfg.reward_model.max_pending),
-            f"segments of {r.segment_len} steps with each step's {', '.join(env.info)}, "
-            "acknowledged by the reward model once scored and handed on "
-            f"({cfg.reward_model.max_pending} slots per group: the segments that may wait "
-            "for scoring)",
-        )  # fmt: skip
-    else:
-        samples = StreamSpec(
-            "samples", "segments", "samples",
-            tuple(Edge(a.name, shard_of[a.name], groups[a.name]) for a in actors),
-            flow,
-            f"segments of {r.segment_len} steps, acknowledged by the replay shard that takes "
-            f"them ({SLOTS} slots per group); {flow.describe()}",
-        )  # fmt: skip
+    shard_of = {a.name: f"replay-{a.index % r.shards}" for a in half.actors}
     streams = [
-        StreamSpec(
-            "inference", "request/response", "inference",
-            tuple(Edge(a.name, server[a.name], groups[a.name]) for a in actors), flow,
+        inference_stream(
+            half, "inference", flow,
             f"a slot per env group ({cfg.total_groups} of {w.envs_per_group} envs): the "
             "newest version's action, explored by the actor",
         ),
-        samples,
+        _samples_stream(ctx, half, flow, shard_of, reward_model.name if scoring else None),
         *[
             StreamSpec(
                 storage_block(s.index), "storage", storage_block(s.index),
@@ -356,72 +307,93 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             note=f"batches of {r.batch_size}, {r.prefetch} sampled ahead per shard; batch u "
             f"from shard u % {r.shards}; the trainer writes each transition's TD error back",
         ),
-        StreamSpec(
-            params, "versions", params,
-            tuple(Edge(trainer.name, s) for s in subscribers),
-            note=f"the latest version, {ctx.n_params:,} float32 values, announced on each "
-            "publish",
-        ),
+        params_stream(half, params, trainer.name, ctx.n_params),
     ]  # fmt: skip
     if scoring:
+        m, scored_slots = cfg.reward_model, _scored_slots(cfg)
         streams += [
             StreamSpec(
-                "scored", "segments", "scored",
-                tuple(Edge(reward_model.name, shard_of[a.name], groups[a.name]) for a in actors),
+                "scored", "segments", "scored", half.edges(shard_of, reward_model.name),
                 replace(flow, slots=scored_slots),
-                f"the segments with scored rewards ({cfg.reward_model.mode}), acknowledged by "
-                f"the replay shard that takes them ({scored_slots} slots per group: room for "
-                "what one call scores)",
+                f"the segments with scored rewards ({m.mode}), acknowledged by the replay "
+                f"shard that takes them ({scored_slots} slots per group: room for what one "
+                "call scores)",
             ),
             StreamSpec(
                 STATS, "stats", STATS, (Edge(reward_model.name, trainer.name, wake=False),),
                 note="the reward model's counters, read by the trainer when it logs",
             ),
         ]  # fmt: skip
+    layouts = _replay_layouts(ctx, outputs, scoring)
+    stages = [reward_model] if scoring else []
+    workers = [trainer, *replays, *stages, *half.servers, *half.actors]
+    graph = Graph(workers, layouts, streams)
+    return add_evaluators(graph, cfg, trainer=trainer, params=params)
 
-    def segments(depth: int, info: Any = None) -> Any:
+
+def _samples_stream(
+    ctx: RunContext,
+    half: ActingHalf,
+    flow: RatioBound,
+    shard_of: dict[str, str],
+    reward_model: str | None,
+) -> StreamSpec:
+    """The actors' segments to their replay shards, or, with a reward model, to it."""
+    r, m = ctx.cfg.replay, ctx.cfg.reward_model
+    if reward_model is None:
+        return StreamSpec(
+            "samples", "segments", "samples", half.edges(shard_of), flow,
+            f"segments of {r.segment_len} steps, acknowledged by the replay shard that "
+            f"takes them ({SLOTS} slots per group); {flow.describe()}",
+        )  # fmt: skip
+    return StreamSpec(
+        "samples", "segments", "samples",
+        half.edges({a.name: reward_model for a in half.actors}),
+        replace(flow, slots=m.max_pending),
+        f"segments of {r.segment_len} steps with each step's {', '.join(ctx.env.info)}, "
+        "acknowledged by the reward model once scored and handed on "
+        f"({m.max_pending} slots per group: the segments that may wait for scoring)",
+    )  # fmt: skip
+
+
+def _scored_slots(cfg: ExperimentConfig) -> int:
+    """What the model scores in one call is handed on at once: as many slots as wait for it."""
+    return max(SLOTS, cfg.reward_model.max_pending)
+
+
+def _replay_layouts(ctx: RunContext, outputs: Outputs, scoring: bool) -> dict[str, BlockLayout]:
+    """The blocks of the replay graph's streams."""
+    cfg, env, r = ctx.cfg, ctx.env, ctx.cfg.replay
+    assert ctx.replay is not None
+    spec = ctx.replay.shards[0]
+    recurrent = spec.core_size > 0  # the actors carry a state (models/recurrent_state.py)
+
+    def segments(depth: int, info: Any = None) -> BlockLayout:
         """The layout of a stream of the actors' segments, `depth` slots per group."""
         return sample_layout(
-            env.obs, env.action, outputs,
-            depth=depth,
-            steps=r.segment_len,
-            envs=cfg.total_groups * rows,
-            groups=cfg.total_groups,
-            state=segment_state_fields(cfg.model) if recurrent else None,
-            acked=True,
-            info=info,
+            env.obs, env.action, outputs, depth=depth, steps=r.segment_len,
+            envs=cfg.total_groups * ctx.group_rows, groups=cfg.total_groups,
+            state=segment_state_fields(cfg.model) if recurrent else None, acked=True, info=info,
         )  # fmt: skip
 
-    layouts: dict[str, Any] = {
+    layouts: dict[str, BlockLayout] = {
         "inference": inference_layout(
-            env.obs,
-            env.action,
-            outputs,
-            groups=cfg.total_groups,
-            group_size=rows,
+            env.obs, env.action, outputs, groups=cfg.total_groups, group_size=ctx.group_rows,
             state=inference_state_fields(cfg.model) if recurrent else None,
         ),
         "samples": segments(SLOTS),
         BATCHES: batch_layout(
-            r.shards,
-            r.prefetch,
-            r.batch_size,
-            env.obs,
-            env.action,
-            spec.sequence,
+            r.shards, r.prefetch, r.batch_size, env.obs, env.action, spec.sequence,
             spec.core_size,
         ),
-        params: params_layout(ctx.n_params),
-    }
-    for s in replays:
-        layouts[storage_block(s.index)] = storage_layout(ctx.replay.shards[s.index])
+        params_block(POLICY): params_layout(ctx.n_params),
+        **{storage_block(s): storage_layout(shard) for s, shard in enumerate(ctx.replay.shards)},
+    }  # fmt: skip
     if scoring:  # the actors' stream holds the segments waiting for the model, with info
-        layouts["scored"] = segments(scored_slots)
+        layouts["scored"] = segments(_scored_slots(cfg))
         layouts["samples"] = segments(cfg.reward_model.max_pending, env.info)
         layouts[STATS] = stats_layout(STAT_NAMES)
-    stages = [reward_model] if scoring else []
-    graph = Graph([trainer, *replays, *stages, *servers, *actors], layouts, streams)
-    return add_evaluators(graph, cfg, trainer=trainer, params=params)
+    return layouts
 
 
 def describe_replay(ctx: RunContext, graph: Graph, learner: str) -> list[str]:
