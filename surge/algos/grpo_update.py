@@ -67,21 +67,7 @@ def grpo_update(
         if skip_zero_advantage
         else torch.ones_like(informative)
     )
-    computed = groups.repeat_interleave(per_group)
-    counts = None
-    if segments > 1:
-        # A segment with no trained token (unused, or of an overlong episode) adds nothing to
-        # the loss or its normaliser: it is left out of the forward too.
-        trained = computed & (mask.sum(1) > 0)
-        if not bool(trained.any()):
-            # Nothing trains (every computed episode overlong): the loss, its gradient and
-            # the statistics are zero whichever rows run, so one segment stands for all.
-            trained = torch.zeros_like(computed)
-            trained[0] = True
-        computed = trained
-        counts = computed.view(-1, per_group).sum(1)
-        groups = counts > 0
-        counts = counts[groups]
+    computed, groups, counts = computed_rows(groups, mask, per_group, segments)
     rows = computed.nonzero()[:, 0]
     picked = groups.nonzero()[:, 0]
     tokens = completions[rows]
@@ -92,15 +78,7 @@ def grpo_update(
     logp_all = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), -1)
     logp = logp_all.gather(2, tokens[..., None])[..., 0]
     m, behav, a = mask[rows], data["behav"][rows], adv[rows]
-    if g.loss == "aipo":
-        terms = L.aipo(logp, behav, a, g.aipo_rho)
-        capped = clipped = torch.zeros_like(m)
-    else:
-        prox = logp.detach()  # one update per batch: the proximal policy is this one
-        terms, capped = L.decoupled_ppo(
-            logp, prox, behav, a, m, g.clip_low, g.clip_high, g.behav_cap
-        )
-        _, clipped = L.clipped_surrogate(logp, prox, a, g.clip_low, g.clip_high)
+    terms, capped, clipped = loss_terms(logp, behav, a, m, g)
     n = m.sum().clamp(min=1)
     kl = torch.zeros((), device=logp.device)
     if g.kl_coef > 0:
@@ -132,3 +110,40 @@ def grpo_update(
             "informative_groups": float(informative.float().mean()),
             "computed_groups": float(groups.float().mean()),
         }
+
+
+def loss_terms(
+    logp: Tensor, behav: Tensor, adv: Tensor, mask: Tensor, g: Any
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-token policy loss terms of `grpo.loss`, and where the behaviour weight was capped
+    and where the surrogate clipped (zeros for AIPO, which does neither)."""
+    if g.loss == "aipo":
+        zeros = torch.zeros_like(mask)
+        return L.aipo(logp, behav, adv, g.aipo_rho), zeros, zeros
+    prox = logp.detach()  # one update per batch: the proximal policy is this one
+    terms, capped = L.decoupled_ppo(
+        logp, prox, behav, adv, mask, g.clip_low, g.clip_high, g.behav_cap
+    )
+    _, clipped = L.clipped_surrogate(logp, prox, adv, g.clip_low, g.clip_high)
+    return terms, capped, clipped
+
+
+def computed_rows(
+    groups: Tensor, mask: Tensor, per_group: int, segments: int
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(the sequences [S] the forward runs, the groups [groups] it runs some of, how many of
+    each such group's sequences it runs, or None when all) from the groups with a gradient.
+    With several segments per episode, a segment with no trained token (unused, or of an
+    overlong episode) adds nothing to the loss or its normaliser: it is left out too."""
+    computed = groups.repeat_interleave(per_group)
+    if segments == 1:
+        return computed, groups, None
+    trained = computed & (mask.sum(1) > 0)
+    if not bool(trained.any()):
+        # Nothing trains (every computed episode overlong): the loss, its gradient and the
+        # statistics are zero whichever rows run, so one segment stands for all.
+        trained = torch.zeros_like(computed)
+        trained[0] = True
+    counts = trained.view(-1, per_group).sum(1)
+    ran = counts > 0
+    return trained, ran, counts[ran]

@@ -28,7 +28,8 @@ from surge.errors import ConfigError
 from surge.llm.context import ContextRule
 from surge.llm.tasks import ALPHABETS, Task, heldout_set, task_of
 from surge.llm.text_sample import TextSample, check_warm_start, text_sample, tiny_model_positions
-from surge.llm.textenv import TextEnvTask, limits_record
+from surge.llm.textenv import TextEnvTask
+from surge.llm.turn_loop import limits_record
 
 MAX_LENGTH = 64
 """Positions of the built-in model: prompt and completion together (more for other tasks'

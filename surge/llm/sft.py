@@ -32,7 +32,8 @@ from surge.llm.model import encode_prompt, save_model_dir
 from surge.llm.problems import Problem
 from surge.llm.tasks import ALPHABETS, Task, heldout_set, make_task
 from surge.llm.text_sample import alphabet_of, text_sample
-from surge.llm.textenv import TextEnvTask, limits_from
+from surge.llm.textenv import TextEnvTask
+from surge.llm.turn_loop import limits_from
 from surge.tracking.files import atomic_writer
 
 FORMAT = 2  # 2: the tokenizer adds <bos> itself; a generation config

@@ -31,8 +31,9 @@ from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError
 from surge.llm.context import ContextRule
 from surge.llm.problems import REASONING_GYM, Problem, Split, split_of
-from surge.llm.textenv import EpisodeLimits, TextEnvTask, is_text_env
+from surge.llm.textenv import TextEnvTask, is_text_env
 from surge.llm.tiny import ARITHMETIC_ALPHABET, COUNTDOWN_ALPHABET
+from surge.llm.turn_loop import EpisodeLimits
 
 
 class Arithmetic:

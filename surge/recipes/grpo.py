@@ -50,16 +50,9 @@ def grpo_graph(ctx: RunContext) -> Graph:
     # rollout stream and the parameter versions cross nodes by surge/streams/ray_bridge.py.
     pod = "trainer"
     trainer = worker(
-        "trainer",
-        0,
-        factory="surge.learners.grpo:build",
-        threads=g.threads,
-        restartable=False,
-        ends_run=True,
-        cpus=ray.trainer_cpus,
-        gpus=ray.trainer_gpus,
-        pod=pod,
-    )
+        "trainer", 0, factory="surge.learners.grpo:build", threads=g.threads,
+        restartable=False, ends_run=True, cpus=ray.trainer_cpus, gpus=ray.trainer_gpus, pod=pod,
+    )  # fmt: skip
     generators = [
         worker(
             "generator", i, threads=r.threads, cpus=ray.policy_cpus, gpus=ray.policy_gpus, pod=""
@@ -78,28 +71,10 @@ def grpo_graph(ctx: RunContext) -> Graph:
         for i in range(cfg.eval.workers)
     ]
     flow = VersionBound(cfg.max_policy_lag)
-    B = r.prompts_per_batch
-    rows = flow.depth * B
+    rows = flow.depth * r.prompts_per_batch
     params = params_block(POLICY)
-    streams = [
-        StreamSpec(
-            "rollouts",
-            "groups",
-            "rollouts",
-            tuple(Edge(gen.name, rewarder.name) for gen in generators),
-            flow,
-            f"{rows} rows of {r.group_size} completions (a prompt each); group k is trained by "
-            f"version k // {B}, and starts {flow.describe()}",
-        ),
-        StreamSpec(
-            "scored",
-            "groups",
-            "rollouts",
-            (Edge(rewarder.name, (references or [trainer])[0].name),),
-            flow,
-            "the same rows, scored"
-            + ("" if references else ": the trainer takes batch v's groups in order"),
-        ),
+    streams = _row_streams(cfg, flow, rows, generators, rewarder, references, trainer)
+    streams.append(
         StreamSpec(
             params,
             "versions",
@@ -107,21 +82,8 @@ def grpo_graph(ctx: RunContext) -> Graph:
             tuple(Edge(trainer.name, gen.name) for gen in generators)
             + tuple(Edge(trainer.name, ev.name, wake=False) for ev in evaluators),
             note=f"the latest version, {n_params:,} float32 values, announced on each publish",
-        ),
-    ]
-    if references:
-        streams.insert(
-            2,
-            StreamSpec(
-                "referenced",
-                "groups",
-                "rollouts",
-                (Edge(references[0].name, trainer.name),),
-                flow,
-                "the same rows with the reference model's log-probs (grpo.kl_coef "
-                f"{g.kl_coef}): the trainer takes batch v's groups in order",
-            ),
-        )
+        )  # fmt: skip
+    )
     layouts = {
         "rollouts": rollout_layout(rows, r.group_size, _width(env), *_episode_shape(env)),
         params: params_layout(n_params),
@@ -136,11 +98,52 @@ def grpo_graph(ctx: RunContext) -> Graph:
                 note=f"greedy accuracy on {cfg.task.heldout} held-out problems every "
                 f"{cfg.eval.every_versions or cfg.eval.every_s} "
                 f"{'versions' if cfg.eval.every_versions else 's'}, and at the start",
-            )
+            )  # fmt: skip
         )
         layouts[EVALUATIONS] = results_layout(len(evaluators), LLM_EVAL_FIELDS)
     workers = [trainer, *generators, rewarder, *references, *evaluators]
     return Graph(workers, layouts, streams, shared_imports=shared_imports(workers))
+
+
+def _row_streams(
+    cfg: ExperimentConfig,
+    flow: VersionBound,
+    rows: int,
+    generators: list[WorkerSpec],
+    rewarder: WorkerSpec,
+    references: list[WorkerSpec],
+    trainer: WorkerSpec,
+) -> list[StreamSpec]:
+    """The rollout rows' hand-over, one block through every stage: generated, scored, and
+    (with a KL term) referenced, then trained."""
+    r, B = cfg.rollout, cfg.rollout.prompts_per_batch
+    streams = [
+        StreamSpec(
+            "rollouts", "groups", "rollouts",
+            tuple(Edge(gen.name, rewarder.name) for gen in generators), flow,
+            f"{rows} rows of {r.group_size} completions (a prompt each); group k is trained by "
+            f"version k // {B}, and starts {flow.describe()}",
+        ),
+        StreamSpec(
+            "scored", "groups", "rollouts",
+            (Edge(rewarder.name, (references or [trainer])[0].name),), flow,
+            "the same rows, scored"
+            + ("" if references else ": the trainer takes batch v's groups in order"),
+        ),
+    ]  # fmt: skip
+    if references:
+        streams.append(
+            StreamSpec(
+                "referenced",
+                "groups",
+                "rollouts",
+                (Edge(references[0].name, trainer.name),),
+                flow,
+                "the same rows with the reference model's log-probs (grpo.kl_coef "
+                f"{cfg.grpo.kl_coef}): the trainer takes batch v's groups in order",
+            )  # fmt: skip
+        )
+    return streams
 
 
 def shared_imports(workers: list[WorkerSpec]) -> tuple[str, ...]:

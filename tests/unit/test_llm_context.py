@@ -18,8 +18,9 @@ from surge.llm.context import (
 )
 from surge.llm.env_checks import CheckedTextEnv, TextEnvError
 from surge.llm.episodes import EpisodeEngine
-from surge.llm.textenv import EpisodeLimits, Written, run_now, text_episode
+from surge.llm.textenv import run_now
 from surge.llm.tiny import char_tokenizer
+from surge.llm.turn_loop import EpisodeLimits, Written, text_episode
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789\nS:?=<>"
 

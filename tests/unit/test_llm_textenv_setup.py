@@ -115,7 +115,8 @@ def test_truncation_restarts_until_the_turn_limit_not_a_summary_budget() -> None
     """A policy that fetches every fact twice truncates about 9 times: with no summary
     budget in truncate mode it still reaches the question, and the rows hold
     `rollout.max_turns` + 1 segments (each segment holds at least one turn)."""
-    from surge.llm.textenv import run_now, text_episode
+    from surge.llm.textenv import run_now
+    from surge.llm.turn_loop import text_episode
 
     cfg = _cfg("recall-truncate")
     task = task_of(cfg)

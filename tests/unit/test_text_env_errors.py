@@ -16,8 +16,9 @@ from surge.errors import ConfigError, UserError  # noqa: E402
 from surge.llm.context import ContextRule  # noqa: E402
 from surge.llm.episodes import EpisodeEngine  # noqa: E402
 from surge.llm.setup import expert_fit  # noqa: E402
-from surge.llm.textenv import EpisodeLimits, TextEnvTask  # noqa: E402
+from surge.llm.textenv import TextEnvTask  # noqa: E402
 from surge.llm.tiny import char_tokenizer  # noqa: E402
+from surge.llm.turn_loop import EpisodeLimits  # noqa: E402
 
 
 class Scripted:

@@ -30,8 +30,9 @@ from surge.llm.evaluate import decode_and_score  # noqa: E402
 from surge.llm.lean import LeanLlama  # noqa: E402
 from surge.llm.model import stop_sequences  # noqa: E402
 from surge.llm.sft import transcript_batch  # noqa: E402
-from surge.llm.textenv import EpisodeLimits, TextEnvTask, Written, run_now, text_episode  # noqa: E402
+from surge.llm.textenv import TextEnvTask, run_now  # noqa: E402
 from surge.llm.tiny import char_tokenizer, tiny_llama  # noqa: E402
+from surge.llm.turn_loop import EpisodeLimits, Written, text_episode  # noqa: E402
 from surge.streams.rollouts import RolloutRows, rollout_layout  # noqa: E402
 from surge.streams.transport import InlineTransport  # noqa: E402
 
