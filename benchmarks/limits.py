@@ -96,7 +96,7 @@ def synthetic_batch(cfg: ExperimentConfig, env: Any, model: Any, g: Any) -> Any:
 def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
     import torch
 
-    from surge.algos.numpy_ppo import NumpyPPOLearner
+    from surge.algos.numpy_ppo import NumpyPPOUpdater
     from surge.algos.ppo import PPOLearner
     from surge.models.actor_critic import ActorCritic
     from surge.models.numpy_net import NumpyActorCritic
@@ -116,7 +116,7 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
     learner: Any
     if backend == "numpy":
         net = NumpyActorCritic(layout, model_to_flat(model).copy())
-        learner = NumpyPPOLearner(net, cfg.ppo, np.random.default_rng(0), vtrace)
+        learner = NumpyPPOUpdater(net, cfg.ppo, np.random.default_rng(0), vtrace)
         batch = batch.map(lambda t: t.numpy())
     else:
         learner = PPOLearner(model, cfg.ppo, g, vtrace)

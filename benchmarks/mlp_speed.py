@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from limits import synthetic_batch  # noqa: E402 - benchmarks/, next to this file
 
-from surge.algos.numpy_ppo import NumpyPPOLearner  # noqa: E402
+from surge.algos.numpy_ppo import NumpyPPOUpdater  # noqa: E402
 from surge.algos.ppo import PPOLearner  # noqa: E402
 from surge.config.load import load_config  # noqa: E402
 from surge.envs.make import probe_env  # noqa: E402
@@ -96,7 +96,7 @@ def main() -> None:
     np_batch = batch.map(lambda t: t.numpy())
     vtrace = cfg.appo if cfg.algo == "appo" else None
     net = NumpyActorCritic(layout, flat.copy())
-    numpy_learner = NumpyPPOLearner(net, cfg.ppo, np.random.default_rng(0), vtrace)
+    numpy_learner = NumpyPPOUpdater(net, cfg.ppo, np.random.default_rng(0), vtrace)
     torch_learner = PPOLearner(model, cfg.ppo, gen, vtrace)
     lr = cfg.ppo.lr
     update = blocks(

@@ -1,6 +1,6 @@
-"""What does the replay shard's storage (surge/algos/replay.py) cost per call? Times
+"""What does the replay shard's storage (surge/algos/transition_store.py) cost per call? Times
 `ReplayStore.add` of one segment and `ReplayStore.sample` of one batch written into a row of
-the batches block, as the replay worker (surge/workers/replay.py) does them, for the
+the batches block, as the replay worker (surge/workers/replay_shard.py) does them, for the
 `cartpole-dqn` preset's settings: one env column, segments of 10 steps, capacity 10,000,
 batches of 128, observations float32 [4], int64 actions, 1-step returns.
 
@@ -35,16 +35,16 @@ from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from surge.algos.replay import ReplayStore, Spec, storage_fields  # noqa: E402
+from surge.algos.transition_store import ReplayStore, Spec, storage_fields  # noqa: E402
 from surge.envs.spaces import ArraySpec  # noqa: E402
-from surge.streams.replay import batch_layout  # noqa: E402
+from surge.streams.replay_blocks import batch_layout  # noqa: E402
 
 CAPACITY, SEGMENT, BATCH, NSTEP, GAMMA = 10_000, 10, 128, 1, 0.99
 ACTIONS = 2
 
 
 def build_store(prioritized: bool, seed: int = 0) -> ReplayStore:
-    """A shard's store as surge/recipes/replay.py `replay_setup` sizes it for cartpole-dqn,
+    """A shard's store as surge/recipes/replay_graph.py `replay_setup` sizes it for cartpole-dqn,
     over zeroed arrays (a fresh shared-memory block)."""
     length = math.ceil(CAPACITY / 1) + SEGMENT + 1 + NSTEP  # share + margin (stack 1)
     spec = Spec(
@@ -105,7 +105,7 @@ def segments(count: int, prioritized: bool, seed: int = 1) -> list[dict[str, np.
 
 
 def batch_row() -> dict[str, np.ndarray]:
-    """Row 0 of a batches block (streams/replay.py `batch_layout`), as views."""
+    """Row 0 of a batches block (streams/replay_blocks.py `batch_layout`), as views."""
     obs = {"obs": ArraySpec((4,), np.dtype(np.float32))}
     layout = batch_layout(1, 2, BATCH, obs, ArraySpec((), np.dtype(np.int64)))
     arrays = {k: np.zeros(f.shape, f.dtype) for k, f in layout.fields.items()}

@@ -1,6 +1,6 @@
 """PPO / APPO in numpy for MLP models: the loss with its gradient, Adam, and the learner.
 
-The numpy learner runs the same algorithm as `ppo.PPOLearner` (the same targets, minibatch
+The numpy learner runs the same algorithm as `ppo.PPOUpdater` (the same targets, minibatch
 loop, loss, clip and Adam) on `models.numpy_net.NumpyActorCritic`, without importing torch:
 see numpy_net.py for why. tests/unit/test_numpy_learner.py checks whole updates against the
 torch learner's from the same parameters and batch, both in float64.
@@ -203,8 +203,8 @@ class NumpyAdam:
             getattr(self, mine)[...] = flat
 
 
-class NumpyPPOLearner:
-    """`ppo.PPOLearner` on a `NumpyActorCritic`: PPO with GAE, or APPO with V-trace when
+class NumpyPPOUpdater:
+    """`ppo.PPOUpdater` on a `NumpyActorCritic`: PPO with GAE, or APPO with V-trace when
     `vtrace` is set. `rng` drives the minibatch shuffling."""
 
     def __init__(
@@ -265,7 +265,7 @@ class NumpyPPOLearner:
         return adv, ret, values, vtrace_stats(log_rhos, self.vtrace.rho_bar)
 
     def update(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
-        """Train on one batch; return the stats of the update (as `PPOLearner.update`)."""
+        """Train on one batch; return the stats of the update (as `PPOUpdater.update`)."""
         cfg, net = self.cfg, self.net
         T, N = batch.rewards.shape
         check_minibatches(cfg, T, N)

@@ -47,7 +47,7 @@ from surge.models.normalize import ValueNormalizer
 # --- the batch and the learner --------------------------------------------------------------
 
 
-__all__ = ["PPOLearner", "RolloutBatch", "bootstrap_next_values", "current_policy_on"]
+__all__ = ["PPOUpdater", "RolloutBatch", "bootstrap_next_values", "current_policy_on"]
 
 
 def _flat(x: Tensor) -> Tensor:
@@ -118,7 +118,7 @@ def current_policy_on(model: ActorCritic, batch: RolloutBatch, chunk: int = 256)
     return out.reshape(T, N, 2)
 
 
-class PPOLearner:
+class PPOUpdater:
     """Runs PPO updates on rollout batches; owns the Adam optimizer.
 
     With `vtrace` set this is APPO (IMPALA's V-trace inside PPO, as in Sample Factory): the

@@ -1,5 +1,5 @@
-"""Sequence replay (R2D2, Kapturowski et al. 2019): the replay of algos/replay.py whose items
-are fixed-length sequences of steps with the recurrent state stored at their start.
+"""Sequence replay (R2D2, Kapturowski et al. 2019): the replay of algos/transition_store.py
+whose items are fixed-length sequences of steps with the recurrent state stored at their start.
 
 Layout. The steps are stored exactly as for transitions (rings of L steps per env column,
 frames one per step). An item is a sequence of `spec.sequence` steps starting at a position
@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from surge.algos.nstep import nstep_targets
-from surge.algos.replay import SAMPLED, Fields, ReplayStore, Spec
+from surge.algos.transition_store import SAMPLED, Fields, ReplayStore, Spec
 from surge.models.recurrent_state import resets_before
 
 

@@ -1,7 +1,7 @@
 """DQN's learner inside the trainer chassis (surge/workers/trainer.py): the DQN family
 (double, dueling, n-step, prioritised, Ape-X) on batches the replay workers serve.
 
-Batch u is the row of the batches block that holds it (streams/replay.py), sampled by shard
+Batch u is the row of the batches block that holds it (streams/replay_blocks.py), sampled by shard
 u % S. One update per batch: the TD loss (algos/dqn.py) on the n-step targets, weighted by
 the importance weights of prioritised replay; the new |TD errors| go back into the row for
 the shard to turn into priorities. The target network follows the online one every
@@ -24,7 +24,7 @@ from surge.algos.exploration import linear_schedule
 from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
 from surge.learners.q_backends import make_q_backend
-from surge.learners.replay import ReplayBatches
+from surge.learners.replay_batches import ReplayBatches
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
 

@@ -320,7 +320,7 @@ class NumpyBackend:
     name = "numpy"
 
     def __init__(self, ctx: RunContext) -> None:
-        from surge.algos.numpy_ppo import NumpyPPOLearner
+        from surge.algos.numpy_ppo import NumpyPPOUpdater
         from surge.models.numpy_net import NumpyActorCritic, initial_parameters
 
         cfg = self.cfg = ctx.cfg
@@ -331,7 +331,7 @@ class NumpyBackend:
         self.net = NumpyActorCritic(layout, flat)
         rng = np.random.default_rng(derive_seed(cfg.seed, "trainer"))
         self.value_norm = ValueNormalizer() if cfg.model.value_norm else None
-        self.learner = NumpyPPOLearner(self.net, cfg.ppo, rng, _vtrace(ctx), self.value_norm)
+        self.learner = NumpyPPOUpdater(self.net, cfg.ppo, rng, _vtrace(ctx), self.value_norm)
 
     def update(self, arrays: dict[str, np.ndarray], lr: float) -> dict[str, float]:
         return self.learner.update(slot_batch(arrays, self.cfg.ppo.rollout_len), lr)
@@ -356,7 +356,7 @@ class TorchBackend:
     def __init__(self, ctx: RunContext) -> None:
         import torch
 
-        from surge.algos.ppo import PPOLearner as TorchPPO
+        from surge.algos.ppo import PPOUpdater as TorchPPO
         from surge.algos.staging import DeviceStaging
         from surge.devices import trainer_device
         from surge.models.actor_critic import ActorCritic
@@ -402,7 +402,7 @@ def warm_up() -> None:
     run never needs it (models/numpy_net.py), and a torch-backend one imports it when its
     learner is built. TensorBoard's import is left to MetricsWriter's thread, which overlaps
     it with the first updates."""
-    from surge.algos.numpy_ppo import NumpyPPOLearner  # noqa: F401
+    from surge.algos.numpy_ppo import NumpyPPOUpdater  # noqa: F401
     from surge.models.numpy_net import orthogonal
 
     orthogonal(np.random.default_rng(0), (16, 8), 1.0) @ np.ones((8, 4), np.float32)

@@ -1,8 +1,8 @@
 """SAC's learner inside the trainer chassis (surge/workers/trainer.py): soft actor-critic
 (Haarnoja et al. 2018) for Box actions, on batches the replay workers serve.
 
-Batch u is the row of the batches block that holds it (streams/replay.py, through
-learners/replay.py `ReplayBatches`). One update per batch, as CleanRL's
+Batch u is the row of the batches block that holds it (streams/replay_blocks.py, through
+learners/replay_batches.py `ReplayBatches`). One update per batch, as CleanRL's
 sac_continuous_action.py does per env step after learning starts:
 
 - the twin critics step on the soft clipped double-Q target of the target critics
@@ -47,7 +47,7 @@ from surge.config.schema import ExperimentConfig
 from surge.devices import cpu_bfloat16, trainer_device
 from surge.errors import UserError
 from surge.evaluation.suite import InlineEvaluator
-from surge.learners.replay import ReplayBatches
+from surge.learners.replay_batches import ReplayBatches
 from surge.learners.sac_numpy import NumpySteps
 from surge.models import gemm
 from surge.models.gemm import ProductTrial

@@ -5,7 +5,7 @@ the streams between them and the trainer's parameters.
     trainer   --(params: versions)----------->  policy-* (or the actors, inline)
 
 PPO's graph (surge/recipes/ppo.py) adds the sample stream to its trainer, once per policy;
-the replay graph (surge/recipes/replay.py) adds replay shards between the actors and its
+the replay graph (surge/recipes/replay_graph.py) adds replay shards between the actors and its
 trainer. Both lay the acting half out here, so placement (a policy worker and the actors it
 serves form a pod: the inference stream, which crosses processes on every env step, stays
 inside one node), routing and the streams' notes are written once.

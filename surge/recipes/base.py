@@ -36,7 +36,7 @@ class Algorithm:
 
     reward_stage = False
     """Its graph puts a reward-model worker between the actors and the learner when
-    `reward_model.mode` is not `env` (the replay graph: surge/recipes/replay.py)."""
+    `reward_model.mode` is not `env` (the replay graph: surge/recipes/replay_graph.py)."""
     warm_module: str | None = None
     """A module the trainer's process may import while the controller prepares the run
     (surge/runtime/warm.py): its learner's. None: no warm process."""

@@ -1,6 +1,6 @@
 """The DQN family as a plug-in (surge/recipes/base.py): DQN (Mnih et al. 2015) with double
 Q-learning, dueling heads, n-step returns, prioritised replay and Ape-X's per-env
-exploration, on the replay graph (surge/recipes/replay.py). The trainer runs the DQN learner
+exploration, on the replay graph (surge/recipes/replay_graph.py). The trainer runs the DQN learner
 (surge/learners/dqn.py); actors and policy workers act greedily on the Q-network
 (models/q_policy.py: numpy for MLPs) and the actors explore epsilon-greedily
 (algos/exploration.py).
@@ -21,7 +21,7 @@ from surge.models.q_policy import count_q_params, q_params
 from surge.models.recurrent_state import state_size
 from surge.recipes.base import Algorithm
 from surge.recipes.checkpoint_fit import params_misfit, require_fit, torch_flat
-from surge.recipes.replay import (
+from surge.recipes.replay_graph import (
     check_replay,
     describe_replay,
     probe,

@@ -1,5 +1,5 @@
 """SAC as a plug-in (surge/recipes/base.py): soft actor-critic (Haarnoja et al. 2018) for Box
-actions, on the replay graph of the DQN family (surge/recipes/replay.py). The trainer runs
+actions, on the replay graph of the DQN family (surge/recipes/replay_graph.py). The trainer runs
 the SAC learner (surge/learners/sac.py); actors and policy workers sample the actor's
 squashed Gaussian (models/sac_policy.py: numpy for MLPs), and the actors act uniformly at
 random until learning starts (algos/exploration.py `RandomStart`). Defaults follow CleanRL's
@@ -20,7 +20,7 @@ from surge.errors import ConfigError
 from surge.models.sac_policy import count_sac_params, sac_params
 from surge.recipes.base import Algorithm
 from surge.recipes.checkpoint_fit import params_misfit, require_fit, torch_flat
-from surge.recipes.replay import (
+from surge.recipes.replay_graph import (
     check_replay,
     describe_replay,
     probe,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from surge.algos.replay import ReplaySetup
+from surge.algos.transition_store import ReplaySetup
 from surge.config.schema import ExperimentConfig
 from surge.envs.spaces import EnvInfo
 from surge.tracking.run_dir import policy_home

@@ -34,7 +34,7 @@ WORKER_KINDS: dict[str, str] = {
     "rewarder": "surge.workers.rewarder:build",
     "reference": "surge.workers.reference:build",
     "llm-evaluator": "surge.workers.llm_evaluator:build",
-    "replay": "surge.workers.replay:build",
+    "replay": "surge.workers.replay_shard:build",
     "reward-model": "surge.workers.reward_model:build",
 }
 """Worker kind -> `module:function` that builds one inside its process (`Factory`). An import

@@ -19,7 +19,7 @@ import torch
 from surge.algos.adam import FusedAdam
 from surge.algos.batch import RolloutBatch
 from surge.algos.flat_params import FlatParameters
-from surge.algos.numpy_ppo import NumpyAdam, NumpyPPOLearner
+from surge.algos.numpy_ppo import NumpyAdam, NumpyPPOUpdater
 from surge.algos.ppo import PPOLearner
 from surge.config.schema import APPOConfig, ModelConfig, PPOConfig
 from surge.models.actor_critic import ActorCritic
@@ -227,7 +227,7 @@ def test_update_matches_the_torch_learner(
     np_batch = batch.map(lambda t: t.numpy())
     monkeypatch.setattr(torch, "randperm", lambda n, generator=None: torch.arange(n))
     ref = PPOLearner(model, cfg, torch.Generator(), vtrace)
-    mine = NumpyPPOLearner(net, cfg, _InOrder(), vtrace)  # type: ignore[arg-type]
+    mine = NumpyPPOUpdater(net, cfg, _InOrder(), vtrace)  # type: ignore[arg-type]
     for _ in range(2):
         ref_stats = ref.update(batch, lr=1e-3)
         stats = mine.update(np_batch, lr=1e-3)
@@ -258,7 +258,7 @@ def test_float32_update_step_is_within_rounding_of_float64(
     start = net64.flat.copy()
     grads = {}
     for net in (net64, net32):
-        learner = NumpyPPOLearner(net, cfg, _InOrder(), vtrace)  # type: ignore[arg-type]
+        learner = NumpyPPOUpdater(net, cfg, _InOrder(), vtrace)  # type: ignore[arg-type]
         learner.optimizer.step = lambda g, net=net: grads.__setitem__(net.dtype, g.copy())  # type: ignore[method-assign]
         b = batch.map(lambda x, net=net: x.astype(net.dtype) if x.dtype.kind == "f" else x)
         learner.update(b, lr=1e-3)  # every minibatch step: the gradient of the last one
@@ -274,14 +274,14 @@ def test_learner_state_round_trips() -> None:
     np_batch_src = _batch(model, space)
     np_batch = np_batch_src.map(lambda t: t.numpy())
     cfg = PPOConfig(epochs=1, minibatches=2)
-    first = NumpyPPOLearner(net, cfg, np.random.default_rng(5))
+    first = NumpyPPOUpdater(net, cfg, np.random.default_rng(5))
     first.update(np_batch, 1e-3)
     saved, params = first.state_dict(), net.flat.copy()
     first.update(np_batch, 1e-3)
     after = net.flat.copy()
 
     net.flat[...] = params
-    second = NumpyPPOLearner(net, cfg, np.random.default_rng(99))
+    second = NumpyPPOUpdater(net, cfg, np.random.default_rng(99))
     second.load_state_dict(saved)
     second.update(np_batch, 1e-3)
     np.testing.assert_array_equal(net.flat, after)  # same moments, same shuffles
@@ -397,7 +397,7 @@ def test_multiagent_update_matches_the_torch_learner(
     from surge.models.normalize import ValueNormalizer
 
     ref = PPOLearner(model, cfg, torch.Generator(), vtrace, ValueNormalizer())
-    mine = NumpyPPOLearner(net, cfg, _InOrder(), vtrace, ValueNormalizer())  # type: ignore[arg-type]
+    mine = NumpyPPOUpdater(net, cfg, _InOrder(), vtrace, ValueNormalizer())  # type: ignore[arg-type]
     for _ in range(2):
         ref_stats = ref.update(batch, lr=1e-3)
         stats = mine.update(np_batch, lr=1e-3)
@@ -430,7 +430,7 @@ def test_inactive_samples_do_not_change_the_update(backend: str) -> None:
                 x[off] = torch.rand(x[off].shape, generator=g, dtype=x.dtype)
             batch.actions[off] = 0
         if backend == "numpy":
-            learner = NumpyPPOLearner(net, cfg, np.random.default_rng(0), None, ValueNormalizer())
+            learner = NumpyPPOUpdater(net, cfg, np.random.default_rng(0), None, ValueNormalizer())
             learner.update(batch.map(lambda t: t.numpy()), 1e-3)
             results.append(net.flat.copy())
         else:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from surge.algos.losses import clipped_surrogate_loss, explained_variance, value_loss
-from surge.algos.ppo import PPOLearner, RolloutBatch, bootstrap_next_values, gather_rows
+from surge.algos.ppo import PPOUpdater, RolloutBatch, bootstrap_next_values, gather_rows
 from surge.config.schema import ModelConfig, PPOConfig
 from surge.errors import ConfigError
 from surge.models.actor_critic import ActorCritic
@@ -130,7 +130,7 @@ def _cfg(**kw: Any) -> PPOConfig:
 def test_update_runs_returns_finite_stats_and_changes_params(kind: str) -> None:
     model = _model(ACTION_SPACES[kind])
     before = copy.deepcopy(model.state_dict())
-    learner = PPOLearner(model, _cfg(), torch.Generator().manual_seed(0))
+    learner = PPOUpdater(model, _cfg(), torch.Generator().manual_seed(0))
 
     stats = learner.update(_batch(model), lr=1e-3)
 
@@ -148,8 +148,8 @@ def test_update_is_reproducible_with_a_fixed_generator() -> None:
     a = _model(ACTION_SPACES["box"], seed=3)
     b = copy.deepcopy(a)
     batch = _batch(a)
-    la = PPOLearner(a, _cfg(), torch.Generator().manual_seed(7))
-    lb = PPOLearner(b, _cfg(), torch.Generator().manual_seed(7))
+    la = PPOUpdater(a, _cfg(), torch.Generator().manual_seed(7))
+    lb = PPOUpdater(b, _cfg(), torch.Generator().manual_seed(7))
     for _ in range(2):
         sa, sb = la.update(batch, 1e-3), lb.update(batch, 1e-3)
         assert sa == sb
@@ -159,7 +159,7 @@ def test_update_is_reproducible_with_a_fixed_generator() -> None:
 
 def test_update_sets_learning_rate() -> None:
     model = _model(ACTION_SPACES["discrete"])
-    learner = PPOLearner(model, _cfg(), torch.Generator().manual_seed(0))
+    learner = PPOUpdater(model, _cfg(), torch.Generator().manual_seed(0))
     learner.update(_batch(model), lr=1.25e-4)
     assert learner.optimizer.lr == 1.25e-4
     assert learner.optimizer.eps == _cfg().adam_eps
@@ -167,7 +167,7 @@ def test_update_sets_learning_rate() -> None:
 
 def test_target_kl_stops_after_the_first_epoch() -> None:
     model = _model(ACTION_SPACES["discrete"])
-    learner = PPOLearner(model, _cfg(epochs=5, target_kl=-1.0), torch.Generator().manual_seed(0))
+    learner = PPOUpdater(model, _cfg(epochs=5, target_kl=-1.0), torch.Generator().manual_seed(0))
     learner.update(_batch(model), lr=1e-3)
     # one epoch of 4 minibatches, then the KL check stops it
     assert int(learner.optimizer.step_count) == 4
@@ -175,7 +175,7 @@ def test_target_kl_stops_after_the_first_epoch() -> None:
 
 def test_minibatches_must_divide_the_batch() -> None:
     model = _model(ACTION_SPACES["discrete"])
-    learner = PPOLearner(model, _cfg(minibatches=5), torch.Generator().manual_seed(0))
+    learner = PPOUpdater(model, _cfg(minibatches=5), torch.Generator().manual_seed(0))
     with pytest.raises(ConfigError, match="minibatches=5"):
         learner.update(_batch(model), lr=1e-3)
 
@@ -198,7 +198,7 @@ def test_bootstrap_uses_final_obs_at_truncations_and_last_obs_at_the_end() -> No
 
 def test_learner_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
     model = _model(ACTION_SPACES["box"])
-    learner = PPOLearner(model, _cfg(), torch.Generator().manual_seed(0))
+    learner = PPOUpdater(model, _cfg(), torch.Generator().manual_seed(0))
     batch = _batch(model)
     learner.update(batch, lr=1e-3)
     state = {"model": model.state_dict(), "learner": learner.state_dict()}
@@ -206,7 +206,7 @@ def test_learner_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
 
     clone = _model(ACTION_SPACES["box"], seed=99)
     clone.load_state_dict(ckpt["model"])
-    clone_learner = PPOLearner(clone, _cfg(), torch.Generator().manual_seed(123))
+    clone_learner = PPOUpdater(clone, _cfg(), torch.Generator().manual_seed(123))
     clone_learner.load_state_dict(ckpt["learner"])
 
     # Resumed and original continue identically (same Adam moments, same shuffles).
@@ -234,7 +234,7 @@ def test_gather_rows_is_indexing_in_the_same_layout(layout: str) -> None:
 
 def test_thread_schedule_is_asked_before_the_update_and_every_minibatch() -> None:
     model = _model(ACTION_SPACES["discrete"])
-    learner = PPOLearner(model, _cfg(), torch.Generator().manual_seed(0))
+    learner = PPOUpdater(model, _cfg(), torch.Generator().manual_seed(0))
     asked: list[int] = []
     answers = [1, 1, 2, 2, 2, 2, 2, 2, 2]  # the start, then 2 epochs x 4 minibatches
 
@@ -274,8 +274,8 @@ def test_cnn_update_is_unchanged_by_the_prepared_layout() -> None:
         terminated=torch.zeros(T, N, dtype=torch.bool),
         truncated=torch.zeros(T, N, dtype=torch.bool),
     )
-    fast = PPOLearner(model, _cfg(), torch.Generator().manual_seed(5))
-    ref = PPOLearner(plain, _cfg(), torch.Generator().manual_seed(5))
+    fast = PPOUpdater(model, _cfg(), torch.Generator().manual_seed(5))
+    ref = PPOUpdater(plain, _cfg(), torch.Generator().manual_seed(5))
     with pytest.MonkeyPatch.context() as mp:
         assert fast.update(batch, 1e-3)  # the learner's own path
         mp.setattr("surge.algos.ppo.gather_rows", lambda x, idx: x[idx])

@@ -1,6 +1,6 @@
-"""The replay shard's storage (surge/algos/replay.py): every sampled transition is the one the
-stream holds, across segment ends, episode ends, truncations, ring wrap-around, frame stacks
-and a new life of the worker, with n-step returns computed at insert."""
+"""The replay shard's storage (surge/algos/transition_store.py): every sampled transition is
+the one the stream holds, across segment ends, episode ends, truncations, ring wrap-around,
+frame stacks and a new life of the worker, with n-step returns computed at insert."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from surge.algos.nstep import nstep_targets
 from surge.algos.priorities import SumTree, UniformSet
-from surge.algos.replay import ReplayStore, Spec, storage_fields
+from surge.algos.transition_store import ReplayStore, Spec, storage_fields
 
 
 class Stream:
@@ -284,7 +284,7 @@ def test_commits_mark_the_segment_and_queue_its_episodes() -> None:
     """A segment's commit counts it (the worker's new life skips one committed before it
     died unacknowledged) and queues its finished episodes in the same commit; the queue
     hands them out once each, oldest first, and a full ring drops its oldest."""
-    from surge.algos.replay import EPISODE_QUEUE
+    from surge.algos.transition_store import EPISODE_QUEUE
 
     stream = Stream(columns=2, length=9)
     store = _store(2, 64, segment=6, n=2)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from surge.algos.replay import SAMPLED, Spec, storage_fields
 from surge.algos.sequence_replay import SequenceStore
+from surge.algos.transition_store import SAMPLED, Spec, storage_fields
 from surge.config.schema import ExperimentConfig
 from surge.learners.r2d2 import sequence_targets
 from surge.models.q_network import QNetwork

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.replay import ReplaySetup, Spec, ring_length, storage_fields
+from surge.algos.transition_store import ReplaySetup, Spec, ring_length, storage_fields
 from surge.config.schema import ExperimentConfig
 from surge.envs.atari import is_atari_id
 from surge.envs.make import probe_policies
@@ -36,7 +36,7 @@ from surge.rewards.models import check_scorer
 from surge.streams.flow import RatioBound, SampleToInsertRatio
 from surge.streams.inference import inference_layout
 from surge.streams.params import params_block, params_layout
-from surge.streams.replay import (
+from surge.streams.replay_blocks import (
     BATCHES,
     batch_layout,
     saved_replay,
@@ -50,7 +50,7 @@ from surge.streams.transport import BlockLayout
 from surge.tracking.checkpoint import load_checkpoint
 from surge.workers.base import RunContext
 from surge.workers.graph import Edge, Graph, StreamSpec, worker
-from surge.workers.replay import error_buffer, min_error_buffer
+from surge.workers.replay_shard import error_buffer, min_error_buffer
 from surge.workers.reward_model import STAT_NAMES, STATS
 
 POLICY = "default"
@@ -135,7 +135,7 @@ def _check_frames(cfg: ExperimentConfig, env: EnvInfo) -> None:
 
 
 def frame_field(cfg: ExperimentConfig, env: EnvInfo) -> str | None:
-    """An Atari frame stack, stored one frame per step (algos/replay.py), or None."""
+    """An Atari frame stack, stored one frame per step (algos/transition_store.py), or None."""
     obs = env.obs
     if not is_atari_id(cfg.env.id) or list(obs) != ["obs"]:
         return None
@@ -173,7 +173,7 @@ def replay_setup(
         frames = frame_field(cfg, env)
         stack = env.obs["obs"].shape[0] if frames else 1
         # rings hold the shard's share of `replay.capacity` whole, plus the steps a write
-        # makes unsampleable ahead of it (algos/replay.py `_invalidated`) and the n-step
+        # makes unsampleable ahead of it (algos/transition_store.py `_invalidated`) and the n-step
         # tail (a sequence's length: what is stored before its first item is whole)
         margin = r.segment_len + stack + (sequence or nstep)
         share = ring_length(r.capacity // r.shards, columns)  # steps per column

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from surge.streams.replay import TRAINED, BatchRows
+from surge.streams.replay_blocks import TRAINED, BatchRows
 from surge.workers.base import Binding, RunContext
 from surge.workers.trainer import Update
 

@@ -1,6 +1,6 @@
 """A replay shard's storage: rings of steps per env column, the n-step transitions over them,
 and uniform or prioritised sampling. Pure numpy over arrays it is given: the replay worker
-hands it the views of a shared-memory block (streams/replay.py), so a restarted worker finds
+hands it the views of a shared-memory block (streams/replay_blocks.py), so a restarted worker finds
 every committed step where its previous life left it, and rebuilds only its sampler (a sum
 tree; for uniform sampling, the set of sampleable items: algos/priorities.py).
 

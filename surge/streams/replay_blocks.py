@@ -1,7 +1,7 @@
 """The replay's blocks: each shard's storage, and the batches the shards serve the trainer.
 
 Storage. Shard s keeps its transitions in block `replay.<s>` (the arrays of
-algos/replay.py `storage_fields`), in shared memory like every stream: a replay worker
+algos/transition_store.py `storage_fields`), in shared memory like every stream: a replay worker
 restarted in place finds its data there, committed up to where its previous life stopped.
 
 Batches. Batch u (trained by version u) comes from shard u % S (S shards), in row
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.replay import Spec, storage_fields
+from surge.algos.transition_store import Spec, storage_fields
 from surge.envs.spaces import ArraySpec
 from surge.streams.transport import BlockLayout, Field, Transport
 

@@ -4,7 +4,7 @@ worker, Ape-X's replay, a Reverb table with a `SampleToInsertRatio` rate limiter
 A stage worker (surge/workers/stage.py) with three kinds of work, each poll:
 
 - intake: every segment its actors published is added to the shard's storage
-  (algos/replay.py: n-step transitions computed at insert, first priorities from the
+  (algos/transition_store.py: n-step transitions computed at insert, first priorities from the
   actors' Q-values, the episodes that finished in it queued for the trainer's logs, all in
   one commit), then acknowledged, which frees the actor's slot and wakes it; a segment a
   previous life committed but did not acknowledge is not added twice;
@@ -16,7 +16,7 @@ A stage worker (surge/workers/stage.py) with three kinds of work, each poll:
 
 The insert half of the limiter is the sample stream's flow policy (streams/flow.py
 `RatioBound`): actors wait for the trainer's versions. Everything the shard keeps is in
-shared memory (streams/replay.py), so a new life after a crash carries on where the old one
+shared memory (streams/replay_blocks.py), so a new life after a crash carries on where the old one
 committed; its sampler (sum tree) is rebuilt from the stored priorities.
 """
 
@@ -27,12 +27,12 @@ import time
 import numpy as np
 
 from surge.algos.priorities import annealed_beta
-from surge.algos.replay import ReplayStore
 from surge.algos.sequence_replay import SequenceStore
+from surge.algos.transition_store import ReplayStore
 from surge.config.schema import ExperimentConfig
 from surge.seeds import derive_seed
 from surge.streams.flow import SampleToInsertRatio
-from surge.streams.replay import (
+from surge.streams.replay_blocks import (
     EPISODES,
     FILLED,
     FREE,
@@ -77,7 +77,7 @@ class ReplayWorker(StageWorker):
         if b.life == 0:  # a new run: the rows get their first batches (a new life keeps them)
             self.batches.first_batches(b.index, ctx.start_version)
             self.batches.a["saved"][b.index] = -1
-            if ctx.replay.restored:  # the files fit: recipes/replay.py checked them
+            if ctx.replay.restored:  # the files fit: recipes/replay_graph.py checked them
                 load_storage(arrays, saved_replay(ctx.run_dir, b.index))
             # this run's env steps count from here (a restored replay's are the last run's),
             # and its segments from zero (the sample stream's count)
