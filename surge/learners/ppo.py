@@ -13,7 +13,6 @@ for the policy lag; `algo: ppo` uses GAE on the behaviour values.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,14 +20,14 @@ import numpy as np
 from surge.algos.batch import RolloutBatch
 from surge.config.algorithms import load_algorithm
 from surge.errors import ConfigError, UserError
-from surge.evaluation.suite import InlineEvaluator
+from surge.learners.base import EnvLearner
 from surge.models.normalize import TrainerStats, ValueNormalizer
 from surge.models.numpy_policy import numpy_layout
 from surge.models.recurrent_state import CORE0
 from surge.seeds import derive_seed
 from surge.streams.sample import SampleConsumer, lives_are_unmixed, prefixed
 from surge.workers.base import Binding, RunContext
-from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
+from surge.workers.trainer import TrainerWorker, Update
 
 CHECKPOINT_FORMAT = 2  # the state's layout (2: FusedAdam's optimizer state, algos/adam.py)
 
@@ -64,13 +63,14 @@ def slot_batch(
     ).map(wrap)
 
 
-class PPOLearner:
+class PPOLearner(EnvLearner):
     """The chassis' `Learner` for PPO and APPO."""
 
     wait: Callable[[float], object]
     """The sample stream's own wait (bound once: the trainer waits in every idle poll)."""
 
     def __init__(self, ctx: RunContext, b: Binding) -> None:
+        super().__init__(ctx)
         cfg = self.cfg = ctx.cfg
         self.ctx = ctx
         self.backend = make_backend(ctx)  # model.backend: numpy for MLPs (no torch), else torch
@@ -102,7 +102,6 @@ class PPOLearner:
         self._lag_max = 0
         self._life_max = 0  # highest actor life seen in a batch (> 0: restarted actors' data)
         self._latest: dict[str, float] = {}
-        self._evaluator = InlineEvaluator(cfg, ctx.env, ctx.acting_policy)
 
     # ------------------------------------------------------------------ the chassis' calls
 
@@ -171,21 +170,6 @@ class PPOLearner:
         }
         self._lag_sum, self._lag_count, self._lag_max = 0.0, 0, 0
         return record
-
-    def eval_record(self, result: dict[str, float]) -> tuple[dict[str, Any], float]:
-        return eval_fields(result), result["return_mean"]
-
-    def evaluate(self, episodes: int, seed: int) -> Evaluation:
-        played = self._evaluator(self.parameters(), episodes, seed)
-        return Evaluation(
-            played.return_mean, played.return_std, len(played.returns), played.length_mean
-        )
-
-    def export(self, run_dir: Path, version: int, wait: bool) -> bool:
-        return True  # the checkpoint is the whole of it
-
-    def close(self) -> None:
-        self._evaluator.close()
 
     # ------------------------------------------------------------------ the batch
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -45,9 +44,7 @@ from surge.algos.sac import (
 from surge.algos.staging import DeviceStaging
 from surge.config.schema import ExperimentConfig
 from surge.devices import cpu_bfloat16, trainer_device
-from surge.errors import UserError
-from surge.evaluation.suite import InlineEvaluator
-from surge.learners.replay_batches import ReplayBatches
+from surge.learners.base import ReplayLearner
 from surge.learners.sac_numpy import NumpySteps
 from surge.models import gemm
 from surge.models.gemm import ProductTrial
@@ -55,7 +52,7 @@ from surge.models.sac_network import SACActor, TwinQ
 from surge.models.sac_policy import box_dims, box_scale_bias
 from surge.seeds import derive_seed
 from surge.workers.base import Binding, RunContext
-from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
+from surge.workers.trainer import TrainerWorker, Update
 
 CHECKPOINT_FORMAT = 2  # 2: FusedAdam's optimizer states (algos/adam.py)
 MATMUL_TRIAL = 15  # `sac.matmul: auto`: timed cycles of `policy_every` updates per library
@@ -240,23 +237,18 @@ class SACUpdate:
         self.updates = int(state["updates"])
 
 
-class SACLearner:
+class SACLearner(ReplayLearner):
     name = "torch"
+    kind = "sac"
+    checkpoint_format = CHECKPOINT_FORMAT
 
     def __init__(self, ctx: RunContext, b: Binding) -> None:
+        super().__init__(ctx, b)
         self.cfg = ctx.cfg
         self.device = trainer_device(self.cfg)
         self.staging = DeviceStaging(self.device)  # the batch row, copied once per update
         env = ctx.env
         self.sac = SACUpdate(self.cfg, env.observation_space, env.action_space, self.device)
-        self.batches = ReplayBatches(ctx, b)
-        self.wait = self.batches.wait
-        self._stats: list[dict[str, float]] = []
-        self._waited: dict[str, float] = {}
-        self.evaluator = InlineEvaluator(self.cfg, env, ctx.acting_policy)
-
-    def ready(self, version: int) -> bool:
-        return self.batches.ready(version)
 
     def update(self, version: int) -> Update:
         row, f = self.batches.take(version)
@@ -276,45 +268,23 @@ class SACLearner:
         return self.sac.actor_flat.published().cpu().numpy()  # `parameters()` order, row-major
 
     def metrics(self, seconds: float) -> dict[str, Any]:
-        keys = {k for s in self._stats for k in s}
-        record: dict[str, Any] = {
-            k: float(np.mean([s[k] for s in self._stats if k in s])) for k in sorted(keys)
-        }
-        record["updates_per_s"] = round(len(self._stats) / seconds, 1)
-        record.update(self.batches.metrics(seconds, self._waited))
+        record = self.stats_record(seconds)
         trial = self.sac.products
         if trial.chosen is not None:  # 1: the products run in torch, 0: in numpy
             record["matmul/torch"] = float(trial.chosen.library == "torch")
             record["matmul/threads"] = float(trial.chosen.threads)
             record.update({f"matmul/{k}_ms": v for k, v in trial.medians_ms().items()})
         record["matmul/bfloat16"] = float(self.sac.bf16)
-        self._stats = []
         return record
 
-    def eval_record(self, result: dict[str, float]) -> tuple[dict[str, Any], float]:
-        return eval_fields(result), result["return_mean"]
-
-    def evaluate(self, episodes: int, seed: int) -> Evaluation:
-        played = self.evaluator(self.parameters(), episodes, seed)
-        return Evaluation(
-            played.return_mean, played.return_std, len(played.returns), played.length_mean
-        )
-
     def state(self) -> dict[str, Any]:
-        return {"format": CHECKPOINT_FORMAT, "kind": "sac", **self.sac.state()}
+        return self.marked(self.sac.state())
 
     def load(self, state: dict[str, Any]) -> None:
-        if state.get("kind") != "sac" or state.get("format") != CHECKPOINT_FORMAT:
-            raise UserError(
-                "this checkpoint was not written by the SAC learner of this surge version",
-                "resume it with the surge version and algo it was trained with",
-            )
+        self.check_state(state)
         self.sac.load(state)
 
-    def export(self, run_dir: Path, version: int, wait: bool) -> bool:
-        return self.batches.export(version)  # the replay, saved by its workers
-
     def close(self) -> None:
-        self.evaluator.close()
+        super().close()
         gemm.use("numpy")  # the process-wide defaults again (a serial run's process goes on)
         gemm.use_bfloat16(False)
