@@ -51,7 +51,7 @@ def learner_samples_per_s(
     import torch
 
     from surge.algos.batch import RolloutBatch
-    from surge.algos.ppo import PPOLearner
+    from surge.algos.ppo import PPOUpdater
     from surge.config.schema import APPOConfig, ModelConfig, PPOConfig
     from surge.models.actor_critic import ActorCritic
 
@@ -62,7 +62,7 @@ def learner_samples_per_s(
     cfg = PPOConfig(
         rollout_len=T, epochs=EPOCHS, minibatches=MINIBATCHES, lr=2.5e-4, cuda_graphs=cuda_graphs
     )
-    learner = PPOLearner(model, cfg, torch.Generator().manual_seed(1), APPOConfig())
+    learner = PPOUpdater(model, cfg, torch.Generator().manual_seed(1), APPOConfig())
     g = torch.Generator().manual_seed(2)
     obs = torch.from_numpy(frames[:BATCH].reshape(T, N, 4, 84, 84))
     batch = RolloutBatch(

@@ -22,7 +22,7 @@ TIMED = """
 import time, numpy as np, torch, gymnasium as gym
 torch.set_num_threads(2)
 from surge.algos.batch import RolloutBatch
-from surge.algos.ppo import PPOLearner
+from surge.algos.ppo import PPOUpdater
 from surge.config.schema import APPOConfig, ModelConfig, PPOConfig
 from surge.models.actor_critic import ActorCritic
 T, N = 128, 8
@@ -30,7 +30,7 @@ torch.manual_seed(0)
 space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 model = ActorCritic(space, gym.spaces.Discrete(6), ModelConfig(encoder="nature_cnn"))
 cfg = PPOConfig(rollout_len=T, epochs=4, minibatches=4)
-learner = PPOLearner(model, cfg, torch.Generator().manual_seed(1), APPOConfig())
+learner = PPOUpdater(model, cfg, torch.Generator().manual_seed(1), APPOConfig())
 g = torch.Generator().manual_seed(2)
 obs = torch.randint(0, 256, (T, N, 4, 84, 84), generator=g, dtype=torch.uint8)
 batch = RolloutBatch(obs={"obs": obs}, last_obs={"obs": obs[-1]}, final_obs={"obs": obs},

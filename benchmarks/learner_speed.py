@@ -46,7 +46,7 @@ class Variant:
     adam: str = "default"  # default | foreach | fused
     scale: str = "fold"  # fold (1/255 in conv1's weights) | divide (x / 255 first, CleanRL)
     # minibatch: frames gathered per minibatch (obs[idx]), laid out by the encoder each time;
-    # batch: as PPOLearner, laid out once per batch (encoder.prepare) and gathered per epoch
+    # batch: as PPOUpdater, laid out once per batch (encoder.prepare) and gathered per epoch
     # with one index_select of whole rows (ppo.gather_rows)
     gather: str = "minibatch"
 

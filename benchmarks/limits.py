@@ -3,7 +3,7 @@
 - env: random actions through the preset's own env group (`make_group`: the backend, the
   preprocessing and resets the actor runs), one group holding all of the preset's envs, one
   process, no policy. The end-to-end rate cannot beat this.
-- learner: the preset's learner (`PPOLearner`, APPO when the preset says so) updating on a
+- learner: the preset's learner (`PPOUpdater`, APPO when the preset says so) updating on a
   synthetic batch of the preset's shape (rollout_len x total envs, its model, epochs and
   minibatches), with the trainer's thread count. Samples/s = batch steps / update time.
 
@@ -97,7 +97,7 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
     import torch
 
     from surge.algos.numpy_ppo import NumpyPPOUpdater
-    from surge.algos.ppo import PPOLearner
+    from surge.algos.ppo import PPOUpdater
     from surge.models.actor_critic import ActorCritic
     from surge.models.numpy_net import NumpyActorCritic
     from surge.models.numpy_policy import numpy_layout
@@ -119,7 +119,7 @@ def learner_rate(cfg: ExperimentConfig, secs: float) -> dict[str, Any]:
         learner = NumpyPPOUpdater(net, cfg.ppo, np.random.default_rng(0), vtrace)
         batch = batch.map(lambda t: t.numpy())
     else:
-        learner = PPOLearner(model, cfg.ppo, g, vtrace)
+        learner = PPOUpdater(model, cfg.ppo, g, vtrace)
     learner.update(batch, cfg.ppo.lr)  # warm-up (allocator, kernels)
     updates, start, cpu = 0, time.perf_counter(), time.process_time()
     while updates < 3 or time.perf_counter() - start < secs:

@@ -34,7 +34,7 @@ import torch  # noqa: E402
 from limits import synthetic_batch  # noqa: E402 - benchmarks/, next to this file
 
 from surge.algos.numpy_ppo import NumpyPPOUpdater  # noqa: E402
-from surge.algos.ppo import PPOLearner  # noqa: E402
+from surge.algos.ppo import PPOUpdater  # noqa: E402
 from surge.config.load import load_config  # noqa: E402
 from surge.envs.make import probe_env  # noqa: E402
 from surge.models.actor_critic import ActorCritic  # noqa: E402
@@ -97,7 +97,7 @@ def main() -> None:
     vtrace = cfg.appo if cfg.algo == "appo" else None
     net = NumpyActorCritic(layout, flat.copy())
     numpy_learner = NumpyPPOUpdater(net, cfg.ppo, np.random.default_rng(0), vtrace)
-    torch_learner = PPOLearner(model, cfg.ppo, gen, vtrace)
+    torch_learner = PPOUpdater(model, cfg.ppo, gen, vtrace)
     lr = cfg.ppo.lr
     update = blocks(
         {

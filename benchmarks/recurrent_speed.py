@@ -30,7 +30,7 @@ import torch
 from machine import describe, summary  # benchmarks/, next to this file
 
 from surge.algos.batch import RolloutBatch
-from surge.algos.ppo import PPOLearner
+from surge.algos.ppo import PPOUpdater
 from surge.config.load import load_config
 from surge.models.actor_critic import ActorCritic
 from surge.models.flat_policy import FlatPolicy, TorchActing
@@ -110,7 +110,7 @@ def update_row(repeats: int) -> str:
         truncated=torch.zeros(T, N, dtype=torch.bool),
         core0=torch.zeros(N, model.state_size),
     )
-    learner = PPOLearner(model, cfg.ppo, torch.Generator().manual_seed(1), cfg.appo)
+    learner = PPOUpdater(model, cfg.ppo, torch.Generator().manual_seed(1), cfg.appo)
     ms = median_ms({"update": lambda: learner.update(batch, 1e-4)}, repeats)["update"]
     return (
         f"One `memory-gru` update ({T} x {N} = {T * N} samples, {cfg.ppo.epochs} epochs of "

@@ -22,9 +22,8 @@ from surge.models.images import choose_encoder
 from surge.models.inputs import ACTION_MASK
 from surge.models.numpy_policy import encode_fields, flat_fields
 from surge.models.numpy_recurrent import step as core_step
+from surge.models.published_net import Observations, Outputs, Params, PublishedNet
 from surge.models.recurrent_state import state_size
-
-Params = list[tuple[str, tuple[int, ...]]]
 
 
 def q_inputs(obs_space: gym.Space[Any]) -> list[str]:
@@ -75,7 +74,7 @@ def q_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int, device: str = "cpu"
     return QPolicy(env.observation_space, env.action_space, cfg, seed, device)
 
 
-class QPolicy:
+class QPolicy(PublishedNet):
     """Greedy on the loaded version's Q-values (see the module docstring)."""
 
     def __init__(
@@ -87,65 +86,39 @@ class QPolicy:
         device: str = "cpu",
     ) -> None:
         assert isinstance(action_space, gym.spaces.Discrete), "DQN acts on Discrete actions"
-        self.device = device  # where a CNN's torch network acts
         self.n = int(action_space.n)
         self.start = int(action_space.start)
         self.OUTPUTS: dict[str, tuple[str, tuple[int, ...]]] = (
             {"q": ("<f4", (self.n,))} if cfg.replay.prioritized else {}
         )
-        dueling = cfg.dqn.dueling
-        self.params = q_params(obs_space, self.n, cfg.model, dueling)
-        self.net: Any = None  # the torch network of a CNN
-        if self.params:
-            encoded = flat_fields(flatten_obs_space(obs_space), q_inputs(obs_space))
-            assert encoded is not None
-            self.fields = encoded[0]
-            size = sum(math.prod(shape) for _, shape in self.params)
-        else:  # a CNN: the torch network acts
-            from surge.models.q_network import QNetwork
-
-            self.net = QNetwork(obs_space, self.n, cfg.model, dueling).to(device).eval()
-            size = sum(p.numel() for p in self.net.parameters())
-        self.relu = cfg.model.activation == "relu"
-        self.dueling = dueling
-        self.core_kind, self.core_size = cfg.model.core, cfg.model.core_size
-        self.state_size = state_size(cfg.model)  # 0: feed-forward
-        self.flat = np.zeros(size, np.float32)
+        self.dueling = dueling = cfg.dqn.dueling
+        m = cfg.model
+        super().__init__(
+            obs_space, q_params(obs_space, self.n, m, dueling), q_inputs(obs_space),
+            lambda: _q_network(obs_space, self.n, m, dueling), m.activation, device,
+        )  # fmt: skip
+        self.core_kind, self.core_size = m.core, m.core_size
+        self.state_size = state_size(m)  # 0: feed-forward
         self.reload()
 
-    def reload(self) -> None:
-        """Use the parameters now in `flat`."""
-        if self.net is not None:
-            from surge.models.weights import flat_to_model
-
-            flat_to_model(self.flat, self.net)
-            return
-        views, offset = [], 0
-        for _, shape in self.params:
-            n = math.prod(shape)
-            views.append(self.flat[offset : offset + n].reshape(shape))
-            offset += n
+    def bind(self, views: list[np.ndarray]) -> None:
         if self.state_size:  # transposed once per version, for [B, F] @ [F, G*H]
             w_ih, w_hh, b_ih, b_hh = views[:4]
             self.core = (w_ih.T.copy(), b_ih, w_hh.T.copy(), b_hh)
             views = views[4:]
-        pairs = [(views[i].T, views[i + 1]) for i in range(0, len(views), 2)]
+        pairs = self.linear_pairs(views)
         heads = 2 if self.dueling else 1
         self.torso, self.heads = pairs[:-heads], pairs[-heads:]
 
-    def load(self, flat: np.ndarray) -> None:
-        np.copyto(self.flat, flat)
-        self.reload()
-
     def q_values(
-        self, obs: dict[str, np.ndarray], core: np.ndarray | None = None
+        self, obs: Observations, core: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """(Q-values [B, A] float32, the recurrent state after the step [B, S] or None)."""
         if self.net is not None:
             import torch
 
             with torch.inference_mode():
-                x = {k: torch.from_numpy(v).to(self.device) for k, v in obs.items()}
+                x = self.torch_inputs(obs)
                 if self.net.core is None:
                     return np.asarray(self.net(x).cpu().numpy()), None
                 before = torch.from_numpy(core).to(self.device)
@@ -157,9 +130,7 @@ class QPolicy:
         if self.state_size:
             assert core is not None, "a recurrent policy acts from the state before the step"
             h, state = self._core_step(h, core)
-        for w, b in self.torso:
-            h = h @ w + b
-            h = np.maximum(h, 0.0) if self.relu else np.tanh(h)
+        h = self.mlp(h, self.torso)
         if not self.dueling:
             w, b = self.heads[0]
             return h @ w + b, state
@@ -180,19 +151,19 @@ class QPolicy:
         return state[:, :H], state
 
     def act(
-        self,
-        obs: dict[str, np.ndarray],
-        deterministic: bool = False,
-        core: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, ...]:
+        self, obs: Observations, deterministic: bool = False, core: np.ndarray | None = None
+    ) -> Outputs:
         """(greedy action [B] int64, with prioritised replay the Q-values [B, A], and with
         a recurrent core the state after the step [B, S])."""
         q, state = self.q_values(obs, core)
         action = q.argmax(axis=-1).astype(np.int64)
         if self.start:
             action += self.start
-        out: tuple[np.ndarray, ...] = (action, q) if self.OUTPUTS else (action,)
+        out: Outputs = (action, q) if self.OUTPUTS else (action,)
         return out if state is None else (*out, state)
 
-    def initial_state(self, rows: int) -> np.ndarray | None:
-        return np.zeros((rows, self.state_size), np.float32) if self.state_size else None
+
+def _q_network(obs_space: gym.Space[Any], n: int, cfg: ModelConfig, dueling: bool) -> Any:
+    from surge.models.q_network import QNetwork
+
+    return QNetwork(obs_space, n, cfg, dueling)

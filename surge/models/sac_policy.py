@@ -22,8 +22,7 @@ from surge.config.schema import ExperimentConfig, ModelConfig
 from surge.envs.spaces import EnvInfo, flatten_obs_space
 from surge.models.images import choose_encoder
 from surge.models.numpy_policy import encode_fields, flat_fields
-
-Params = list[tuple[str, tuple[int, ...]]]
+from surge.models.published_net import Observations, Outputs, Params, PublishedNet
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 """algos/sac.py's bounds of the log-std, repeated here because models sit below algos
@@ -85,11 +84,10 @@ def sac_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int, device: str = "cp
     return SACPolicy(env.observation_space, env.action_space, cfg.model, seed, device)
 
 
-class SACPolicy:
+class SACPolicy(PublishedNet):
     """The squashed Gaussian of the loaded version (see the module docstring)."""
 
     OUTPUTS: dict[str, tuple[str, tuple[int, ...]]] = {}  # SAC's samples carry none
-    state_size = 0  # feed-forward
 
     def __init__(
         self,
@@ -100,69 +98,35 @@ class SACPolicy:
         device: str = "cpu",
     ) -> None:
         self.scale, self.bias = box_scale_bias(action_space)
-        self.device = device  # where a CNN's torch actor computes the heads
         self.rng = np.random.default_rng(seed)
-        self.params = sac_params(obs_space, action_space, cfg)
-        self.net: Any = None  # the torch actor of a CNN
-        if self.params:
-            leaves = flatten_obs_space(obs_space)
-            encoded = flat_fields(leaves, sorted(leaves))
-            assert encoded is not None
-            self.fields = encoded[0]
-            size = sum(math.prod(shape) for _, shape in self.params)
-        else:  # a CNN: the torch actor computes the heads
-            from surge.models.sac_network import SACActor
-
-            self.net = SACActor(obs_space, action_space, cfg).to(device).eval()
-            size = sum(p.numel() for p in self.net.parameters())
-        self.relu = cfg.activation == "relu"
-        self.flat = np.zeros(size, np.float32)
+        super().__init__(
+            obs_space, sac_params(obs_space, action_space, cfg),
+            sorted(flatten_obs_space(obs_space)),  # FlatEncoder: every field, sorted
+            lambda: _sac_actor(obs_space, action_space, cfg), cfg.activation, device,
+        )  # fmt: skip
         self.reload()
 
-    def reload(self) -> None:
-        """Use the parameters now in `flat`."""
-        if self.net is not None:
-            from surge.models.weights import flat_to_model
-
-            flat_to_model(self.flat, self.net)
-            return
-        views, offset = [], 0
-        for _, shape in self.params:
-            n = math.prod(shape)
-            views.append(self.flat[offset : offset + n].reshape(shape))
-            offset += n
-        # weights transposed once (views, no copy): h @ w.T as in nn.Linear
-        pairs = [(views[i].T, views[i + 1]) for i in range(0, len(views), 2)]
+    def bind(self, views: list[np.ndarray]) -> None:
+        pairs = self.linear_pairs(views)
         self.torso, (self.mean_head, self.log_std_head) = pairs[:-2], pairs[-2:]
 
-    def load(self, flat: np.ndarray) -> None:
-        np.copyto(self.flat, flat)
-        self.reload()
-
-    def heads(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def heads(self, obs: Observations) -> tuple[np.ndarray, np.ndarray]:
         """(mean [B, A], bounded log-std [B, A]) float32 of the Gaussian before the tanh."""
         if self.net is not None:
             import torch
 
             with torch.inference_mode():
-                x = {k: torch.from_numpy(v).to(self.device) for k, v in obs.items()}
-                mean_t, raw_t = self.net(x)
+                mean_t, raw_t = self.net(self.torch_inputs(obs))
             mean, raw = mean_t.cpu().numpy(), raw_t.cpu().numpy()
         else:
-            h = encode_fields(self.fields, obs)
-            for w, b in self.torso:
-                h = h @ w + b
-                h = np.maximum(h, 0.0) if self.relu else np.tanh(h)
+            h = self.mlp(encode_fields(self.fields, obs), self.torso)
             mean = h @ self.mean_head[0] + self.mean_head[1]
             raw = h @ self.log_std_head[0] + self.log_std_head[1]
         return mean, bound_log_std(raw).astype(np.float32, copy=False)
 
     def act(
-        self,
-        obs: dict[str, np.ndarray],
-        deterministic: bool = False,
-        core: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, ...]:
+        self, obs: Observations, deterministic: bool = False, core: np.ndarray | None = None
+    ) -> Outputs:
         """(action [B, A] float32 within the Box's bounds,)."""
         mean, log_std = self.heads(obs)
         u = mean
@@ -172,5 +136,8 @@ class SACPolicy:
         action = np.tanh(u) * self.scale + self.bias
         return (action.astype(np.float32, copy=False),)
 
-    def initial_state(self, rows: int) -> np.ndarray | None:
-        return None
+
+def _sac_actor(obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig) -> Any:
+    from surge.models.sac_network import SACActor
+
+    return SACActor(obs_space, action_space, cfg)

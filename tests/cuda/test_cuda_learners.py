@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from surge.algos.batch import RolloutBatch
-from surge.algos.ppo import PPOLearner
+from surge.algos.ppo import PPOUpdater
 from surge.algos.staging import DeviceStaging
 from surge.config.schema import ModelConfig, PPOConfig
 from surge.models.actor_critic import ActorCritic
@@ -85,7 +85,7 @@ def test_a_ppo_update_on_the_gpu_matches_the_cpu(core: str) -> None:
         model = ActorCritic(obs_space, action_space, cfg).to(device)
         batch = _batch(model.cpu(), 6, core != "none").map(lambda t, d=device: t.to(d))
         model.to(device)
-        learner = PPOLearner(model, ppo, torch.Generator().manual_seed(2))
+        learner = PPOUpdater(model, ppo, torch.Generator().manual_seed(2))
         stats = learner.update(batch, 2.5e-4)
         results.append((model_to_flat(model), stats))
     (cpu, cpu_stats), (gpu, gpu_stats) = results
@@ -152,7 +152,7 @@ def test_a_graphed_minibatch_step_matches_the_eager_one(encoder: str) -> None:
         model.to("cuda")
         before = model_to_flat(model)
         ppo = PPOConfig(rollout_len=T, epochs=2, minibatches=4, cuda_graphs=graphs)
-        learner = PPOLearner(model, ppo, torch.Generator().manual_seed(2), APPOConfig())
+        learner = PPOUpdater(model, ppo, torch.Generator().manual_seed(2), APPOConfig())
         cuda_batch = batch.map(lambda t: t.to("cuda"))
         stats = [learner.update(cuda_batch, 2.5e-4), learner.update(cuda_batch, 1e-4)]
         assert learner.graph_error is None

@@ -51,7 +51,7 @@ def test_the_replayed_learner_matches_the_eager_one(
         batch = _batch(model)
         cfg = PPOConfig(rollout_len=T, epochs=3, minibatches=4, cuda_graphs=graphs)
         appo = APPOConfig() if vtrace else None
-        learner = ppo_module.PPOLearner(model, cfg, torch.Generator().manual_seed(2), appo)
+        learner = ppo_module.PPOUpdater(model, cfg, torch.Generator().manual_seed(2), appo)
         if graphs:
             monkeypatch.setattr(ppo_module, "GraphedStep", ReplayedOnTheCPU)
             monkeypatch.setattr(learner, "_graphs_apply", lambda train: train is None)
@@ -75,7 +75,7 @@ def test_a_failed_capture_leaves_the_eager_step(
 
     torch.manual_seed(0)
     model = ActorCritic(OBS_SPACE, gym.spaces.Discrete(3), ModelConfig(hidden_sizes=[16, 16]))
-    learner = ppo_module.PPOLearner(
+    learner = ppo_module.PPOUpdater(
         model, PPOConfig(rollout_len=T, epochs=1, minibatches=2), torch.Generator().manual_seed(2)
     )
     monkeypatch.setattr(ppo_module, "GraphedStep", refuse)

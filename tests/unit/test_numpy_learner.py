@@ -20,7 +20,7 @@ from surge.algos.adam import FusedAdam
 from surge.algos.batch import RolloutBatch
 from surge.algos.flat_params import FlatParameters
 from surge.algos.numpy_ppo import NumpyAdam, NumpyPPOUpdater
-from surge.algos.ppo import PPOLearner
+from surge.algos.ppo import PPOUpdater
 from surge.config.schema import APPOConfig, ModelConfig, PPOConfig
 from surge.models.actor_critic import ActorCritic
 from surge.models.numpy_net import NumpyActorCritic, initial_parameters
@@ -226,7 +226,7 @@ def test_update_matches_the_torch_learner(
     batch = _batch(model, action_space)
     np_batch = batch.map(lambda t: t.numpy())
     monkeypatch.setattr(torch, "randperm", lambda n, generator=None: torch.arange(n))
-    ref = PPOLearner(model, cfg, torch.Generator(), vtrace)
+    ref = PPOUpdater(model, cfg, torch.Generator(), vtrace)
     mine = NumpyPPOUpdater(net, cfg, _InOrder(), vtrace)  # type: ignore[arg-type]
     for _ in range(2):
         ref_stats = ref.update(batch, lr=1e-3)
@@ -396,7 +396,7 @@ def test_multiagent_update_matches_the_torch_learner(
     monkeypatch.setattr(torch, "randperm", lambda n, generator=None: torch.arange(n))
     from surge.models.normalize import ValueNormalizer
 
-    ref = PPOLearner(model, cfg, torch.Generator(), vtrace, ValueNormalizer())
+    ref = PPOUpdater(model, cfg, torch.Generator(), vtrace, ValueNormalizer())
     mine = NumpyPPOUpdater(net, cfg, _InOrder(), vtrace, ValueNormalizer())  # type: ignore[arg-type]
     for _ in range(2):
         ref_stats = ref.update(batch, lr=1e-3)
@@ -434,7 +434,7 @@ def test_inactive_samples_do_not_change_the_update(backend: str) -> None:
             learner.update(batch.map(lambda t: t.numpy()), 1e-3)
             results.append(net.flat.copy())
         else:
-            ref = PPOLearner(model, cfg, torch.Generator().manual_seed(0), None, ValueNormalizer())
+            ref = PPOUpdater(model, cfg, torch.Generator().manual_seed(0), None, ValueNormalizer())
             ref.update(batch, 1e-3)
             results.append(_flat64(model))
     np.testing.assert_array_equal(results[0], results[1])
