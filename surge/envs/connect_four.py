@@ -16,7 +16,6 @@ import numpy as np
 
 from surge.envs.players import act_one_by_one
 
-ROWS, COLS = 6, 7
 CENTRE_WEIGHTS = np.array([1, 2, 3, 4, 3, 2, 1], np.float64)
 
 

@@ -6,8 +6,8 @@ module computes the same function with fewer, larger operations: one fused q/k/v
 layer, rotary tables computed once, `scaled_dot_product_attention`, and a KV cache whose rows
 are generation slots (surge/llm/engine.py). It holds no weights of its own: it reads the
 `LlamaForCausalLM` (or Qwen2 / Mistral) module's tensors, so training it trains that model,
-and `save_pretrained` writes what was trained. tests/unit/test_llm_lean.py pins its logits to
-the transformers forward.
+and `save_pretrained` writes what was trained. tests/unit/test_llm_engine.py pins its logits
+to the transformers forward.
 
 It computes on the device of the model's weights (a CUDA device where `rollout.device` or
 `workers.trainer_device` put the model): every tensor it makes, the rotary tables and the

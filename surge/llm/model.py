@@ -53,10 +53,6 @@ def stop_sequences(tokenizer: Any, stop: list[str]) -> tuple[tuple[int, ...], ..
     return tuple(tuple(tokenizer.encode(s, add_special_tokens=False)) for s in stop if s)
 
 
-def max_prompt_tokens(tokenizer: Any, prompts: list[str]) -> int:
-    return max(len(encode_prompt(tokenizer, p)) for p in prompts)
-
-
 def save_model_dir(
     model: Any, tokenizer: Any, directory: str | Path, rollout: RolloutConfig | None = None
 ) -> None:

@@ -29,14 +29,6 @@ from numpy.typing import ArrayLike, NDArray
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
-CLG_POSITIVE_PROMPT = "The road is clear with no car accidents"
-"""The positive language goal of VLM-RL (config.py, `reward_clg`)."""
-CLG_NEGATIVE_PROMPT = "Two cars have collided with each other on the road"
-"""The negative language goal of VLM-RL, also LORD's opposite goal (config.py)."""
-VLM_RM_GOAL_PROMPT = "A car is driving safely"
-"""The goal of the VLM-RM and VLM-SR baselines (config.py, `reward_vlm_rm`)."""
-VLM_RM_BASELINE_PROMPT = "A car"
-"""The baseline prompt of the VLM-RM baseline (config.py, `reward_vlm_rm`)."""
 
 CLG_THRESHOLD = 0.03
 """Contrast at and above which r_CLG is 0 (clip/clip_rewarded_sac.py, `thre_max`)."""

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import WorkerFailure, WorkerUserError, user_error_in
-from surge.tracking.run_dir import WorkersFile
+from surge.tracking.run_dir import WORKERS_FILE, WorkersFile
 from surge.workers.graph import Graph
 
 INTERRUPT_GRACE_S = 30.0
@@ -122,7 +122,7 @@ class Supervisor:
         self.columns: dict[str, dict[str, Any]] = {}  # pid, host, node: what the runtime knows
         self.interrupted_at: float | None = None
         self.run_dir = run_dir
-        self.workers_file = WorkersFile(run_dir / "workers.json")
+        self.workers_file = WorkersFile(run_dir / WORKERS_FILE)
         self.leaders = [spec.name for spec in graph.leaders]
         self.finished: dict[str, str] = {}  # leader -> its finish reason, in finishing order
 

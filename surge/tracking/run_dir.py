@@ -133,7 +133,7 @@ class WorkersFile:
     """The live worker table, `path` (normally run_dir/workers.json), rewritten atomically.
 
     Content: {"updated_unix": <time.time()>, "workers": [{name, pid, host, state,
-    restarts}, ...]}.
+    restarts}, ...]} (on Ray also each worker's `node_id`).
     """
 
     def __init__(self, path: Path) -> None:

@@ -62,7 +62,8 @@ class WorkerSpec:
     threads: int = 1
     """torch / OpenMP threads of its process."""
     restartable: bool = True
-    """May be restarted in place after it died or hung (runtime/supervisor.py)."""
+    """May be restarted in place after it died or hung, or raised with
+    `workers.restart_on_error` (runtime/supervisor.py)."""
     ends_run: bool = False
     """Its finishing ends the run, and a stop request is its to act on (the trainer saves a
     checkpoint first); every other worker leaves at once when asked to stop."""
