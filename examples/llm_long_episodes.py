@@ -22,7 +22,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 class FirstWord:
-    alphabet = LETTERS + "=\n"
+    alphabet = LETTERS + " =\n"
     """The built-in tokenizer's characters: every character of prompts, actions and
     observations."""
 

@@ -25,7 +25,7 @@ from typing import Any, Literal, Union
 from surge.config.algorithms import ALGORITHMS
 from surge.config.load import DEFAULT_PRESET, list_presets, plugin_sections
 from surge.config.rules import rules_of
-from surge.config.schema import ExperimentConfig
+from surge.config.schema import NOT_A_KEY, ExperimentConfig
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -88,7 +88,7 @@ def _section(cls: Any, instance: Any, prefix: str, out: list[str]) -> list[tuple
     nested = []
     rows = ["| key | type | default | description |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
-        if not f.init:
+        if f.metadata.get(NOT_A_KEY):
             continue  # not a setting (ExperimentConfig.sections: the plug-ins' own, below)
         tp, value = hints[f.name], getattr(instance, f.name)
         if dataclasses.is_dataclass(tp):

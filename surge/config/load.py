@@ -24,7 +24,7 @@ from surge import devices
 from surge.config.algorithms import device_roles, load_algorithm
 from surge.config.reward_model_schema import STATE_KEYS
 from surge.config.rules import check_section
-from surge.config.schema import MULTI_AGENT_PREFIXES, ExperimentConfig
+from surge.config.schema import MULTI_AGENT_PREFIXES, NOT_A_KEY, ExperimentConfig
 from surge.errors import ConfigError, UserError
 
 DEFAULT_PRESET = "cartpole-appo"
@@ -163,7 +163,7 @@ def _apply_override(
 def _hints(tp: Any, extra: dict[str, type]) -> dict[str, Any]:
     """A section's fields and their types; at the top level, with the plug-in's sections."""
     if tp is ExperimentConfig:
-        fields = {f.name for f in dataclasses.fields(tp) if f.init}
+        fields = {f.name for f in dataclasses.fields(tp) if not f.metadata.get(NOT_A_KEY)}
         hints = {k: v for k, v in typing.get_type_hints(tp).items() if k in fields}
         return {**hints, **extra}
     return typing.get_type_hints(tp)
@@ -310,7 +310,7 @@ class _Converter:
         if not isinstance(value, dict):
             self.fail(path or "config", cls, value, "write `key: value` pairs under it")
         hints = typing.get_type_hints(cls)
-        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        names = [f.name for f in dataclasses.fields(cls) if not f.metadata.get(NOT_A_KEY)]
         kwargs = {}
         for key, item in value.items():
             sub = f"{path}.{key}" if path else str(key)

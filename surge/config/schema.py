@@ -109,6 +109,10 @@ class MultiAgentEnvConfig:
     such field."""
 
 
+NOT_A_KEY = "surge.not_a_key"
+"""Field metadata: the field holds other sections' values and is no key of a config file (it
+stays an init argument, so `dataclasses.replace` keeps it)."""
+
 MULTI_AGENT_PREFIXES = ("pettingzoo:", "lbforaging:")
 """`env.id` prefixes of multi-agent envs, trained as agent rows (surge/envs/pettingzoo.py)."""
 
@@ -693,7 +697,7 @@ class ExperimentConfig:
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     """Replay-based RL: rewards from a model scoring each step's frame (docs/reward-models.md)."""
 
-    sections: dict[str, Any] = field(default_factory=dict, init=False)
+    sections: dict[str, Any] = field(default_factory=dict, metadata={NOT_A_KEY: True})
     """The sections an algorithm plug-in brings beyond the ones above (its
     `config_sections`), by name: written at the top level like any section (`a2c: {lr:
     7e-4}`, `a2c.lr=7e-4`), read with `section(name)`."""

@@ -57,18 +57,23 @@ TRAINER = "surge.learners.ppo:build"
 """The trainer's factory: the chassis with PPO's learner."""
 
 
-def ppo_graph(ctx: RunContext) -> Graph:
-    """The graph of `ctx`'s run: one set of streams and a trainer per policy."""
+def ppo_graph(ctx: RunContext, trainer: str = TRAINER, steps: int = 0) -> Graph:
+    """The graph of `ctx`'s run: one set of streams and a trainer per policy. `trainer`: the
+    trainers' factory (an on-policy plug-in of one's own puts its learner there:
+    examples/my_algorithm.py); `steps`: the segments' length (0: `ppo.rollout_len`)."""
     cfg = ctx.cfg
     policies = ctx.policies or {cfg.policy_names[0]: PolicyContext(ctx.env, ctx.n_params)}
     single = len(policies) == 1
     tags = ["" if single else name for name in policies]
-    trainers = [_trainer(cfg, k, tag) for k, tag in enumerate(tags)]
+    trainers = [_trainer(cfg, k, tag, trainer) for k, tag in enumerate(tags)]
     half = acting_half(cfg, tags)
     streams: list[StreamSpec] = []
     layouts: dict[str, BlockLayout] = {}
+    steps = steps or cfg.ppo.rollout_len
     for k, (name, policy) in enumerate(policies.items()):
-        more, more_layouts = _policy_streams(ctx, half, trainers[k], k, name, tags[k], policy)
+        more, more_layouts = _policy_streams(
+            ctx, half, trainers[k], k, name, tags[k], policy, steps
+        )
         streams += more
         layouts.update(more_layouts)
     graph = Graph([*trainers, *half.servers, *half.actors], layouts, streams)
@@ -79,11 +84,11 @@ def ppo_graph(ctx: RunContext) -> Graph:
     return add_evaluators(graph, cfg, trainer=lead, params=lead_params, more_params=others)
 
 
-def _trainer(cfg: ExperimentConfig, k: int, tag: str) -> WorkerSpec:
-    """The trainer of the k-th policy: PPO's learner in the chassis; it ends the run."""
+def _trainer(cfg: ExperimentConfig, k: int, tag: str, factory: str) -> WorkerSpec:
+    """The trainer of the k-th policy: a learner in the chassis; it ends the run."""
     w, r = cfg.workers, cfg.ray
     return worker(
-        "trainer", k, factory=TRAINER, threads=w.trainer_threads, restartable=False,
+        "trainer", k, factory=factory, threads=w.trainer_threads, restartable=False,
         ends_run=True, cpus=r.trainer_cpus, gpus=r.trainer_gpus,
         pod="trainer" if k == 0 else f"trainer-{k}", policy=tag,
     )  # fmt: skip
@@ -97,6 +102,7 @@ def _policy_streams(
     name: str,
     tag: str,
     policy: PolicyContext,
+    steps: int,
 ) -> tuple[list[StreamSpec], dict[str, BlockLayout]]:
     """A policy's inference, sample and parameter streams, and their blocks' layouts."""
     cfg, w = ctx.cfg, ctx.cfg.workers
@@ -118,7 +124,7 @@ def _policy_streams(
         StreamSpec(
             f"samples{suffix}", "segments", f"samples{suffix}",
             half.edges({a.name: trainer.name for a in half.actors}), flow,
-            f"segments of {cfg.ppo.rollout_len} steps x {group}, each step stamped with its "
+            f"segments of {steps} steps x {group}, each step stamped with its "
             f"policy version; {flow.depth} slot(s) per group (max_policy_lag {flow.max_lag})",
             policy=tag,
         ),
@@ -131,7 +137,7 @@ def _policy_streams(
         ),
         f"samples{suffix}": sample_layout(
             penv.obs, penv.action, FlatPolicy.OUTPUTS, depth=flow.depth,
-            steps=cfg.ppo.rollout_len, envs=cfg.total_groups * rows, groups=cfg.total_groups,
+            steps=steps, envs=cfg.total_groups * rows, groups=cfg.total_groups,
             active=bool(penv.agents), state=segment_state_fields(cfg.model), info=penv.info,
         ),
         params: params_layout(policy.n_params),
