@@ -36,7 +36,6 @@ from collections.abc import Callable  # noqa: E402
 import numpy as np  # noqa: E402
 
 from surge.algos.transition_store import ReplayStore, Spec, storage_fields  # noqa: E402
-from surge.envs.spaces import ArraySpec  # noqa: E402
 from surge.streams.replay_blocks import batch_layout  # noqa: E402
 
 CAPACITY, SEGMENT, BATCH, NSTEP, GAMMA = 10_000, 10, 128, 1, 0.99
@@ -104,10 +103,9 @@ def segments(count: int, prioritized: bool, seed: int = 1) -> list[dict[str, np.
     return out
 
 
-def batch_row() -> dict[str, np.ndarray]:
+def batch_row(spec: Spec) -> dict[str, np.ndarray]:
     """Row 0 of a batches block (streams/replay_blocks.py `batch_layout`), as views."""
-    obs = {"obs": ArraySpec((4,), np.dtype(np.float32))}
-    layout = batch_layout(1, 2, BATCH, obs, ArraySpec((), np.dtype(np.int64)))
+    layout = batch_layout(1, 2, BATCH, spec)
     arrays = {k: np.zeros(f.shape, f.dtype) for k, f in layout.fields.items()}
     return {k: v[0] for k, v in arrays.items()}
 
@@ -130,7 +128,7 @@ def bench(prioritized: bool, blocks: int, calls: int) -> dict[str, float]:
     feed = iter(segs)
     while store.size < CAPACITY - SEGMENT:  # fill the replay first: every add then wraps
         store.add(columns, next(feed))
-    row = batch_row()
+    row = batch_row(store.spec)
     fields = {k: row[k] for k in store.sample(BATCH, 0.4)}  # the fields a sample writes
     rng = np.random.default_rng(2)
 

@@ -97,8 +97,9 @@ class SequenceStore(ReplayStore):
         span = position + np.arange(-self.spec.sequence + 1, self.spec.stack - 1)
         return np.unique((span - span % T) % self.spec.length)
 
-    def batch_fields(self) -> Fields:
-        spec, steps = self.spec, (self.spec.sequence,)
+    @staticmethod
+    def item_fields(spec: Spec) -> Fields:
+        steps = (spec.sequence,)
         fields: Fields = {"action": ((*steps, *spec.action[0]), spec.action[1])}
         for key, dtype in [
             ("reward", "<f4"),

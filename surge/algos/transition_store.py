@@ -69,10 +69,21 @@ class Spec:
     counts for against `replay.ratio`."""
     core_size: int = 0
     """Floats of recurrent state stored at each segment's start (sequence replay)."""
+    store: str = "transitions"
+    """The kind of items, chosen by the algorithm (algos/replay_stores.py): `transitions`
+    (n-step, this module), `sequences` (R2D2, algos/sequence_replay.py) or `episodes` (all
+    agents of an env's whole episode, algos/episode_store.py)."""
+    agents: int = 1
+    """Columns one item spans: an env's agents (episode items)."""
+    episodes: int = 0
+    """Episode items: slots of the shard's ring of episodes."""
+    episode_limit: int = 0
+    """Episode items: the longest episode, in steps (items are padded to it)."""
 
     @property
     def capacity(self) -> int:
-        return self.columns * self.length
+        """Items the shard holds at most (episodes, or positions of transitions)."""
+        return self.episodes if self.store == "episodes" else self.columns * self.length
 
     @property
     def stack(self) -> int:
@@ -140,6 +151,12 @@ class ReplaySetup:
     nstep: int
     restored: bool = False
     """A resumed run's shards start from the replay saved with its checkpoint."""
+    batch: int = 0
+    """Items per batch (`replay.batch_size`; QMIX: `qmix.batch_episodes`); 0: one item."""
+
+    @property
+    def batch_items(self) -> int:
+        return max(self.batch, 1)
 
 
 POSITION_FIELDS = (
@@ -524,7 +541,15 @@ class ReplayStore:
 
     def batch_fields(self) -> Fields:
         """What `sample` returns, per item: field -> (shape, dtype)."""
-        spec = self.spec
+        return self.item_fields(self.spec)
+
+    def can_sample(self, batch: int) -> bool:
+        """Items exist to draw from (a batch may draw one many times)."""
+        return self.size > 0
+
+    @staticmethod
+    def item_fields(spec: Spec) -> Fields:
+        """`batch_fields` of a store of `spec`."""
         fields: Fields = {"action": spec.action}
         for key in ("reward", "discount", "weight"):
             fields[key] = ((), "<f4")

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.transition_store import ReplaySetup, Spec, ring_length, storage_fields
+from surge.algos.replay_stores import store_fields
+from surge.algos.transition_store import ReplaySetup, Spec, ring_length
 from surge.config.schema import ExperimentConfig
 from surge.envs.atari import is_atari_id
 from surge.envs.make import probe_policies
@@ -194,6 +195,7 @@ def replay_setup(
             sequence=sequence,
             trained=trained,
             core_size=core_size,
+            store="sequences" if sequence else "transitions",
         )
         if share + margin < need:
             what = (
@@ -215,11 +217,11 @@ def replay_setup(
         and run_dir is not None
         and cfg.replay.checkpoint
         and all(
-            stored_layout(saved_replay(run_dir, s)) == storage_fields(spec)
+            stored_layout(saved_replay(run_dir, s)) == store_fields(spec)
             for s, spec in enumerate(specs)
         )
     )
-    return ReplaySetup(tuple(specs), gamma, nstep, restored)
+    return ReplaySetup(tuple(specs), gamma, nstep, restored, batch=r.batch_size)
 
 
 def replay_context(
@@ -276,10 +278,11 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     # a restored replay samples at once: the actors need not fill min_size again
     min_size = 0 if ctx.replay.restored else r.min_size
     spec = ctx.replay.shards[0]
-    buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained)
+    buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained, ctx.replay.batch_items)
     limiter = SampleToInsertRatio(r.ratio, min_size, buffer)
     # a version trains a batch of items, each `trained` transitions
-    flow = RatioBound(limiter, r.batch_size * spec.trained, round_, ctx.start_version, SLOTS)
+    batch = ctx.replay.batch_items
+    flow = RatioBound(limiter, batch * spec.trained, round_, ctx.start_version, SLOTS)
     params = params_block(POLICY)
     scoring = cfg.reward_model.mode != "env"  # a reward-model worker between actors and replay
     reward_model = worker("reward-model", 0, threads=1, cpus=ray.actor_cpus, pod="trainer")
@@ -304,7 +307,7 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
         StreamSpec(
             BATCHES, "batches", BATCHES,
             tuple(Edge(s.name, trainer.name, (s.index,)) for s in replays),
-            note=f"batches of {r.batch_size}, {r.prefetch} sampled ahead per shard; batch u "
+            note=f"batches of {batch} {spec.store}, {r.prefetch} sampled ahead per shard; batch u "
             f"from shard u % {r.shards}; the trainer writes each transition's TD error back",
         ),
         params_stream(half, params, trainer.name, ctx.n_params),
@@ -382,10 +385,7 @@ def _replay_layouts(ctx: RunContext, outputs: Outputs, scoring: bool) -> dict[st
             state=inference_state_fields(cfg.model) if recurrent else None,
         ),
         "samples": segments(SLOTS),
-        BATCHES: batch_layout(
-            r.shards, r.prefetch, r.batch_size, env.obs, env.action, spec.sequence,
-            spec.core_size,
-        ),
+        BATCHES: batch_layout(r.shards, r.prefetch, ctx.replay.batch_items, spec),
         params_block(POLICY): params_layout(ctx.n_params),
         **{storage_block(s): storage_layout(shard) for s, shard in enumerate(ctx.replay.shards)},
     }  # fmt: skip

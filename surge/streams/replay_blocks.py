@@ -1,7 +1,7 @@
 """The replay's blocks: each shard's storage, and the batches the shards serve the trainer.
 
-Storage. Shard s keeps its transitions in block `replay.<s>` (the arrays of
-algos/transition_store.py `storage_fields`), in shared memory like every stream: a replay worker
+Storage. Shard s keeps its items in block `replay.<s>` (the arrays of its store:
+algos/replay_stores.py `store_fields`), in shared memory like every stream: a replay worker
 restarted in place finds its data there, committed up to where its previous life stopped.
 
 Batches. Batch u (trained by version u) comes from shard u % S (S shards), in row
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from surge.algos.transition_store import Spec, storage_fields
-from surge.envs.spaces import ArraySpec
+from surge.algos.replay_stores import item_fields, store_fields
+from surge.algos.transition_store import Spec
 from surge.streams.transport import BlockLayout, Field, Transport
 
 FREE, FILLED, TRAINED = 0, 1, 2
@@ -52,44 +52,19 @@ def storage_block(shard: int) -> str:
 
 
 def storage_layout(spec: Spec) -> BlockLayout:
-    return BlockLayout(
-        {k: Field(shape, dtype) for k, (shape, dtype) in storage_fields(spec).items()}
-    )
+    return BlockLayout({k: Field(shape, dtype) for k, (shape, dtype) in store_fields(spec).items()})
 
 
-def batch_layout(
-    shards: int,
-    prefetch: int,
-    batch: int,
-    obs: dict[str, ArraySpec],
-    action: ArraySpec,
-    sequence: int = 0,
-    core_size: int = 0,
-) -> BlockLayout:
-    """Rows of `batch` transitions, or with `sequence` > 0 of `batch` sequences of that many
-    steps (algos/sequence_replay.py: per-step targets and masks, the state at the start)."""
+def batch_layout(shards: int, prefetch: int, batch: int, spec: Spec) -> BlockLayout:
+    """Rows of `batch` items of the store `spec` names (algos/replay_stores.py `item_fields`:
+    transitions, sequences with per-step targets and masks, or episodes), each with what the
+    trainer writes back (`priority`) and the shard's counters and finished episodes."""
     rows = shards * prefetch
     fields = {"state": Field((rows,), "<i8"), "batch": Field((rows,), "<i8")}
-    item: tuple[int, ...] = (rows, batch, sequence) if sequence else (rows, batch)
-    for k, s in obs.items():
-        fields[f"obs/{k}"] = Field((*item, *s.shape), s.dtype.str)
-        if not sequence:
-            fields[f"next_obs/{k}"] = Field((*item, *s.shape), s.dtype.str)
-    fields["action"] = Field((*item, *action.shape), action.dtype.str)
-    fields["reward"] = Field(item, "<f4")  # the n-step return
-    fields["discount"] = Field(item, "<f4")
-    if sequence:
-        fields["horizon"] = Field(item, "<i8")
-        fields["mask"] = Field(item, "|b1")  # the steps that train
-        fields["resets"] = Field(item, "|b1")  # the state is zeroed before these steps
-        fields["core0"] = Field((rows, batch, core_size), "<f4")
-    for name, dtype in [
-        ("weight", "<f4"),  # importance weight
-        ("index", "<i8"),  # the item in its shard, for its new priority
-        ("generation", "<i8"),
-        ("priority", "<f4"),  # written by the trainer: |TD error| (a sequence's priority)
-    ]:
-        fields[name] = Field((rows, batch), dtype)
+    for name, (shape, dtype) in item_fields(spec).items():
+        fields[name] = Field((rows, batch, *shape), dtype)
+    # written by the trainer: |TD error| (a sequence's priority)
+    fields["priority"] = Field((rows, batch), "<f4")
     for name in COUNTERS:
         fields[name] = Field((rows,), "<f8")
     fields["episodes"] = Field((rows,), "<i8")

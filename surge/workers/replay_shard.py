@@ -27,8 +27,7 @@ import time
 import numpy as np
 
 from surge.algos.priorities import annealed_beta
-from surge.algos.sequence_replay import SequenceStore
-from surge.algos.transition_store import ReplayStore
+from surge.algos.replay_stores import make_store
 from surge.config.schema import ExperimentConfig
 from surge.seeds import derive_seed
 from surge.streams.flow import SampleToInsertRatio
@@ -86,24 +85,17 @@ class ReplayWorker(StageWorker):
             arrays["episode_counts"][1] = arrays["episode_counts"][0]  # the last run's
         self.run_dir, self.save = ctx.run_dir, r.checkpoint
         spec = ctx.replay.shards[b.index]
-        self.store = (SequenceStore if spec.sequence else ReplayStore)(
-            spec,
-            arrays,
-            gamma=ctx.replay.gamma,
-            nstep=ctx.replay.nstep,
-            prioritized=r.prioritized,
-            alpha=r.alpha,
-            priority_eps=r.priority_eps,
-            weight_norm=r.weight_norm,
-            seed=derive_seed(cfg.seed, "replay", ctx.resumes, b.index, b.life),
-        )
+        seed = derive_seed(cfg.seed, "replay", ctx.resumes, b.index, b.life)
+        settings = {"gamma": ctx.replay.gamma, "nstep": ctx.replay.nstep}
+        settings.update(prioritized=r.prioritized, alpha=r.alpha, priority_eps=r.priority_eps)
+        self.store = make_store(spec, arrays, seed, weight_norm=r.weight_norm, **settings)
         # each shard holds its share of the run's limits
-        buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained)
+        buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained, ctx.replay.batch_items)
         self.limiter = SampleToInsertRatio(
             r.ratio, max(1, r.min_size // r.shards), buffer / r.shards
         )
         (trainer,) = batches.sends_to
-        self.batch_size = r.batch_size
+        self.batch_size = ctx.replay.batch_items
         # which shard-local columns each of its groups' envs are
         G = self.samples.group_size
         self.columns = {g: np.arange(k * G, (k + 1) * G) for k, g in enumerate(self.samples.groups)}
@@ -163,7 +155,7 @@ class ReplayWorker(StageWorker):
             allowed = self.limiter.samples_allowed(store.inserted)
             cost = B * store.per_item  # transitions the batch trains
             if (
-                store.size == 0
+                not store.can_sample(B)
                 or store.inserted < self.limiter.min_size
                 or store.sampled + cost > allowed
             ):
@@ -226,7 +218,7 @@ TOLERANCE = 0.1
 `samples_per_insert_tolerance_rate`)."""
 
 
-def error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1) -> float:
+def error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1, batch: int = 0) -> float:
     """`replay.error_buffer`, or its default: the samples of TOLERANCE x `min_size` inserts, as
     Acme sizes Reverb's limiter, and at least `min_error_buffer` twice over, ten inserts'
     worth of samples and two batches.
@@ -235,20 +227,22 @@ def error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1) -> float:
     lockstep, each waiting for the other's next step; cartpole-dqn (1 env) ran at 9.4-10.1k
     steps/s with 256 samples of slack, 12.0-12.4k with 12,800, at the same measured ratio."""
     r = cfg.replay
-    floor = 2 * min_error_buffer(cfg, nstep, per_item)
+    batch = batch or r.batch_size
+    floor = 2 * min_error_buffer(cfg, nstep, per_item, batch)
     tolerance = TOLERANCE * r.min_size * r.ratio
-    return r.error_buffer or max(tolerance, 10 * r.ratio, 2 * r.batch_size * per_item, floor)
+    return r.error_buffer or max(tolerance, 10 * r.ratio, 2 * batch * per_item, floor)
 
 
-def min_error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1) -> float:
+def min_error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1, batch: int = 0) -> float:
     """The smallest error buffer with which neither side can wait for the other forever.
     Inserts come a segment of every env column at a time (`round` transitions), the last
     n - 1 steps of each column not yet complete (`tail`), and samples a batch at a time in
     each shard: the actors, allowed up to (inserts * ratio - samples) <= buffer, and the
     shards, allowed down to >= -buffer, must leave each other room for one step of each:
     2 * buffer >= (round + tail) * ratio + shards * batch. A batch of sequences counts
-    `per_item` transitions per sequence (algos/sequence_replay.py)."""
+    `per_item` transitions per sequence (algos/sequence_replay.py). `batch`: items per batch
+    (default `replay.batch_size`)."""
     r = cfg.replay
     columns = cfg.total_envs
     round_, tail = r.segment_len * columns, (nstep - 1) * columns
-    return ((round_ + tail) * r.ratio + r.shards * r.batch_size * per_item) / 2
+    return ((round_ + tail) * r.ratio + r.shards * (batch or r.batch_size) * per_item) / 2
