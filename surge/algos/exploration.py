@@ -82,6 +82,18 @@ class EpsilonGreedy:
             actions[explore] = uniform.astype(np.int64) + self.start
 
 
+class TeamEpsilonGreedy(EpsilonGreedy):
+    """QMIX's exploration (EPyMARL's): every agent row epsilon-greedy with one epsilon,
+    linear from `qmix.epsilon_start` to `qmix.epsilon_finish` over
+    `qmix.epsilon_anneal_steps` env steps."""
+
+    def __init__(self, cfg: ExperimentConfig, env: EnvInfo, columns: int, seed: int) -> None:
+        super().__init__(cfg, env, columns, seed)
+        q = cfg.qmix
+        self.per_column = None
+        self.schedule = (q.epsilon_start, q.epsilon_finish, float(q.epsilon_anneal_steps))
+
+
 class RandomStart:
     """Uniformly random actions until `replay.min_size` env steps (see the module
     docstring)."""

@@ -21,6 +21,7 @@ ALGORITHMS: dict[str, str] = {
     "grpo": "surge.recipes.grpo:GRPO",
     "dqn": "surge.recipes.dqn:DQN",
     "sac": "surge.recipes.sac:SAC",
+    "qmix": "surge.recipes.qmix:QMIX",
 }
 """`algo` -> `module:object` of its plug-in."""
 

@@ -21,6 +21,7 @@ from surge.config.llm_schema import (
     TaskConfig,
     TinyModelConfig,
 )
+from surge.config.qmix_schema import QMIXConfig
 from surge.config.replay_schema import DQNConfig, ReplayConfig, SACConfig
 from surge.config.reward_model_schema import RewardModelConfig
 from surge.config.rules import (
@@ -693,6 +694,10 @@ class ExperimentConfig:
 
     sac: SACConfig = field(default_factory=SACConfig)
     """`algo: sac`: soft actor-critic for Box actions (docs/replay.md)."""
+
+    qmix: QMIXConfig = field(default_factory=QMIXConfig)
+    """`algo: qmix`: QMIX, VDN and independent Q-learning for cooperative multi-agent envs
+    (docs/multiagent.md)."""
 
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     """Replay-based RL: rewards from a model scoring each step's frame (docs/reward-models.md)."""

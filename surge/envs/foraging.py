@@ -70,6 +70,8 @@ class ForagingParallelEnv(ParallelEnv[str, Any, int]):
             mask_box = gym.spaces.Box(0, 1, (ACTIONS,), np.int8)
             self._obs_space = gym.spaces.Dict({"observation": agent_box, "action_mask": mask_box})
         self._act_space = gym.spaces.Discrete(ACTIONS)
+        self.max_episode_steps = int(self._game._max_episode_steps)
+        """lbforaging's time limit: the longest episode (an episode replay's padding)."""
         agents = len(self.possible_agents)
         self.state_space = gym.spaces.Box(  # flat, also for lbforaging's grid observations
             np.tile(agent_box.low.reshape(-1), agents),

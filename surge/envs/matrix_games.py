@@ -51,6 +51,8 @@ class TwoStepGame(ParallelEnv[str, np.ndarray, int]):
         self._obs_space = gym.spaces.Box(0.0, 1.0, (len(STATE_NAMES),), np.float32)
         self._act_space = gym.spaces.Discrete(2)
         self.state_space = self._obs_space
+        self.max_episode_steps = 2
+        """Every episode is the two steps (an episode replay's padding)."""
 
     def observation_space(self, agent: str) -> gym.spaces.Box:
         """The state's one-hot, for every agent."""

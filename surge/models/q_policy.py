@@ -19,7 +19,7 @@ import numpy as np
 from surge.config.schema import ExperimentConfig, ModelConfig
 from surge.envs.spaces import EnvInfo, flatten_obs_space
 from surge.models.images import choose_encoder
-from surge.models.inputs import ACTION_MASK
+from surge.models.inputs import ACTION_MASK, GLOBAL_STATE
 from surge.models.numpy_policy import encode_fields, flat_fields
 from surge.models.numpy_recurrent import step as core_step
 from surge.models.published_net import Observations, Outputs, Params, PublishedNet
@@ -72,6 +72,19 @@ def count_q_params(
 def q_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int, device: str = "cpu") -> QPolicy:
     """The acting policy of `algo: dqn` (`RunContext.acting_policy`)."""
     return QPolicy(env.observation_space, env.action_space, cfg, seed, device)
+
+
+def agent_q_policy(env: EnvInfo, cfg: ExperimentConfig, seed: int, device: str = "cpu") -> QPolicy:
+    """The acting policy of `algo: qmix`: greedy on the agents' shared Q-network, which reads
+    each row's own fields (`agent_view`: the global state is the mixer's, not the agents')."""
+    return QPolicy(agent_view(env.observation_space), env.action_space, cfg, seed, device)
+
+
+def agent_view(space: gym.Space[Any]) -> gym.Space[Any]:
+    """A multi-agent row's observation space without its `global_state` field."""
+    if isinstance(space, gym.spaces.Dict) and GLOBAL_STATE in space.spaces:
+        return gym.spaces.Dict({k: v for k, v in space.spaces.items() if k != GLOBAL_STATE})
+    return space
 
 
 class QPolicy(PublishedNet):

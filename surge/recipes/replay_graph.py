@@ -278,10 +278,10 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     # a restored replay samples at once: the actors need not fill min_size again
     min_size = 0 if ctx.replay.restored else r.min_size
     spec = ctx.replay.shards[0]
-    buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained, ctx.replay.batch_items)
+    batch = ctx.replay.batch_items
+    buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained, batch, ctx.env.rows_per_env)
     limiter = SampleToInsertRatio(r.ratio, min_size, buffer)
     # a version trains a batch of items, each `trained` transitions
-    batch = ctx.replay.batch_items
     flow = RatioBound(limiter, batch * spec.trained, round_, ctx.start_version, SLOTS)
     params = params_block(POLICY)
     scoring = cfg.reward_model.mode != "env"  # a reward-model worker between actors and replay
@@ -369,7 +369,7 @@ def _replay_layouts(ctx: RunContext, outputs: Outputs, scoring: bool) -> dict[st
     cfg, env, r = ctx.cfg, ctx.env, ctx.cfg.replay
     assert ctx.replay is not None
     spec = ctx.replay.shards[0]
-    recurrent = spec.core_size > 0  # the actors carry a state (models/recurrent_state.py)
+    recurrent = cfg.model.core != "none"  # the actors carry a state (models/recurrent_state.py)
 
     def segments(depth: int, info: Any = None) -> BlockLayout:
         """The layout of a stream of the actors' segments, `depth` slots per group."""

@@ -90,7 +90,9 @@ class ReplayWorker(StageWorker):
         settings.update(prioritized=r.prioritized, alpha=r.alpha, priority_eps=r.priority_eps)
         self.store = make_store(spec, arrays, seed, weight_norm=r.weight_norm, **settings)
         # each shard holds its share of the run's limits
-        buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained, ctx.replay.batch_items)
+        buffer = error_buffer(
+            cfg, ctx.replay.nstep, spec.trained, ctx.replay.batch_items, ctx.env.rows_per_env
+        )
         self.limiter = SampleToInsertRatio(
             r.ratio, max(1, r.min_size // r.shards), buffer / r.shards
         )
@@ -218,7 +220,9 @@ TOLERANCE = 0.1
 `samples_per_insert_tolerance_rate`)."""
 
 
-def error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1, batch: int = 0) -> float:
+def error_buffer(
+    cfg: ExperimentConfig, nstep: int, per_item: int = 1, batch: int = 0, rows: int = 1
+) -> float:
     """`replay.error_buffer`, or its default: the samples of TOLERANCE x `min_size` inserts, as
     Acme sizes Reverb's limiter, and at least `min_error_buffer` twice over, ten inserts'
     worth of samples and two batches.
@@ -228,12 +232,14 @@ def error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1, batch: in
     steps/s with 256 samples of slack, 12.0-12.4k with 12,800, at the same measured ratio."""
     r = cfg.replay
     batch = batch or r.batch_size
-    floor = 2 * min_error_buffer(cfg, nstep, per_item, batch)
+    floor = 2 * min_error_buffer(cfg, nstep, per_item, batch, rows)
     tolerance = TOLERANCE * r.min_size * r.ratio
     return r.error_buffer or max(tolerance, 10 * r.ratio, 2 * batch * per_item, floor)
 
 
-def min_error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1, batch: int = 0) -> float:
+def min_error_buffer(
+    cfg: ExperimentConfig, nstep: int, per_item: int = 1, batch: int = 0, rows: int = 1
+) -> float:
     """The smallest error buffer with which neither side can wait for the other forever.
     Inserts come a segment of every env column at a time (`round` transitions), the last
     n - 1 steps of each column not yet complete (`tail`), and samples a batch at a time in
@@ -241,8 +247,8 @@ def min_error_buffer(cfg: ExperimentConfig, nstep: int, per_item: int = 1, batch
     shards, allowed down to >= -buffer, must leave each other room for one step of each:
     2 * buffer >= (round + tail) * ratio + shards * batch. A batch of sequences counts
     `per_item` transitions per sequence (algos/sequence_replay.py). `batch`: items per batch
-    (default `replay.batch_size`)."""
+    (default `replay.batch_size`); `rows`: columns per env (a multi-agent env's agents)."""
     r = cfg.replay
-    columns = cfg.total_envs
+    columns = cfg.total_envs * rows
     round_, tail = r.segment_len * columns, (nstep - 1) * columns
     return ((round_ + tail) * r.ratio + r.shards * (batch or r.batch_size) * per_item) / 2

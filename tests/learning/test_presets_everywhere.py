@@ -29,6 +29,7 @@ NEEDS = {
     "hopper-ppo": "mujoco",
     "minigrid-empty-ppo": "minigrid",
     **{f"highway-{r}": "highway_env" for r in ("sac", "vlmrl", "clg", "state")},
+    **{f"lbf-{a}": "lbforaging" for a in ("qmix", "vdn", "iql")},
 }
 """Presets that need an extra (by the module it installs). The highway CLG presets train the
 built-in tiny CLIP first where $SURGE_CACHE lacks it (about ten minutes, once)."""
@@ -42,7 +43,7 @@ def test_preset_trains_on_runtime(preset: str, runtime: str, run_dir: Path) -> N
         pytest.skip(f"needs the {NEEDS[preset]} extra")
     cfg, _ = load_config(preset, [])
     # the replay algorithms update once replay.min_size steps are stored, at replay.ratio
-    replay = cfg.algo in ("dqn", "sac")
+    replay = cfg.algo in ("dqn", "sac", "qmix")
     budget = 2 * batch_steps(cfg) + (cfg.replay.min_size if replay else 0)  # two updates
     if runtime == "ray":
         os.environ.update(RAY_ENV)
