@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from surge.algos.transition_store import EPISODE_QUEUE, Fields, Spec
+from surge.algos.transition_store import EPISODE_QUEUE, Fields, Spec, StoreCounts
 
 INSERTED, SAMPLED, SIZE, CLOCK = range(4)
-"""`counts`: agent-steps inserted and sampled, episodes stored, episodes committed ever."""
+"""`counts`: agent-steps inserted and sampled, episodes stored, episodes committed ever (the
+first three as the transition store's, which `StoreCounts` reads)."""
 
 
 def episode_storage_fields(spec: Spec) -> Fields:
@@ -83,7 +84,7 @@ def episode_item_fields(spec: Spec) -> Fields:
     return fields
 
 
-class EpisodeStore:
+class EpisodeStore(StoreCounts):
     """One shard's episode replay over the arrays of `episode_storage_fields` (see the module
     docstring). The same calls as the transition store's, for the replay worker."""
 
@@ -98,19 +99,6 @@ class EpisodeStore:
         self.rng = np.random.default_rng(seed)
 
     @property
-    def size(self) -> int:
-        """Episodes that can be sampled."""
-        return int(self.a["counts"][SIZE])
-
-    @property
-    def inserted(self) -> int:
-        return int(self.a["counts"][INSERTED])
-
-    @property
-    def sampled(self) -> int:
-        return int(self.a["counts"][SAMPLED])
-
-    @property
     def per_item(self) -> int:
         """Agent-steps one sampled episode counts for against `replay.ratio`."""
         return self.spec.episode_limit * self.spec.agents
@@ -119,13 +107,6 @@ class EpisodeStore:
     def steps(self) -> int:
         """Env steps committed over the shard's envs (each env's agents step together)."""
         return int(self.a["written"].sum()) // self.spec.agents
-
-    def can_sample(self, batch: int) -> bool:
-        """Episodes exist to draw from (a batch may draw one many times while few are)."""
-        return self.size > 0
-
-    def segments_added(self, columns: np.ndarray) -> int:
-        return int(self.a["segments"][columns].min())
 
     def batch_fields(self) -> Fields:
         return episode_item_fields(self.spec)
@@ -233,15 +214,6 @@ class EpisodeStore:
         a["filled"][slot] = False
         a["filled"][slot, :length] = True
 
-    def take_episodes(self, most: int) -> np.ndarray:
-        """Up to `most` queued finished episodes (return, length), oldest first, taken."""
-        queued, taken = (int(x) for x in self.a["episode_counts"])
-        taken = max(taken, queued - EPISODE_QUEUE)
-        k = min(most, queued - taken)
-        out = self.a["episode_queue"][(taken + np.arange(k)) % EPISODE_QUEUE].copy()
-        self.a["episode_counts"][1] = taken + k
-        return out
-
     # ------------------------------------------------------------------ sample
 
     def sample(
@@ -257,11 +229,7 @@ class EpisodeStore:
         result["index"] = slots
         result["generation"] = np.zeros(batch, np.int64)
         a["counts"][SAMPLED] += batch * self.per_item
-        if out is None:
-            return result
-        for key, value in result.items():
-            out[key][...] = value
-        return out
+        return self.delivered(result, out)
 
     def update_priorities(
         self, items: np.ndarray, generations: np.ndarray, td_abs: np.ndarray

@@ -157,8 +157,4 @@ class SequenceStore(ReplayStore):
         else:
             result["weight"] = np.ones(batch, np.float32)
         a["counts"][SAMPLED] += batch * spec.trained
-        if out is None:
-            return result
-        for key, value in result.items():
-            out[key][...] = value
-        return out
+        return self.delivered(result, out)

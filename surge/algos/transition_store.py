@@ -173,7 +173,59 @@ INSERTED, SAMPLED, SIZE, CLOCK = range(4)
 generation of the next segment's items)."""
 
 
-class ReplayStore:
+class StoreCounts:
+    """What every replay store keeps the same way (algos/replay_stores.py): its counters
+    (`counts`: inserted, sampled, items), the segments committed per column (a new life of
+    the worker skips what it committed), the queue of finished episodes for the trainer's
+    logs, and where a sample is written."""
+
+    a: dict[str, np.ndarray]
+
+    @property
+    def size(self) -> int:
+        """Items that can be sampled."""
+        return int(self.a["counts"][SIZE])
+
+    @property
+    def inserted(self) -> int:
+        return int(self.a["counts"][INSERTED])
+
+    @property
+    def sampled(self) -> int:
+        return int(self.a["counts"][SAMPLED])
+
+    def can_sample(self, batch: int) -> bool:
+        """Items exist to draw from (a batch may draw one many times)."""
+        return self.size > 0
+
+    def segments_added(self, columns: np.ndarray) -> int:
+        """Segments this run committed to `columns` (one group's, added together)."""
+        return int(self.a["segments"][columns].min())
+
+    def take_episodes(self, most: int) -> np.ndarray:
+        """Up to `most` queued episodes, oldest first, [k, 2] (return, length), taken."""
+        queued, taken = (int(x) for x in self.a["episode_counts"])
+        taken = max(taken, queued - EPISODE_QUEUE)  # a full ring lost its oldest
+        k = min(most, queued - taken)
+        out = self.a["episode_queue"][(taken + np.arange(k)) % EPISODE_QUEUE].copy()
+        self.a["episode_counts"][1] = taken + k
+        return out
+
+    @staticmethod
+    def delivered(
+        result: dict[str, np.ndarray], out: dict[str, np.ndarray] | None
+    ) -> dict[str, np.ndarray]:
+        """A sample: `result`, or written into the arrays `out` (the worker's row of the
+        batches block) when given (the sequence and episode stores'; the transition store
+        samples into `out` directly)."""
+        if out is None:
+            return result
+        for key, value in result.items():
+            out[key][...] = value
+        return out
+
+
+class ReplayStore(StoreCounts):
     """One shard's replay over the arrays of `storage_fields` (see the module docstring)."""
 
     def __init__(
@@ -223,19 +275,6 @@ class ReplayStore:
         """Switch between uniform and prioritised sampling (the sampler is rebuilt)."""
         self._prioritized = value
         self._rebuild()
-
-    @property
-    def size(self) -> int:
-        """Transitions that can be sampled."""
-        return int(self.a["counts"][SIZE])
-
-    @property
-    def inserted(self) -> int:
-        return int(self.a["counts"][INSERTED])
-
-    @property
-    def sampled(self) -> int:
-        return int(self.a["counts"][SAMPLED])
 
     @property
     def per_item(self) -> int:
@@ -315,19 +354,6 @@ class ReplayStore:
         a["counts"][INSERTED] += inserted
         a["counts"][CLOCK] += 1
         return inserted
-
-    def segments_added(self, columns: np.ndarray) -> int:
-        """Segments this run committed to `columns` (one group's, added together)."""
-        return int(self.a["segments"][columns].min())
-
-    def take_episodes(self, most: int) -> np.ndarray:
-        """Up to `most` queued episodes, oldest first, [k, 2] (return, length), taken."""
-        queued, taken = (int(x) for x in self.a["episode_counts"])
-        taken = max(taken, queued - EPISODE_QUEUE)  # a full ring lost its oldest
-        k = min(most, queued - taken)
-        out = self.a["episode_queue"][(taken + np.arange(k)) % EPISODE_QUEUE].copy()
-        self.a["episode_counts"][1] = taken + k
-        return out
 
     def _new_items(
         self,
@@ -542,10 +568,6 @@ class ReplayStore:
     def batch_fields(self) -> Fields:
         """What `sample` returns, per item: field -> (shape, dtype)."""
         return self.item_fields(self.spec)
-
-    def can_sample(self, batch: int) -> bool:
-        """Items exist to draw from (a batch may draw one many times)."""
-        return self.size > 0
 
     @staticmethod
     def item_fields(spec: Spec) -> Fields:

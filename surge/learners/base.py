@@ -52,6 +52,7 @@ class ReplayLearner(EnvLearner):
     """An env learner on the replay's batches; `kind` and `checkpoint_format` mark its
     checkpoints (a resumed run checks them: `check_state`)."""
 
+    name = "torch"
     kind = ""
     checkpoint_format = 0
 

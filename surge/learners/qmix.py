@@ -43,7 +43,6 @@ def warm_up() -> None:
 
 
 class QMIXLearner(ReplayLearner):
-    name = "torch"
     kind = "qmix"
     checkpoint_format = CHECKPOINT_FORMAT
 

@@ -238,7 +238,6 @@ class SACUpdate:
 
 
 class SACLearner(ReplayLearner):
-    name = "torch"
     kind = "sac"
     checkpoint_format = CHECKPOINT_FORMAT
 

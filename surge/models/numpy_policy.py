@@ -63,6 +63,18 @@ class NumpyLayout:
         return self.critic_fields != self.fields
 
 
+def core_params(cfg: ModelConfig, width: int) -> list[tuple[str, tuple[int, ...]]]:
+    """The recurrent core's parameters on inputs of `width` (torch's GRUCell / LSTMCell,
+    gates stacked), as the state dict names them."""
+    gates = (3 if cfg.core == "gru" else 4) * cfg.core_size
+    return [
+        ("core.cell.weight_ih", (gates, width)),
+        ("core.cell.weight_hh", (gates, cfg.core_size)),
+        ("core.cell.bias_ih", (gates,)),
+        ("core.cell.bias_hh", (gates,)),
+    ]
+
+
 def numpy_layout(
     obs_space: gym.Space[Any], action_space: gym.Space[Any], cfg: ModelConfig
 ) -> NumpyLayout | None:
@@ -96,13 +108,7 @@ def acting_layout(
     start: tuple[int, ...]
     actor_in, critic_in = encoders[0][1], encoders[1][1]
     if cfg.core != "none":  # ActorCritic registers the core after the encoders
-        gates = (3 if cfg.core == "gru" else 4) * cfg.core_size
-        params += [
-            ("core.cell.weight_ih", (gates, actor_in)),
-            ("core.cell.weight_hh", (gates, cfg.core_size)),
-            ("core.cell.bias_ih", (gates,)),
-            ("core.cell.bias_hh", (gates,)),
-        ]
+        params += core_params(cfg, actor_in)
         # the torsos read the core's output; a central critic its own fields, feed-forward
         critic_in = critic_in if critic_fields != actor_fields else cfg.core_size
         actor_in = cfg.core_size

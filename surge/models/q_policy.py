@@ -20,7 +20,7 @@ from surge.config.schema import ExperimentConfig, ModelConfig
 from surge.envs.spaces import EnvInfo, flatten_obs_space
 from surge.models.images import choose_encoder
 from surge.models.inputs import ACTION_MASK, GLOBAL_STATE
-from surge.models.numpy_policy import encode_fields, flat_fields
+from surge.models.numpy_policy import core_params, encode_fields, flat_fields
 from surge.models.numpy_recurrent import step as core_step
 from surge.models.published_net import Observations, Outputs, Params, PublishedNet
 from surge.models.recurrent_state import state_size
@@ -39,14 +39,8 @@ def q_params(obs_space: gym.Space[Any], n_actions: int, cfg: ModelConfig, duelin
         return []
     _, width = encoded
     params: Params = []
-    if cfg.core != "none":  # torch's GRUCell / LSTMCell, gates stacked
-        gates = (3 if cfg.core == "gru" else 4) * cfg.core_size
-        params += [
-            ("core.cell.weight_ih", (gates, width)),
-            ("core.cell.weight_hh", (gates, cfg.core_size)),
-            ("core.cell.bias_ih", (gates,)),
-            ("core.cell.bias_hh", (gates,)),
-        ]
+    if cfg.core != "none":
+        params += core_params(cfg, width)
         width = cfg.core_size
     for i, h in enumerate(cfg.hidden_sizes):
         params += [(f"torso.{2 * i}.weight", (h, width)), (f"torso.{2 * i}.bias", (h,))]
