@@ -98,12 +98,16 @@ class CheckedTextEnv:
                 )
         return text
 
+    def _call(self, call: str, fn: Any, fix: str, *args: Any) -> Any:
+        """`fn(*args)`, its exception a TextEnvError naming `call` and where it was raised."""
+        try:
+            return fn(*args)
+        except Exception as e:
+            raise self._raised(call, e, fix) from None
+
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         call = f"reset(seed={seed})"
-        try:
-            out = self.env.reset(seed)
-        except Exception as e:
-            raise self._raised(call, e, RESET_FIX) from None
+        out = self._call(call, self.env.reset, RESET_FIX, seed)
         if not (isinstance(out, tuple) and len(out) == 2):
             raise self._error(f"{call} returned {out!r:.80}, not (text, info)", RESET_FIX)
         text, info = out
@@ -114,10 +118,7 @@ class CheckedTextEnv:
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         call = f"step({_shown(action)})"
-        try:
-            out = self.env.step(action)
-        except Exception as e:
-            raise self._raised(call, e, STEP_FIX) from None
+        out = self._call(call, self.env.step, STEP_FIX, action)
         if not (isinstance(out, tuple) and len(out) == 5):
             raise self._error(
                 f"{call} returned {out!r:.80}, not (observation, reward, terminated, "
@@ -150,8 +151,5 @@ class CheckedTextEnv:
         call = f"expert(summarize={summarize})"
         fix = "make expert(rng, summarize=False) return the expert's next action (a summary, "
         fix += "when asked to summarize) as a str"
-        try:
-            text = self.env.expert(rng, summarize=summarize)
-        except Exception as e:
-            raise self._raised(call, e, fix) from None
+        text = self._call(call, self.env.expert, fix, rng, summarize)
         return self._text(text, f"{call}'s text", fix)

@@ -80,7 +80,8 @@ class ActionHead(nn.Module):
     linear: nn.Linear
 
     def forward(self, features: Tensor) -> Tensor:
-        raise NotImplementedError
+        out: Tensor = self.linear(features)
+        return out
 
     def sample(
         self, params: Tensor, deterministic: bool, generator: torch.Generator | None
@@ -104,10 +105,6 @@ class CategoricalHead(ActionHead):
         if in_dim is not None:
             self.linear = orthogonal_linear(in_dim, n, POLICY_GAIN)
         self.start = start
-
-    def forward(self, features: Tensor) -> Tensor:
-        out: Tensor = self.linear(features)
-        return out
 
     def sample(
         self, params: Tensor, deterministic: bool, generator: torch.Generator | None
@@ -135,10 +132,6 @@ class MultiCategoricalHead(ActionHead):
         self.nvec = nvec
         self.register_buffer("start", torch.tensor(start, dtype=torch.int64), persistent=False)
         self.has_start = any(start)
-
-    def forward(self, features: Tensor) -> Tensor:
-        out: Tensor = self.linear(features)
-        return out
 
     def sample(
         self, params: Tensor, deterministic: bool, generator: torch.Generator | None
@@ -173,10 +166,6 @@ class GaussianHead(ActionHead):
         super().__init__()
         self.linear = orthogonal_linear(in_dim, dim, POLICY_GAIN)
         self.log_std = nn.Parameter(torch.full((dim,), float(log_std_init)))
-
-    def forward(self, features: Tensor) -> Tensor:
-        out: Tensor = self.linear(features)
-        return out
 
     def sample(
         self, params: Tensor, deterministic: bool, generator: torch.Generator | None

@@ -27,7 +27,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from surge.runtime.launch import write_timing
-from surge.runtime.supervisor import Exit, Supervisor
+from surge.runtime.supervisor import Exit, OneMachine, Supervisor
 from surge.runtime.warm import WarmProcess, child_env, thread_env
 from surge.runtime.worker_process import worker_main
 from surge.streams.control import CHECKPOINT_AND_STOP, STOP, Control
@@ -88,7 +88,7 @@ def start_context(graph: Graph) -> SpawnContext | ForkServerContext:
     return context
 
 
-class _Processes:
+class _Processes(OneMachine):
     """The local runtime for the supervisor (runtime/supervisor.py `Runtime`): a process per
     worker life, started (spawned, forked from the fork server, or the warm process),
     watched by its exit sentinel and its heartbeat, killed when it must go."""
@@ -156,13 +156,6 @@ class _Processes:
         old.join()
         self.by_sentinel.pop(old.sentinel, None)
         Path(self.transport.error_path(name)).unlink(missing_ok=True)
-
-    def where(self, name: str) -> str:
-        return ""
-
-    def reset(self, name: str, restarts: int) -> None:
-        self.control.reset_worker(self.supervisor.slot[name])
-        self.control.set_progress(restarts=restarts)
 
     def ask_to_checkpoint(self, names: list[str]) -> None:
         self.control.request_stop(CHECKPOINT_AND_STOP)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from surge.errors import UserError, WorkerFailure, failure_text
 from surge.runtime.launch import start_worker, write_timing
-from surge.runtime.supervisor import Exit, Supervisor
+from surge.runtime.supervisor import Exit, OneMachine, Supervisor
 from surge.streams.control import CHECKPOINT_AND_STOP, Control
 from surge.streams.transport import InlineTransport
 from surge.workers.base import RunContext, Worker
@@ -46,7 +46,7 @@ def run_serial(ctx: RunContext, graph: Graph, on_tick: Callable[[Control], None]
         write_timing(ctx.run_dir, graph, control.timing)
 
 
-class _InProcess:
+class _InProcess(OneMachine):
     """The serial runtime for the supervisor (runtime/supervisor.py `Runtime`): a worker per
     life, polled in the graph's order, one round per `exits` call."""
 
@@ -108,13 +108,6 @@ class _InProcess:
 
     def retire(self, name: str) -> None:
         self.workers.pop(name).close()
-
-    def where(self, name: str) -> str:
-        return ""
-
-    def reset(self, name: str, restarts: int) -> None:
-        self.control.reset_worker(self.supervisor.slot[name])
-        self.control.set_progress(restarts=restarts)
 
     def ask_to_checkpoint(self, names: list[str]) -> None:
         self.control.request_stop(CHECKPOINT_AND_STOP)

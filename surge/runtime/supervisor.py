@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import WorkerFailure, WorkerUserError, user_error_in
+from surge.streams.control import Control
 from surge.tracking.run_dir import WORKERS_FILE, WorkersFile
 from surge.workers.graph import Graph
 
@@ -106,6 +107,21 @@ class Runtime(Protocol):
     def tick(self, final: bool = False) -> None:
         """Feed the progress display (once per watch round; `final`: the run has ended)."""
         ...
+
+
+class OneMachine:
+    """What the serial and local runtimes share: every worker on this machine (`where` has
+    nothing to add), and one control block whose slot a worker's new life takes."""
+
+    control: Control
+    supervisor: Supervisor
+
+    def where(self, name: str) -> str:
+        return ""
+
+    def reset(self, name: str, restarts: int) -> None:
+        self.control.reset_worker(self.supervisor.slot[name])
+        self.control.set_progress(restarts=restarts)
 
 
 class Supervisor:

@@ -87,12 +87,15 @@ class PoolResults:
         return np.where(same, (self.score[:n] + 1) / (self.games[:n] + 2), 0.5)
 
 
+def _pool_arrays(transport: Transport, block: str) -> tuple[np.ndarray, ...]:
+    """The pool block's snapshots, their versions, seqlocks and count."""
+    a = transport.block(block)
+    return a["flat"], a["version"], a["seq"], a["count"]
+
+
 class LeagueWriter:
     def __init__(self, transport: Transport, block: str) -> None:
-        a = transport.block(block)
-        self._flat, self._version, self._seq, self._count = (
-            a["flat"], a["version"], a["seq"], a["count"],
-        )  # fmt: skip
+        self._flat, self._version, self._seq, self._count = _pool_arrays(transport, block)
 
     @property
     def count(self) -> int:
@@ -123,10 +126,7 @@ class LeagueReader:
     """Whole snapshots out of the pool (the league's forwarder to other nodes)."""
 
     def __init__(self, transport: Transport, block: str) -> None:
-        a = transport.block(block)
-        self._flat, self._version, self._seq, self._count = (
-            a["flat"], a["version"], a["seq"], a["count"],
-        )  # fmt: skip
+        self._flat, self._version, self._seq, self._count = _pool_arrays(transport, block)
         self.pool_size = len(self._version)
 
     @property
