@@ -159,6 +159,13 @@ class ReplaySetup:
         return max(self.batch, 1)
 
 
+def replay_of(ctx: Any) -> ReplaySetup:
+    """The replay setup a replay-based algorithm prepared (its run context's `family`)."""
+    setup = ctx.family
+    assert isinstance(setup, ReplaySetup), "a replay-based algorithm prepares its replay"
+    return setup
+
+
 POSITION_FIELDS = (
     *("action", "reward", "terminated", "truncated", "ret", "discount", "horizon"),
     *("priority", "generation", "episode_step", "final_of", "start_of"),

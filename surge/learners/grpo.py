@@ -32,6 +32,7 @@ from surge.errors import UserError
 from surge.learners.state import load_optimizer_state, optimizer_state
 from surge.llm.lean import LeanLlama
 from surge.llm.model import load_model, save_model_dir
+from surge.llm.run import model_dir_of
 from surge.streams.rollouts import (
     EPISODE_STATS,
     REFERENCED,
@@ -100,8 +101,7 @@ class GRPOLearner:
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = self.cfg = ctx.cfg
         self.ctx = ctx
-        assert ctx.model_dir is not None
-        self.model, self.tokenizer = load_model(ctx.model_dir)
+        self.model, self.tokenizer = load_model(model_dir_of(ctx))
         self.device = trainer_device(cfg)
         self.model.to(self.device).train()  # before the optimizer takes its parameters
         g = cfg.grpo

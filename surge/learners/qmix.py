@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from surge.algos.exploration import linear_schedule
+from surge.algos.transition_store import replay_of
 from surge.algos.value_mixing import EpisodeBatch, ValueMixing
 from surge.devices import trainer_device
 from surge.learners.base import ReplayLearner
@@ -50,8 +51,7 @@ class QMIXLearner(ReplayLearner):
         super().__init__(ctx, b)
         cfg = self.cfg = ctx.cfg
         limit_torch_threads(cfg.qmix.threads)
-        assert ctx.replay is not None, "the plug-in prepared the episode replay"
-        spec = ctx.replay.shards[0]
+        spec = replay_of(ctx).shards[0]
         env = ctx.env
         self.device = trainer_device(cfg)
         self.start_action = int(getattr(env.action_space, "start", 0))

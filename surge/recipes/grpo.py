@@ -21,6 +21,7 @@ from pathlib import Path
 from surge.config.schema import ExperimentConfig
 from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError, UserError
+from surge.llm.run import LLMRun
 from surge.recipes.base import Algorithm
 from surge.recipes.evaluation import EVALUATIONS
 from surge.recipes.ppo import POLICY
@@ -221,7 +222,7 @@ class GRPOFamily(Algorithm):
             start_version=start_version,
             checkpoint=str(checkpoint) if checkpoint else None,
             resumes=resumes,
-            model_dir=str(model_dir),
+            family=LLMRun(str(model_dir)),
         )
 
     def graph(self, ctx: RunContext) -> Graph:

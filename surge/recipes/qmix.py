@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surge.algos.transition_store import ReplaySetup, Spec
+from surge.algos.transition_store import ReplaySetup, Spec, replay_of
 from surge.config.schema import MULTI_AGENT_PREFIXES, ExperimentConfig
 from surge.envs.make import probe_policies
 from surge.envs.pettingzoo import make_parallel_env
@@ -118,7 +118,7 @@ class QMIXFamily(Algorithm):
         q, model = ctx.cfg.qmix, ctx.cfg.model
         mixer = {"qmix": "QMIX", "vdn": "VDN", "none": "independent Q-learning"}[q.mixer]
         agent = f"a {model.core.upper()} core" if model.core != "none" else "feed-forward"
-        spec = ctx.replay.shards[0] if ctx.replay else None
+        spec = replay_of(ctx).shards[0]
         limit = spec.episode_limit if spec else 0
         lines = describe_replay(
             ctx, graph,

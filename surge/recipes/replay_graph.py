@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from surge.algos.replay_stores import store_fields
-from surge.algos.transition_store import ReplaySetup, Spec, ring_length
+from surge.algos.transition_store import ReplaySetup, Spec, replay_of, ring_length
 from surge.config.schema import ExperimentConfig
 from surge.envs.atari import is_atari_id
 from surge.envs.make import probe_policies
@@ -258,14 +258,13 @@ def replay_context(
         acting_policy=acting,
         explore=explore,
         start_env_steps=env_steps,
-        replay=setup,
+        family=setup,
     )
 
 
 def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: Outputs) -> Graph:
     """Trainer, replay shards, policy workers (or inline inference), actors, evaluators."""
     cfg, w, r, ray = ctx.cfg, ctx.cfg.workers, ctx.cfg.replay, ctx.cfg.ray
-    assert ctx.replay is not None
     trainer = worker(
         "trainer", 0, factory=trainer_factory, threads=threads, restartable=False,
         ends_run=True, cpus=ray.trainer_cpus, gpus=ray.trainer_gpus, pod="trainer",
@@ -276,10 +275,11 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
     half = acting_half(cfg, [""])
     round_ = cfg.total_groups * ctx.group_rows * r.segment_len  # one segment per group
     # a restored replay samples at once: the actors need not fill min_size again
-    min_size = 0 if ctx.replay.restored else r.min_size
-    spec = ctx.replay.shards[0]
-    batch = ctx.replay.batch_items
-    buffer = error_buffer(cfg, ctx.replay.nstep, spec.trained, batch, ctx.env.rows_per_env)
+    setup = replay_of(ctx)
+    min_size = 0 if setup.restored else r.min_size
+    spec = setup.shards[0]
+    batch = setup.batch_items
+    buffer = error_buffer(cfg, setup.nstep, spec.trained, batch, ctx.env.rows_per_env)
     limiter = SampleToInsertRatio(r.ratio, min_size, buffer)
     # a version trains a batch of items, each `trained` transitions
     flow = RatioBound(limiter, batch * spec.trained, round_, ctx.start_version, SLOTS)
@@ -298,9 +298,9 @@ def replay_graph(ctx: RunContext, trainer_factory: str, threads: int, outputs: O
             StreamSpec(
                 storage_block(s.index), "storage", storage_block(s.index),
                 (Edge(s.name, s.name),),
-                note=f"{ctx.replay.shards[s.index].capacity:,} transitions: "
-                f"{ctx.replay.shards[s.index].columns} env columns x "
-                f"{ctx.replay.shards[s.index].length} steps",
+                note=f"{setup.shards[s.index].capacity:,} items: "
+                f"{setup.shards[s.index].columns} env columns x "
+                f"{setup.shards[s.index].length} steps",
             )
             for s in replays
         ],
@@ -367,8 +367,8 @@ def _scored_slots(cfg: ExperimentConfig) -> int:
 def _replay_layouts(ctx: RunContext, outputs: Outputs, scoring: bool) -> dict[str, BlockLayout]:
     """The blocks of the replay graph's streams."""
     cfg, env, r = ctx.cfg, ctx.env, ctx.cfg.replay
-    assert ctx.replay is not None
-    spec = ctx.replay.shards[0]
+    setup = replay_of(ctx)
+    spec = setup.shards[0]
     recurrent = cfg.model.core != "none"  # the actors carry a state (models/recurrent_state.py)
 
     def segments(depth: int, info: Any = None) -> BlockLayout:
@@ -385,9 +385,9 @@ def _replay_layouts(ctx: RunContext, outputs: Outputs, scoring: bool) -> dict[st
             state=inference_state_fields(cfg.model) if recurrent else None,
         ),
         "samples": segments(SLOTS),
-        BATCHES: batch_layout(r.shards, r.prefetch, ctx.replay.batch_items, spec),
+        BATCHES: batch_layout(r.shards, r.prefetch, setup.batch_items, spec),
         params_block(POLICY): params_layout(ctx.n_params),
-        **{storage_block(s): storage_layout(shard) for s, shard in enumerate(ctx.replay.shards)},
+        **{storage_block(s): storage_layout(shard) for s, shard in enumerate(setup.shards)},
     }  # fmt: skip
     if scoring:  # the actors' stream holds the segments waiting for the model, with info
         layouts["scored"] = segments(_scored_slots(cfg))
@@ -413,8 +413,8 @@ def describe_replay(ctx: RunContext, graph: Graph, learner: str) -> list[str]:
             f"reward model: {m.mode} ({model}), batches of {m.batch_size} frames, up to "
             f"{m.max_pending} segments per group waiting"
         )
-    if ctx.checkpoint is not None and ctx.replay is not None:
-        if ctx.replay.restored:
+    if ctx.checkpoint is not None:
+        if replay_of(ctx).restored:
             lines.append("the replay is restored from the one saved with the checkpoint")
         elif r.checkpoint:
             lines.append("the replay starts empty: no saved replay fits this config")

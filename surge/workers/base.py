@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from surge.algos.transition_store import ReplaySetup
 from surge.config.schema import ExperimentConfig
 from surge.envs.spaces import EnvInfo
 from surge.tracking.run_dir import policy_home
@@ -52,8 +51,6 @@ class RunContext:
     """Checkpoint the trainer restores, when resuming."""
     resumes: int = 0
     """How many times this run was resumed; mixed into seeds so resumed envs differ."""
-    model_dir: str | None = None
-    """LLM runs: the Hugging Face directory every worker loads its model from."""
     policies: dict[str, PolicyContext] = field(default_factory=dict)
     """Every policy's context, by name, when the run has several; empty otherwise."""
     acting_policy: str = ""
@@ -64,8 +61,11 @@ class RunContext:
     context (algos/exploration.py: DQN's epsilon-greedy); "" for none."""
     start_env_steps: int = 0
     """Env steps the run had done at its start (0, or its checkpoint's)."""
-    replay: ReplaySetup | None = None
-    """Replay-based algorithms: what the replay workers are built from."""
+    family: Any = None
+    """What only the algorithm family's own workers read, typed by the family: the replay's
+    setup (`algos/transition_store.py` `ReplaySetup`, read with `replay_of`), the LLM run's
+    model directory (`llm/model.py` `LLMRun`, read with `model_dir_of`). Shared code never
+    looks inside it."""
 
     def for_policy(self, name: str) -> RunContext:
         """The context of policy `name`'s workers: its env view, parameter count, resume

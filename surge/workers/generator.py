@@ -30,6 +30,7 @@ from surge.llm.engine import Engine
 from surge.llm.episodes import EpisodeRunner, Trajectory, episode_of
 from surge.llm.model import load_model, stop_sequences
 from surge.llm.problems import Problem
+from surge.llm.run import model_dir_of
 from surge.llm.tasks import problem_at, task_of
 from surge.llm.textenv import TextEnvTask
 from surge.models.weights import flat_to_model
@@ -58,8 +59,7 @@ class GenerationWorker:
         self.life = b.life
         self.control = b.control
         self.timers = b.control.timers
-        assert ctx.model_dir is not None, "an LLM run has a starting model directory"
-        self.model, self.tokenizer = load_model(ctx.model_dir)
+        self.model, self.tokenizer = load_model(model_dir_of(ctx))
         # the engine decodes where the model is (its cache, sampling and log-probs there)
         self.model.to(role_device(r.device, "rollout.device")).eval()
         limit_torch_threads(r.threads)

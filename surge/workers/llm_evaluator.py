@@ -13,6 +13,7 @@ import numpy as np
 
 from surge.llm.evaluate import score
 from surge.llm.model import load_model
+from surge.llm.run import model_dir_of
 from surge.llm.tasks import heldout_set, more_summaries, task_of
 from surge.models.weights import flat_to_model
 from surge.seeds import derive_seed
@@ -40,8 +41,7 @@ class LLMEvaluator(ScheduledEvaluations):
         self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
         self.inbox = b.transport.channel(b.inbox)
         self.results = ResultWriter(b.transport, b.port("evaluations"))
-        assert ctx.model_dir is not None
-        self.model, self.tokenizer = load_model(ctx.model_dir)
+        self.model, self.tokenizer = load_model(model_dir_of(ctx))
         self.model.eval()
         limit_torch_threads(1)
         self.flat = np.zeros(ctx.n_params, np.float32)

@@ -28,6 +28,7 @@ import numpy as np
 
 from surge.algos.priorities import annealed_beta
 from surge.algos.replay_stores import make_store
+from surge.algos.transition_store import replay_of
 from surge.config.schema import ExperimentConfig
 from surge.seeds import derive_seed
 from surge.streams.flow import SampleToInsertRatio
@@ -65,18 +66,17 @@ class _ShardRows:
 
 class ReplayWorker(StageWorker):
     def __init__(self, ctx: RunContext, b: Binding) -> None:
-        cfg, r = ctx.cfg, ctx.cfg.replay
+        cfg, r, setup = ctx.cfg, ctx.cfg.replay, replay_of(ctx)
         self.cfg, self.shard, self.shards = cfg, b.index, r.shards
         self.samples = SegmentReader(b.transport, b.port_of_kind("segments"), ctx.start_version)
         storage = b.port_of_kind("storage")
-        assert ctx.replay is not None, "a replay-based algorithm prepares its replay"
         arrays = b.transport.block(storage.block)
         batches = b.port_of_kind("batches")
         self.batches = BatchRows(b.transport, batches.block, r.shards, r.prefetch)
         if b.life == 0:  # a new run: the rows get their first batches (a new life keeps them)
             self.batches.first_batches(b.index, ctx.start_version)
             self.batches.a["saved"][b.index] = -1
-            if ctx.replay.restored:  # the files fit: recipes/replay_graph.py checked them
+            if setup.restored:  # the files fit: recipes/replay_graph.py checked them
                 load_storage(arrays, saved_replay(ctx.run_dir, b.index))
             # this run's env steps count from here (a restored replay's are the last run's),
             # and its segments from zero (the sample stream's count)
@@ -84,20 +84,24 @@ class ReplayWorker(StageWorker):
             arrays["segments"][:] = 0
             arrays["episode_counts"][1] = arrays["episode_counts"][0]  # the last run's
         self.run_dir, self.save = ctx.run_dir, r.checkpoint
-        spec = ctx.replay.shards[b.index]
+        spec = setup.shards[b.index]
         seed = derive_seed(cfg.seed, "replay", ctx.resumes, b.index, b.life)
-        settings = {"gamma": ctx.replay.gamma, "nstep": ctx.replay.nstep}
+        settings = {"gamma": setup.gamma, "nstep": setup.nstep}
         settings.update(prioritized=r.prioritized, alpha=r.alpha, priority_eps=r.priority_eps)
         self.store = make_store(spec, arrays, seed, weight_norm=r.weight_norm, **settings)
         # each shard holds its share of the run's limits
         buffer = error_buffer(
-            cfg, ctx.replay.nstep, spec.trained, ctx.replay.batch_items, ctx.env.rows_per_env
+            cfg,
+            setup.nstep,
+            spec.trained,
+            setup.batch_items,
+            ctx.env.rows_per_env,
         )
         self.limiter = SampleToInsertRatio(
             r.ratio, max(1, r.min_size // r.shards), buffer / r.shards
         )
         (trainer,) = batches.sends_to
-        self.batch_size = ctx.replay.batch_items
+        self.batch_size = setup.batch_items
         # which shard-local columns each of its groups' envs are
         G = self.samples.group_size
         self.columns = {g: np.arange(k * G, (k + 1) * G) for k, g in enumerate(self.samples.groups)}

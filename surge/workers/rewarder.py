@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from surge.llm.model import decode_completion
+from surge.llm.run import model_dir_of
 from surge.llm.tasks import make_task, problem_at
 from surge.streams.rollouts import GENERATED, SCORED, RolloutRows
 from surge.workers.base import Binding, RunContext
@@ -30,10 +31,9 @@ class RewardWorker(StageWorker):
 
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         cfg = self.cfg = ctx.cfg
-        assert ctx.model_dir is not None
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(ctx.model_dir, local_files_only=True)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir_of(ctx), local_files_only=True)
         self.task = make_task(cfg.task.name, cfg.task.kwargs, cfg.task.reward_fn)
         port = b.port("scored")
         rows = RolloutRows(b.transport, port.block, cfg.rollout.prompts_per_batch)

@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 import psutil  # noqa: E402
 
 from surge.config.load import load_config  # noqa: E402
+from surge.llm.run import LLMRun, model_dir_of
 from surge.runtime.launch import start_worker
 from surge.streams.control import Control  # noqa: E402
 from surge.streams.rollouts import GENERATED, REFERENCED, SCORED  # noqa: E402
@@ -56,7 +57,7 @@ def _graph_in_process(
     cfg, _ = load_config(preset, overrides)
     model_dir = setup.model_directory(cfg, run_dir, resuming=False)
     env, n_params = setup.shapes_and_size(cfg, model_dir)
-    ctx = RunContext(cfg, env, run_dir, n_params, model_dir=str(model_dir))
+    ctx = RunContext(cfg, env, run_dir, n_params, family=LLMRun(str(model_dir)))
     graph = grpo_graph(ctx)
     transport = InlineTransport(graph.all_layouts(), graph.channels)
     Control(transport).reset()
@@ -141,7 +142,7 @@ def test_the_reference_worker_gives_the_starting_models_log_probs(tmp_path: Path
     kls = [r["kl"] for r in metrics_so_far(tmp_path) if "kl" in r]  # one row per update
     assert kls[0] == pytest.approx(0.0, abs=1e-5) and kls[-1] > 1e-4
     rows = transport.block("rollouts")
-    start = AutoModelForCausalLM.from_pretrained(ctx.model_dir).eval()
+    start = AutoModelForCausalLM.from_pretrained(model_dir_of(ctx)).eval()
     checked = 0
     for r in range(len(rows["state"])):
         if rows["state"][r] != REFERENCED:

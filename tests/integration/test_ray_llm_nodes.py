@@ -27,6 +27,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("ray")
 
 from surge.config.load import load_config  # noqa: E402
+from surge.llm.run import LLMRun
 from surge.runtime.launch import start_worker
 from surge.runtime.placement import NodeInfo, place  # noqa: E402
 from surge.streams.control import Control  # noqa: E402
@@ -60,7 +61,7 @@ def _graph(run_dir: Path, *extra: str) -> tuple[RunContext, Graph]:
     cfg, _ = load_config("arith-grpo", [*SMALL, "eval.workers=0", *extra])
     model_dir = setup.model_directory(cfg, run_dir, resuming=False)
     env, n_params = setup.shapes_and_size(cfg, model_dir)
-    ctx = RunContext(cfg, env, run_dir, n_params, model_dir=str(model_dir))
+    ctx = RunContext(cfg, env, run_dir, n_params, family=LLMRun(str(model_dir)))
     return ctx, grpo_graph(ctx)
 
 
