@@ -18,7 +18,9 @@ Items. Slot n holds `obs/<k>` [T_max + 1, A, ...], `action` [T_max, A, ...], `re
 [T_max] (the team's: the sum of its agents' rewards, as EPyMARL's common reward),
 `terminated` and `filled` [T_max]. Sampling is uniform over the filled slots; no
 priorities. Counts are in agent-steps, as the actors' and the transition store's: an insert
-counts its steps x rows, a sample `episode_limit` x agents per episode (padding included).
+counts its steps x rows, a sample the stored episodes' mean length x agents per episode (its
+padding not included). So `replay.ratio` = the batch's episodes trains once per episode
+collected, as EPyMARL does, however short the episodes become as the agents learn.
 
 Committing. `add` works on a copy of the group's open episodes and writes the finished ones
 into slots past the committed ones; then it writes the copy into the other of each env's two
@@ -100,8 +102,13 @@ class EpisodeStore(StoreCounts):
 
     @property
     def per_item(self) -> int:
-        """Agent-steps one sampled episode counts for against `replay.ratio`."""
-        return self.spec.episode_limit * self.spec.agents
+        """Agent-steps one sampled episode counts for against `replay.ratio`: the stored
+        episodes' mean length x agents (before the first: `episode_limit` x agents)."""
+        size = self.size
+        if size == 0:
+            return self.spec.episode_limit * self.spec.agents
+        steps = int(np.count_nonzero(self.a["filled"][:size]))
+        return max(1, round(steps * self.spec.agents / size))
 
     @property
     def steps(self) -> int:

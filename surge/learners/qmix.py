@@ -49,7 +49,7 @@ class QMIXLearner(ReplayLearner):
 
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         super().__init__(ctx, b)
-        cfg = self.cfg = ctx.cfg
+        cfg = self.cfg
         limit_torch_threads(cfg.qmix.threads)
         spec = replay_of(ctx).shards[0]
         env = ctx.env
@@ -79,8 +79,15 @@ class QMIXLearner(ReplayLearner):
         def put(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
 
+        # trained up to the batch's longest episode: the padding after it changes nothing
+        # but costs an unroll (EPyMARL slices its batches the same way)
+        T = int(np.flatnonzero(f["filled"].any(axis=0)).max(initial=0)) + 1
+        per_step = ("action", "reward", "terminated", "filled")
+        f = {k: v[:, : T + 1] for k, v in f.items() if k.startswith("obs/")} | {
+            k: f[k][:, :T] for k in per_step
+        }
         obs = {k: put(f[f"obs/{k}"]) for k in self.agent_fields}
-        B, T = f["reward"].shape
+        B = f["reward"].shape[0]
         if self.has_state:
             states = f[f"obs/{GLOBAL_STATE}"][:, :, 0]  # the same for every agent of an env
             state = put(states.reshape(B, T + 1, -1).astype(np.float32))
