@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from surge.config.rules import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ruled
+from surge.config.rules import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, between, ruled
 
 TDLoss = Literal["huber", "mse"]
 Exploration = Literal["linear", "apex"]
@@ -92,24 +92,24 @@ class DQNConfig:
     returns, prioritised replay (`replay.prioritized`), Ape-X's per-env exploration and, with
     a recurrent core (`model.core`), R2D2. Defaults follow CleanRL's dqn.py."""
 
-    lr: float = 2.5e-4
+    lr: float = ruled(2.5e-4, POSITIVE)
     """Adam learning rate."""
 
     adam_eps: float = 1e-8
     """Adam epsilon."""
 
-    gamma: float = 0.99
+    gamma: float = ruled(0.99, between(0, 1, "(]"))
     """Discount factor."""
 
-    nstep: int = 1
+    nstep: int = ruled(1, AT_LEAST_ONE)
     """Steps in each return: R = r_t + ... + gamma^(n-1) r_{t+n-1}, then bootstrap (cut at
     episode ends; a truncation bootstraps from the final observation)."""
 
-    target_every: int = 50
+    target_every: int = ruled(50, AT_LEAST_ONE)
     """Updates between two target-network updates (CleanRL's 500 env steps at one update per
     10 steps)."""
 
-    target_tau: float = 1.0
+    target_tau: float = ruled(1.0, between(0, 1, "(]"))
     """The target update: target = tau * online + (1 - tau) * target. 1: a hard copy."""
 
     double: bool = False
@@ -136,10 +136,10 @@ class DQNConfig:
     epsilon_end: float = 0.05
     """`linear`: epsilon at the end of the schedule."""
 
-    epsilon_fraction: float = 0.5
+    epsilon_fraction: float = ruled(0.5, UNIT)
     """`linear`: the share of `total_env_steps` over which epsilon falls."""
 
-    apex_base: float = 0.4
+    apex_base: float = ruled(0.4, between(0, 1, "()"))
     """`apex`: epsilon_i = apex_base^(1 + apex_alpha i / (N - 1))."""
 
     apex_alpha: float = 7.0
@@ -158,7 +158,7 @@ class DQNConfig:
     """R2D2: learn h(Q) with h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x (Pohlen et al. 2018),
     so targets of very different scales fit one network."""
 
-    priority_eta: float = 0.9
+    priority_eta: float = ruled(0.9, UNIT)
     """R2D2: a sequence's priority, eta * max |TD| + (1 - eta) * mean |TD| over its steps."""
 
     threads: int = ruled(1, AT_LEAST_ONE)
@@ -171,23 +171,23 @@ class SACConfig:
     tanh-squashed Gaussian policy, the entropy temperature tuned to a target. Defaults follow
     CleanRL's sac_continuous_action.py."""
 
-    gamma: float = 0.99
+    gamma: float = ruled(0.99, between(0, 1, "(]"))
     """Discount factor."""
 
-    tau: float = 0.005
+    tau: float = ruled(0.005, between(0, 1, "(]"))
     """Target networks: target = tau * online + (1 - tau) * target, every update."""
 
-    policy_lr: float = 3e-4
+    policy_lr: float = ruled(3e-4, POSITIVE)
     """Adam learning rate of the policy."""
 
-    q_lr: float = 1e-3
+    q_lr: float = ruled(1e-3, POSITIVE)
     """Adam learning rate of the Q-networks (and of the temperature)."""
 
-    policy_every: int = 2
+    policy_every: int = ruled(2, AT_LEAST_ONE)
     """Updates between policy updates; each then takes this many policy steps (CleanRL's
     delayed update, TD3-style)."""
 
-    alpha: float = 0.2
+    alpha: float = ruled(0.2, NON_NEGATIVE)
     """The entropy temperature when `autotune` is off (its starting value is 1 otherwise)."""
 
     autotune: bool = True

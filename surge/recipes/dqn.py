@@ -43,17 +43,6 @@ class DQNFamily(Algorithm):
     def validate(self, cfg: ExperimentConfig) -> None:
         d = cfg.dqn
         check_replay(cfg, d.nstep, _trained(cfg))
-        for field, value, ok, rule in [
-            ("dqn.lr", d.lr, d.lr > 0, "> 0"),
-            ("dqn.gamma", d.gamma, 0 < d.gamma <= 1, "in (0, 1]"),
-            ("dqn.nstep", d.nstep, d.nstep >= 1, ">= 1"),
-            ("dqn.target_every", d.target_every, d.target_every >= 1, ">= 1"),
-            ("dqn.target_tau", d.target_tau, 0 < d.target_tau <= 1, "in (0, 1]"),
-            ("dqn.epsilon_fraction", d.epsilon_fraction, 0 <= d.epsilon_fraction <= 1, "in [0, 1]"),
-            ("dqn.apex_base", d.apex_base, 0 < d.apex_base < 1, "in (0, 1)"),
-        ]:
-            if not ok:
-                raise ConfigError(f"{field}: must be {rule}, got {value!r}", f"set {field} {rule}")
         if cfg.model.core != "none":  # R2D2: sequences
             _check_sequences(cfg)
 
@@ -143,11 +132,6 @@ def _check_sequences(cfg: ExperimentConfig) -> None:
             f"dqn.burn_in={d.burn_in}: a sequence of {d.sequence_len} steps with {d.nstep}-step "
             "returns would leave no step to train",
             f"set dqn.burn_in in [0, {d.sequence_len - d.nstep})",
-        )
-    if not 0 <= d.priority_eta <= 1:
-        raise ConfigError(
-            f"dqn.priority_eta: must be in [0, 1], got {d.priority_eta!r}",
-            "set dqn.priority_eta in [0, 1] (R2D2: 0.9)",
         )
 
 

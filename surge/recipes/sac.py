@@ -42,17 +42,6 @@ class SACAlgorithm(Algorithm):
 
     def validate(self, cfg: ExperimentConfig) -> None:
         check_replay(cfg)
-        s = cfg.sac
-        for field, value, ok, rule in [
-            ("sac.gamma", s.gamma, 0 < s.gamma <= 1, "in (0, 1]"),
-            ("sac.tau", s.tau, 0 < s.tau <= 1, "in (0, 1]"),
-            ("sac.policy_lr", s.policy_lr, s.policy_lr > 0, "> 0"),
-            ("sac.q_lr", s.q_lr, s.q_lr > 0, "> 0"),
-            ("sac.policy_every", s.policy_every, s.policy_every >= 1, ">= 1"),
-            ("sac.alpha", s.alpha, s.alpha >= 0, ">= 0"),
-        ]:
-            if not ok:
-                raise ConfigError(f"{field}: must be {rule}, got {value!r}", f"set {field} {rule}")
         if cfg.model.core != "none":
             raise ConfigError(
                 f"model.core={cfg.model.core}: SAC with a recurrent core is not built",
