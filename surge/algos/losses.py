@@ -117,24 +117,11 @@ def ppo_loss(
 
 class _PPOLoss(torch.autograd.Function):
     @staticmethod
-    def forward(
-        ctx: Any,
-        new_logp: Tensor,
-        entropy: Tensor,
-        new_values: Tensor,
-        old_logp: Tensor,
-        advantages: Tensor,
-        old_values: Tensor,
-        returns: Tensor,
-        clip_coef: float,
-        clip_vloss: bool,
-        ent_coef: float,
-        vf_coef: float,
-        norm_adv: bool,
-    ) -> tuple[Tensor, Tensor]:
-        inputs = (new_logp, entropy, new_values, old_logp, advantages, old_values, returns)
+    def forward(ctx: Any, *args: Any) -> tuple[Tensor, Tensor]:
+        # `ppo_loss`'s seven tensors, then its four settings and norm_adv, in its order
+        tensors, (clip_coef, clip_vloss, ent_coef, vf_coef, norm_adv) = args[:7], args[7:]
         out = ppo_loss_numpy(
-            *(x.detach().numpy() for x in inputs),
+            *(x.detach().numpy() for x in tensors),
             clip_coef=clip_coef, clip_vloss=clip_vloss,
             ent_coef=ent_coef, vf_coef=vf_coef, norm_adv=norm_adv,
         )  # fmt: skip

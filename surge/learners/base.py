@@ -27,6 +27,7 @@ class EnvLearner:
     """The evaluation and export half of an env learner; subclasses publish `parameters()`."""
 
     def __init__(self, ctx: RunContext) -> None:
+        self.cfg = ctx.cfg
         self.evaluator = InlineEvaluator(ctx.cfg, ctx.env, ctx.acting_policy)
 
     def parameters(self) -> np.ndarray:

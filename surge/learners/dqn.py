@@ -38,7 +38,6 @@ class DQNLearner(ReplayLearner):
 
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         super().__init__(ctx, b)
-        self.cfg = ctx.cfg
         space = ctx.env.action_space
         assert isinstance(space, gym.spaces.Discrete), "the plug-in checked it"
         self.start_action = int(space.start)

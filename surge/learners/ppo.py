@@ -71,7 +71,7 @@ class PPOLearner(EnvLearner):
 
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         super().__init__(ctx)
-        cfg = self.cfg = ctx.cfg
+        cfg = self.cfg
         self.ctx = ctx
         self.backend = make_backend(ctx)  # model.backend: numpy for MLPs (no torch), else torch
         self.name = self.backend.name

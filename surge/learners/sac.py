@@ -243,7 +243,6 @@ class SACLearner(ReplayLearner):
 
     def __init__(self, ctx: RunContext, b: Binding) -> None:
         super().__init__(ctx, b)
-        self.cfg = ctx.cfg
         self.device = trainer_device(self.cfg)
         self.staging = DeviceStaging(self.device)  # the batch row, copied once per update
         env = ctx.env

@@ -27,7 +27,7 @@ from surge.runtime.warm import WarmProcess
 from surge.streams.control import Control
 from surge.tracking.checkpoint import latest_checkpoint
 from surge.tracking.metrics import read_metrics
-from surge.tracking.progress import Progress, RecentRate
+from surge.tracking.progress import Progress, Reading, RecentRate
 from surge.tracking.run_dir import create_run_dir, discard_run_dir
 from surge.workers.base import RunContext
 from surge.workers.graph import Graph
@@ -165,7 +165,7 @@ class ProgressFeed:
         if p["policy_version"] <= self.start_version:
             return  # training has not started
         rate = self.rate.update(time.monotonic(), p["env_steps"])
-        self.progress.update(
+        reading = Reading(
             env_steps=int(p["env_steps"]),
             # None until two updates or a log give a rate: shown as "-", not 0
             steps_per_s=rate if rate is not None else (p["steps_per_s"] or None),
@@ -175,6 +175,7 @@ class ProgressFeed:
             episodes=int(p["episodes"]),
             eval_return_mean=p["eval_return_mean"],
         )
+        self.progress.update(reading)
 
 
 def _result(run_dir: Path, reason: str) -> TrainResult:

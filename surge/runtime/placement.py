@@ -19,7 +19,9 @@ This module is plain Python (no Ray), so placement is testable on its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from surge.config.schema import ExperimentConfig
 from surge.errors import UserError
@@ -105,34 +107,33 @@ def place(cfg: ExperimentConfig, workers: list[WorkerSpec], nodes: list[NodeInfo
     def total(pod: list[str]) -> Demand:
         return Demand(sum(need[n].cpus for n in pod), sum(need[n].gpus for n in pod))
 
-    leader_pod, *others = pods(workers)
-    lead = total(leader_pod)
-    candidates = [n for n in nodes if fits(n, lead)]
-    if not candidates:
-        raise _no_room(cfg, _pod_name(leader_pod), lead, nodes)
-    # GPUs first (when asked for), then the controller's node, then the most free CPUs.
-    best = max(
-        candidates,
-        key=lambda n: (lead.gpus > 0 and n.gpus, n.is_controller_node, free_cpus[n.node_id]),
-    )
-    take(best, leader_pod)
-    trainer_node = best.node_id
-
-    for pod in others:
+    def place_pod(pod: list[str], preference: Callable[[NodeInfo], Any]) -> NodeInfo:
+        """The pod onto the node it fits that `preference` ranks highest."""
         d = total(pod)
         candidates = [n for n in nodes if fits(n, d)]
         if not candidates:
             raise _no_room(cfg, _pod_name(pod), d, nodes)
-        best = max(
-            candidates,
-            key=lambda n: (
+        best = max(candidates, key=preference)
+        take(best, pod)
+        return best
+
+    leader_pod, *others = pods(workers)
+    lead = total(leader_pod)
+    # GPUs first (when asked for), then the controller's node, then the most free CPUs.
+    trainer_node = place_pod(
+        leader_pod,
+        lambda n: (lead.gpus > 0 and n.gpus, n.is_controller_node, free_cpus[n.node_id]),
+    ).node_id
+    for pod in others:
+        placed = place_pod(
+            pod,
+            lambda n: (
                 -pods_on[n.node_id],
                 round(free_cpus[n.node_id], 6),
                 n.node_id != trainer_node,
             ),
         )
-        take(best, pod)
-        pods_on[best.node_id] += 1
+        pods_on[placed.node_id] += 1
     ordered = {w.name: node_of[w.name] for w in workers}
     return Placement(ordered, nodes, need)
 

@@ -18,6 +18,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TextIO
 
 TTY_INTERVAL_S = 0.2
@@ -62,27 +63,34 @@ def _number(x: float | None, fmt: str) -> str:
     return format(x, fmt) if _finite(x) else "-"
 
 
-def render_line(
-    env_steps: int,
-    total_env_steps: int,
-    steps_per_s: float | None,
-    episode_return_mean: float | None,
-    policy_lag_mean: float | None,
-    policy_version: int,
-    episodes: int,
-    eval_return_mean: float | None = None,
-) -> str:
-    pct = 100.0 * env_steps / total_env_steps if total_env_steps else 0.0
-    remaining = max(total_env_steps - env_steps, 0)
-    eta = format_duration(remaining / steps_per_s) if steps_per_s and steps_per_s > 0 else "?"
+@dataclass(frozen=True)
+class Reading:
+    """What the progress line shows of a run at one moment; None (or NaN): not known yet."""
+
+    env_steps: int
+    steps_per_s: float | None
+    episode_return_mean: float | None
+    policy_lag_mean: float | None
+    policy_version: int
+    episodes: int
+    eval_return_mean: float | None = None
+
+
+def render_line(r: Reading, total_env_steps: int) -> str:
+    """The progress line of reading `r` of a run of `total_env_steps`."""
+    pct = 100.0 * r.env_steps / total_env_steps if total_env_steps else 0.0
+    remaining = max(total_env_steps - r.env_steps, 0)
+    rate = r.steps_per_s
+    eta = format_duration(remaining / rate) if rate and rate > 0 else "?"
+    evaluated = _finite(r.eval_return_mean)
     return (
-        f"env steps {env_steps:,}/{total_env_steps:,} ({pct:.1f}%)"
-        f" | {_number(steps_per_s, ',.0f')} steps/s"
-        f" | episodes {episodes:,}"
-        f" | return {_number(episode_return_mean if episodes else None, '.1f')}"
-        + (f" | eval {_number(eval_return_mean, '.1f')}" if _finite(eval_return_mean) else "")
-        + f" | lag {_number(policy_lag_mean, '.2f')}"
-        f" | v {policy_version}"
+        f"env steps {r.env_steps:,}/{total_env_steps:,} ({pct:.1f}%)"
+        f" | {_number(rate, ',.0f')} steps/s"
+        f" | episodes {r.episodes:,}"
+        f" | return {_number(r.episode_return_mean if r.episodes else None, '.1f')}"
+        + (f" | eval {_number(r.eval_return_mean, '.1f')}" if evaluated else "")
+        + f" | lag {_number(r.policy_lag_mean, '.2f')}"
+        f" | v {r.policy_version}"
         f" | ETA {eta}"
     )
 
@@ -107,28 +115,11 @@ class Progress:
         self._last_line: str | None = None  # never print the same line twice
         self._width = 0  # length of the line on screen (TTY), to blank leftovers
 
-    def update(
-        self,
-        env_steps: int,
-        steps_per_s: float | None,
-        episode_return_mean: float | None,
-        policy_lag_mean: float | None,
-        policy_version: int,
-        episodes: int,
-        eval_return_mean: float | None = None,
-    ) -> None:
+    def update(self, reading: Reading) -> None:
+        """Take the run's newest state; show it unless the last line was shown too lately."""
         if not self.enabled:
             return
-        self._pending = render_line(
-            env_steps,
-            self.total_env_steps,
-            steps_per_s,
-            episode_return_mean,
-            policy_lag_mean,
-            policy_version,
-            episodes,
-            eval_return_mean,
-        )
+        self._pending = render_line(reading, self.total_env_steps)
         now = self.clock()
         if self._last_shown is None or now - self._last_shown >= self.interval:
             self._show()

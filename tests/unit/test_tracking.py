@@ -25,7 +25,7 @@ from surge.tracking.checkpoint import (
 from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
 from surge.tracking.metrics import MetricsWriter, read_metrics
 from surge.tracking.plot import plot_runs
-from surge.tracking.progress import Progress, format_duration, render_line
+from surge.tracking.progress import Progress, Reading, format_duration, render_line
 from surge.tracking.run_dir import WorkersFile, create_run_dir, load_run_config
 
 # ---------------------------------------------------------------- metrics
@@ -255,16 +255,16 @@ def test_workers_file(tmp_path: Path) -> None:
 
 
 def test_render_line() -> None:
-    line = render_line(123_456, 500_000, 4120.0, 187.34, 0.0, 241, 1_611)
+    line = render_line(Reading(123_456, 4120.0, 187.34, 0.0, 241, 1_611), 500_000)
     assert line == (
         "env steps 123,456/500,000 (24.7%) | 4,120 steps/s | episodes 1,611 | return 187.3 "
         "| lag 0.00 | v 241 | ETA 1m31s"
     )
     # before the first episode ends: no number, and the count says why
-    assert "| episodes 0 | return - |" in render_line(0, 10, 0.0, float("nan"), None, 0, 0)
-    assert "nan" not in render_line(0, 10, float("nan"), float("nan"), float("nan"), 0, 0)
-    assert "ETA ?" in render_line(0, 10, 0.0, None, None, 0, 0)
-    assert "| - steps/s |" in render_line(0, 10, None, None, None, 0, 0)
+    assert "| episodes 0 | return - |" in render_line(Reading(0, 0.0, float("nan"), None, 0, 0), 10)
+    assert "nan" not in render_line(Reading(0, *[float("nan")] * 3, 0, 0), 10)
+    assert "ETA ?" in render_line(Reading(0, 0.0, None, None, 0, 0), 10)
+    assert "| - steps/s |" in render_line(Reading(0, None, None, None, 0, 0), 10)
 
 
 def test_format_duration() -> None:
@@ -275,13 +275,13 @@ def test_progress_non_tty_rate_limit() -> None:
     now = [0.0]
     out = io.StringIO()
     p = Progress(1000, enabled=True, stream=out, clock=lambda: now[0])
-    p.update(100, 50.0, 10.0, 0.0, 1, 5)  # first update always shows
+    p.update(Reading(100, 50.0, 10.0, 0.0, 1, 5))  # first update always shows
     now[0] = 5.0
-    p.update(200, 50.0, 11.0, 0.0, 2, 5)  # within 10 s: held back
+    p.update(Reading(200, 50.0, 11.0, 0.0, 2, 5))  # within 10 s: held back
     now[0] = 10.5
-    p.update(300, 50.0, 12.0, 0.0, 3, 5)
+    p.update(Reading(300, 50.0, 12.0, 0.0, 3, 5))
     now[0] = 11.0
-    p.update(400, 50.0, 13.0, 0.0, 4, 5)
+    p.update(Reading(400, 50.0, 13.0, 0.0, 4, 5))
     p.close()  # shows the newest held-back state
     lines = out.getvalue().splitlines()
     assert [line.split(" | ")[0] for line in lines] == [
@@ -300,9 +300,9 @@ def test_progress_tty_rewrites_line() -> None:
     now = [0.0]
     out = Tty()
     p = Progress(1000, enabled=True, stream=out, clock=lambda: now[0])
-    p.update(100, 50.0, 10.0, 0.0, 1, 5)
+    p.update(Reading(100, 50.0, 10.0, 0.0, 1, 5))
     now[0] = 0.3
-    p.update(200, 50.0, 11.0, 0.0, 2, 5)
+    p.update(Reading(200, 50.0, 11.0, 0.0, 2, 5))
     p.close()
     text = out.getvalue()
     assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
@@ -311,7 +311,7 @@ def test_progress_tty_rewrites_line() -> None:
 def test_progress_disabled() -> None:
     out = io.StringIO()
     p = Progress(1000, enabled=False, stream=out)
-    p.update(100, 50.0, 10.0, 0.0, 1, 5)
+    p.update(Reading(100, 50.0, 10.0, 0.0, 1, 5))
     p.close()
     assert out.getvalue() == ""
 
