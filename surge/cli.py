@@ -176,6 +176,18 @@ def _train_with(args: argparse.Namespace, warm: WarmProcess) -> int:
 
     source, overrides = _source_and_overrides(args.items)
     cfg, name = load_config(source, overrides)
+    if "psro" in cfg.sections:  # best responses are runs of their own (docs/population.md)
+        from surge.population.psro import train_psro
+
+        warm.close()
+        train_psro(cfg, name)
+        return 0
+    if "population" in cfg.sections:  # members are runs of their own (docs/population.md)
+        from surge.population.controller import train_population
+
+        warm.close()  # each member's own `surge train` starts its trainer ahead
+        population = train_population(cfg, name)
+        return EXIT_INTERRUPTED if population.reason == "interrupted" else 0
     module = algorithm_of(cfg).warm_module
     if module is not None:
         warm.preload(module)  # its learner's imports, while this process prepares the run

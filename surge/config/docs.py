@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from surge.config.algorithms import ALGORITHMS
-from surge.config.load import DEFAULT_PRESET, list_presets, plugin_sections
+from surge.config.load import DEFAULT_PRESET, OPTIONAL_SECTIONS, list_presets, plugin_sections
 from surge.config.rules import rules_of
 from surge.config.schema import NOT_A_KEY, ExperimentConfig
 
@@ -162,6 +162,9 @@ def render() -> str:
         if own:
             out += ["", f"# Sections of `algo: {algo}`"]
             _sections([(name, cls, cls()) for name, cls in own.items()], out)
+    for name, cls in OPTIONAL_SECTIONS.items():
+        out += ["", f"# The optional `{name}` section (docs/population.md)"]
+        _sections([(name, cls, cls())], out)
     return "\n".join(out) + "\n"
 
 

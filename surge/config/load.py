@@ -22,10 +22,16 @@ import yaml
 
 from surge import devices
 from surge.config.algorithms import device_roles, load_algorithm
+from surge.config.population_schema import POPULATION, PopulationConfig, check_population
+from surge.config.psro_schema import PSRO, PSROConfig, check_psro
 from surge.config.reward_model_schema import STATE_KEYS
 from surge.config.rules import check_section
 from surge.config.schema import MULTI_AGENT_PREFIXES, NOT_A_KEY, ExperimentConfig
 from surge.errors import ConfigError, UserError
+
+OPTIONAL_SECTIONS: dict[str, type] = {POPULATION: PopulationConfig, PSRO: PSROConfig}
+"""Sections a config may hold or not: their presence makes the run a population of runs
+(docs/population.md)."""
 
 DEFAULT_PRESET = "cartpole-appo"
 _DESCRIPTION_PREFIX = "# description:"
@@ -336,6 +342,8 @@ def validate(cfg: ExperimentConfig) -> None:
     _check_devices(cfg)
     # the algorithm's own checks, by its plug-in (found by import path: config/algorithms.py)
     algorithm.validate(cfg)
+    check_population(cfg, tuple(getattr(algorithm, "mutable_settings", ())))
+    check_psro(cfg)
 
 
 def _check_devices(cfg: ExperimentConfig) -> None:
@@ -484,7 +492,10 @@ def config_from_dict(
 ) -> ExperimentConfig:
     """Convert a nested dict (e.g. a run's saved config.yaml) and validate it."""
     extra = plugin_sections(data.get("algo", ExperimentConfig.algo))
-    rest = {k: v for k, v in data.items() if k not in extra}
+    for name, section in OPTIONAL_SECTIONS.items():  # present: the run is a population
+        if data.get(name) is not None:
+            extra[name] = section
+    rest = {k: v for k, v in data.items() if k not in extra and k not in OPTIONAL_SECTIONS}
     converter = _Converter(origins or {}, source)
     cfg = converter.convert(rest, ExperimentConfig, "")
     cfg.sections = {
@@ -513,7 +524,7 @@ def load_config(source: str | None, overrides: list[str]) -> tuple[ExperimentCon
             raise ConfigError(f"preset '{source}' is not valid YAML: {e}") from None
         name, where = source, f"in preset {source}"
     origins: dict[str, str] = {}
-    extra = plugin_sections(_final_algo(raw, overrides))
+    extra = {**plugin_sections(_final_algo(raw, overrides)), **OPTIONAL_SECTIONS}
     for text in overrides:
         _apply_override(raw, text, origins, extra)
     return config_from_dict(raw, origins=origins, source=where), name

@@ -20,6 +20,7 @@ from surge.envs.atari import (
     make_atari_env,
     resolve_backend,
 )
+from surge.envs.openspiel import is_openspiel_id, make_openspiel_env
 from surge.envs.selfplay import OpponentSource, is_selfplay_id, make_selfplay_env
 from surge.envs.spaces import EnvInfo, check_observation, info_spec
 from surge.errors import ConfigError, EnvSpecError
@@ -31,7 +32,8 @@ def make_env(cfg: EnvConfig, opponents: OpponentSource | None = None) -> gym.Env
     `ALE/*` ids get the Atari preprocessing of `env.atari` (raw rewards, real game ends:
     clipping and episodic life belong to the env group). `selfplay:` ids are the learner's
     seat of a two-player game against `opponents` (surge/envs/selfplay.py; None: a random
-    player). Then `env.wrappers`, in order."""
+    player); `openspiel:` ids a seat of an OpenSpiel game (surge/envs/openspiel.py). Then
+    `env.wrappers`, in order."""
     wrappers = [load_wrapper(spec, i) for i, spec in enumerate(cfg.wrappers)]
     env = _make(cfg, opponents)
     for i, wrapper in enumerate(wrappers):
@@ -81,6 +83,8 @@ def load_wrapper(spec: str, i: int = 0) -> Callable[[gym.Env[Any, Any]], Any]:
 def _make(cfg: EnvConfig, opponents: OpponentSource | None) -> gym.Env[Any, Any]:
     if is_atari_id(cfg.id):
         return make_atari_env(cfg)
+    if is_openspiel_id(cfg.id):
+        return make_openspiel_env(cfg.id, dict(cfg.kwargs))
     if is_selfplay_id(cfg.id):
         kwargs = dict(cfg.kwargs)
         render_mode = kwargs.pop("render_mode", None)

@@ -171,6 +171,11 @@ class PPOLearner(EnvLearner):
         self._lag_sum, self._lag_count, self._lag_max = 0.0, 0, 0
         return record
 
+    def settings_changed(self, keys: list[str]) -> None:
+        """The trainer set new values of mutable settings (recipes/ppo.py `PPO_MUTABLE`):
+        the updaters read theirs at every update; the reward statistics keep a discount."""
+        self.stats.gamma = self.cfg.ppo.gamma
+
     # ------------------------------------------------------------------ the batch
 
     def _check_batch(self, arrays: dict[str, np.ndarray], version: int) -> None:

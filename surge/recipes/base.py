@@ -43,6 +43,10 @@ class Algorithm:
     device_roles: Roles = ROLES
     """(role, device setting) of its workers that run torch models: what is checked against
     the GPUs and shown in the run's header (surge/devices.py)."""
+    mutable_settings: tuple[str, ...] = ()
+    """Settings (config keys, `ppo.lr`) its learner reads afresh before each update, so
+    they may change while it trains: by the trainer's settings channel
+    (surge/tracking/hyperparams.py) or a population's explore step (docs/population.md)."""
     config_sections: ClassVar[dict[str, type]] = {}
     """Config sections it brings beyond ExperimentConfig's own, by name: dataclasses with
     their defaults and range rules (surge/config/rules.py), written at the top level of a

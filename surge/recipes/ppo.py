@@ -154,10 +154,11 @@ class PPOFamily(Algorithm):
 
     warm_module = "surge.learners.ppo"
 
-    def __init__(self, name: str, vtrace: bool) -> None:
+    def __init__(self, name: str, vtrace: bool, mutable: tuple[str, ...] = ()) -> None:
         self.name = name
         self.vtrace = vtrace
         """V-trace targets and advantages (`appo` settings) instead of GAE."""
+        self.mutable_settings = mutable
 
     def validate(self, cfg: ExperimentConfig) -> None:
         _check_minibatches(cfg)
@@ -217,8 +218,14 @@ class PPOFamily(Algorithm):
         return summary(result)
 
 
-PPO = PPOFamily("ppo", vtrace=False)
-APPO = PPOFamily("appo", vtrace=True)
+PPO_MUTABLE = (
+    "ppo.lr", "ppo.ent_coef", "ppo.clip_coef", "ppo.vf_coef", "ppo.gamma", "ppo.gae_lambda",
+    "ppo.max_grad_norm",
+)  # fmt: skip
+"""What PPO's updaters (algos/numpy_ppo.py, algos/ppo.py) read from `ppo` at every update,
+and the learner's reward statistics take on change (learners/ppo.py `settings_changed`)."""
+PPO = PPOFamily("ppo", vtrace=False, mutable=PPO_MUTABLE)
+APPO = PPOFamily("appo", vtrace=True, mutable=(*PPO_MUTABLE, "appo.rho_bar", "appo.c_bar"))
 ACTING = "surge.models.flat_policy:flat_policy"
 """PPO's acting policy (models/flat_policy.py): numpy for MLPs, torch for the CNNs."""
 

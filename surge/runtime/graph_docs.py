@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from surge.config.load import DEFAULT_PRESET, list_presets, load_config
+from surge.config.load import DEFAULT_PRESET, OPTIONAL_SECTIONS, list_presets, load_config
 from surge.recipes import algorithm_of
 from surge.workers.graph import describe
 
@@ -36,6 +36,8 @@ def render() -> str:
         "flow policy ([architecture.md](architecture.md) explains each piece).",
     ]
     for name, description in list_presets():
+        if set(OPTIONAL_SECTIONS) & set(load_config(name, [])[0].sections):
+            continue  # a population: its members' graph is a one-run preset's
         default = " (the default)" if name == DEFAULT_PRESET else ""
         lines += ["", f"## {name}{default}", "", description, "", "```"]
         lines += graph_text(name, [])

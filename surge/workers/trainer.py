@@ -19,6 +19,9 @@ what one update does. The chassis here owns everything around the updates:
   also reaches `stop_return` (`stop_confirm`): the evaluation workers play it when the graph
   has them, else the trainer plays it itself (the learner's `evaluate`). Training waits for
   that evaluation, so the checkpoint it then writes holds the version that was evaluated.
+- mutable settings: between two updates it takes new values of the settings its algorithm
+  declares mutable (`Algorithm.mutable_settings`), and a checkpoint to load, from the run's
+  settings channel (tracking/hyperparams.py), and logs the values in force as `hp/*` fields;
 - the final evaluation (`eval.final`): a run that ends on its budget or time with evaluation
   workers asks them for its last version too, and closes once that result is logged (or
   after `eval.final_timeout_s`), so its closing line reports the policy it saved.
@@ -36,6 +39,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from surge.config.algorithms import load_algorithm
+from surge.config.mutable import set_setting
 from surge.errors import UserError
 from surge.seeds import derive_seed
 from surge.streams.control import CHECKPOINT_AND_STOP, STOP
@@ -45,6 +50,7 @@ from surge.streams.stats import read_stats
 from surge.tracking import timing
 from surge.tracking.checkpoint import rng_state
 from surge.tracking.checkpoint_writer import CheckpointWriter, snapshot
+from surge.tracking.hyperparams import SettingsWatch, read_request
 from surge.tracking.metrics import MetricsWriter, wandb_options
 from surge.tracking.timing import COPY, LEARN
 from surge.workers.base import Binding, RunContext
@@ -176,10 +182,14 @@ class TrainerWorker:
         self.wall_time_offset = 0.0
         self.recent_returns: deque[float] = deque(maxlen=max(cfg.return_window, 1))
         self.recent_lengths: deque[float] = deque(maxlen=max(cfg.return_window, 1))
+        self.mutable = tuple(getattr(load_algorithm(cfg.algo), "mutable_settings", ()))
+        self.settings = SettingsWatch(ctx.run_dir)
+        self.in_force: dict[str, float] = {}  # settings changed through the channel
         if ctx.checkpoint is not None:
             from surge.tracking.checkpoint import load_checkpoint
 
             self._restore(load_checkpoint(Path(ctx.checkpoint)))
+        self._take_settings(start=True)  # a resumed run goes on with the values in force
         resumed_at = self.env_steps if ctx.checkpoint is not None else None
         self.checkpoints = CheckpointWriter(ctx.run_dir, cfg.log.keep_checkpoints)
         wandb = wandb_options(cfg) if self.primary else None
@@ -229,10 +239,11 @@ class TrainerWorker:
         update = self.learner.update(self.version)
         clock = self.timers.add(LEARN, clock)
         self.version += 1
-        self._publish()
-        self.timers.add(COPY, clock)
         self.env_steps += update.env_steps
         self.agent_steps += update.agent_steps
+        self._take_settings()  # before publishing: a loaded state is the new version
+        self._publish()
+        self.timers.add(COPY, clock)
         if update.returns:
             self.recent_returns.extend(update.returns)
             self.recent_lengths.extend(update.lengths)
@@ -394,7 +405,10 @@ class TrainerWorker:
             "policy_version": self.version,
             "restarts": int(self.control.progress()["restarts"]),
             **self.learner.metrics(seconds),
+            **{f"hp/{key}": value for key, value in self.in_force.items()},
         }
+        if self.in_force:
+            record["hp/seq"] = self.settings.taken
         for block in self.stage_stats:
             record.update(read_stats(self.transport, block))
         record.update(timing.shares_since(self.control.timing, self._timing_at_last_log))
@@ -427,6 +441,7 @@ class TrainerWorker:
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
             "resumes": self.ctx.resumes,
+            "settings_seq": self.settings.taken,
             "rng": rng_state(),
             **self.learner.state(),
         }
@@ -449,10 +464,51 @@ class TrainerWorker:
         self.agent_steps = int(state.get("agent_steps", 0))
         self.episodes = int(state.get("episodes", self.env_steps))
         self.wall_time_offset = float(state["wall_time_s"])
+        self.settings.taken = int(state.get("settings_seq", 0))
         # LLM checkpoints before the chassis called the window `recent_rewards`
         returns = state.get("recent_returns", state.get("recent_rewards", []))
         self.recent_returns.extend(float(x) for x in returns)
         self.recent_lengths.extend(float(x) for x in state.get("recent_lengths", []))
+
+    # ------------------------------------------------------------------ mutable settings
+
+    def _take_settings(self, start: bool = False) -> None:
+        """Take a new message of the settings channel (tracking/hyperparams.py): load its
+        checkpoint's learner state, then set its values. At the start the file's values are
+        set whatever its `seq` (they are the ones in force), its checkpoint only if new."""
+        if start:
+            request = read_request(self.ctx.run_dir)
+            if request is None:
+                return
+            load = request.load if request.seq > self.settings.taken else None
+            self.settings.taken = max(self.settings.taken, request.seq)
+        else:
+            request = self.settings.new()
+            if request is None:
+                return
+            load = request.load
+        if load:
+            self._load_learner(Path(load))
+        for key, value in request.values.items():
+            if key not in self.mutable:
+                raise UserError(
+                    f"{self.settings.path}: {key} cannot change during a run of {self.cfg.algo}",
+                    f"change only {', '.join(self.mutable) or 'nothing (none is mutable)'}",
+                )
+            self.in_force[key] = set_setting(self.cfg, key, value)
+        changed = getattr(self.learner, "settings_changed", None)
+        if changed is not None and request.values:
+            changed(list(request.values))
+
+    def _load_learner(self, path: Path) -> None:
+        """Load another run's learner state (PBT's exploit: weights, optimiser and
+        normalisation statistics) into the running learner. The run keeps its own counters
+        (versions, env steps, episodes), so its curve and budget go on."""
+        from surge.tracking.checkpoint import load_checkpoint
+
+        state = load_checkpoint(path)
+        own = {"version": self.version, "env_steps": self.env_steps, "episodes": self.episodes}
+        self.learner.load({**state, **own})
 
     def _finish(self, reason: str) -> bool:
         self._log_evaluations()  # results that arrived since the last update

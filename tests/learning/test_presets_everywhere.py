@@ -42,6 +42,8 @@ def test_preset_trains_on_runtime(preset: str, runtime: str, run_dir: Path) -> N
     if preset in NEEDS and importlib.util.find_spec(NEEDS[preset]) is None:
         pytest.skip(f"needs the {NEEDS[preset]} extra")
     cfg, _ = load_config(preset, [])
+    if "population" in cfg.sections:
+        pytest.skip("a population trains its members (tests/integration/test_population.py)")
     # the replay algorithms update once replay.min_size steps are stored, at replay.ratio
     replay = cfg.algo in ("dqn", "sac", "qmix")
     budget = 2 * batch_steps(cfg) + (cfg.replay.min_size if replay else 0)  # two updates
