@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+import surge
 from surge.algos.advantages import gae
 from surge.algos.ppo import bootstrap_next_values
-from surge.config.load import load_config
 from surge.config.rules import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, between, ruled
 from surge.config.schema import ExperimentConfig
 from surge.errors import ConfigError
@@ -41,7 +41,6 @@ from surge.learners.ppo import slot_batch
 from surge.models.actor_critic import ActorCritic
 from surge.models.weights import model_to_flat
 from surge.recipes.ppo import PPOFamily, ppo_graph
-from surge.runtime.controller import train
 from surge.streams.sample import SampleConsumer
 from surge.workers.base import Binding, RunContext
 from surge.workers.graph import Graph
@@ -184,12 +183,19 @@ A2C = A2CAlgorithm("a2c", vtrace=False)
 
 
 def main() -> None:
-    cfg, _ = load_config(
+    # `algo` names this module's plug-in; under `python examples/my_algorithm.py` that is
+    # `__main__:A2C`, which every worker finds in the script it imports (spawn).
+    run = surge.train(
         "cartpole-ppo",
-        [f"algo={__name__}:A2C", "workers.envs_per_group=4", "total_env_steps=500000",
-         "stop_return=475", "eval.episodes=20", "log.progress=false"],
-    )  # fmt: skip
-    result = train(cfg, "cartpole-a2c")
+        algo=f"{__name__}:A2C",
+        workers__envs_per_group=4,
+        total_env_steps=500_000,
+        stop_return=475,
+        eval__episodes=20,
+        log__progress=False,
+    )
+    result = run.result
+    assert result is not None
     print(f"{result.reason} at {result.env_steps} steps: return {result.episode_return_mean:.1f}")
 
 
