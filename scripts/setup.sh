@@ -10,7 +10,8 @@
 # transformers, tokenizers and datasets for LLM RL (surge/llm), `reasoning-gym` its
 # procedural datasets for the `reasoning-gym:<dataset>` tasks, `multiagent` PettingZoo
 # with its MPE envs (the spread-* presets, self-play), and `highway` highway-env for the
-# driving env (surge/envs/driving.py).
+# driving env (surge/envs/driving.py), `games` OpenSpiel for PSRO (env.id=openspiel:...),
+# and `docs` mkdocs with mkdocstrings for the documentation site (mkdocs.yml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -19,5 +20,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0" \
-  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb,llm,reasoning-gym,multiagent,highway,lbf,report]"
+  -e ".[dev,atari,ray,envpool,mujoco,minigrid,video,wandb,llm,reasoning-gym,multiagent,highway,lbf,report,games,docs]"
 echo "surge installed in .venv ($(.venv/bin/python -c 'import torch, surge; print("torch", torch.__version__)'))"

@@ -9,6 +9,10 @@ export OMP_NUM_THREADS=1
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy surge
+# The documentation site, strictly: a broken link or anchor, or a docstring mkdocstrings cannot
+# render, fails the build. Offline: nothing is fetched. tests/unit/test_docs_site.py reads
+# its search index.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site
 # pytest exits 5 when it collected no test: that must fail, and with `set -e` it does.
 # The slowest tests are listed at the end: the suite's budget is about 15 minutes on 2 cores.
 .venv/bin/python -m pytest -q --durations=20 "$@"
