@@ -721,8 +721,10 @@ class ExperimentConfig:
 
     @property
     def total_envs(self) -> int:
+        """Envs in the run: `workers.actors` x `workers.ring_size` x `workers.envs_per_group`."""
         return self.workers.actors * self.workers.ring_size * self.workers.envs_per_group
 
     @property
     def total_groups(self) -> int:
+        """Env groups in the run: `workers.actors` x `workers.ring_size`."""
         return self.workers.actors * self.workers.ring_size

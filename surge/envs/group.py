@@ -57,6 +57,7 @@ class EnvGroup:
         self.info: dict[str, np.ndarray] = {}
 
     def reset(self) -> None:
+        """Reset every env with its seed and write the first observations."""
         for i, (env, seed) in enumerate(zip(self.envs, self.seeds, strict=True)):
             obs, _ = env.reset(seed=seed)
             self._write(self.obs_out, i, obs, "reset()")
@@ -94,6 +95,7 @@ class EnvGroup:
             raise
 
     def close(self) -> None:
+        """Close every env."""
         for env in self.envs:
             env.close()
 
@@ -114,11 +116,14 @@ class GymAtariGroup(EnvGroup):
         self._obs, self._final = self.obs_out["obs"], self.final_obs["obs"]
 
     def reset(self) -> None:
+        """Reset every env with its seed, keeping each game's lives."""
         for i, (env, seed) in enumerate(zip(self.envs, self.seeds, strict=True)):
             self._obs[i], info = env.reset(seed=seed)
             self._lives[i] = info["lives"]
 
     def step(self, actions: np.ndarray) -> None:
+        """Step every env with its action; with `env.atari.episodic_life` a lost life ends the
+        training episode (not the game)."""
         episodic_life = self.cfg.atari.episodic_life
         for i, env in enumerate(self.envs):
             # a life's first step presses FIRE in the env (atari.py `FireOnLifeLoss`)
@@ -154,11 +159,15 @@ class Group(Protocol):
     score: np.ndarray
     game_over: np.ndarray
 
-    def reset(self) -> None: ...
+    def reset(self) -> None:
+        """Reset every env and write the first observations."""
 
-    def step(self, actions: np.ndarray) -> None: ...
+    def step(self, actions: np.ndarray) -> None:
+        """Step every env with its row of `actions`, then fill the arrays of the contract (rewards,
+        ends, final observations, scores)."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close every env."""
 
 
 def make_group(

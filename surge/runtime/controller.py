@@ -41,6 +41,9 @@ CHANGEABLE_ON_RESUME = ("env.max_episode_steps", "env.clip_actions")
 
 @dataclass(frozen=True)
 class TrainResult:
+    """How a run ended (what `train` and `resume` return): its directory, why it stopped (`solved`,
+    `budget`, `time` or `interrupted`), env steps, returns, wall time and the newest evaluation."""
+
     run_dir: Path
     reason: str  # "solved" | "budget" | "time" | "interrupted"
     env_steps: int

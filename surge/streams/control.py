@@ -31,6 +31,8 @@ PROGRESS_FIELDS = (
 
 
 def control_layout(workers: int) -> BlockLayout:
+    """The control block of a run of `workers` workers: the stop request, one heartbeat per worker,
+    the trainer's progress numbers and every process's CPU timings."""
     return BlockLayout(
         {
             "stop": Field((1,), "<i8"),
@@ -43,6 +45,9 @@ def control_layout(workers: int) -> BlockLayout:
 
 
 class Control:
+    """A worker's (or the controller's) view of the control block; `worker_slot` is the worker's row
+    (-1: the controller)."""
+
     def __init__(self, transport: Transport, worker_slot: int = -1) -> None:
         a = transport.block(BLOCK)
         self._stop = a["stop"]
@@ -55,12 +60,16 @@ class Control:
 
     @property
     def stop_request(self) -> int:
+        """The stop requested so far: `RUN`, `CHECKPOINT_AND_STOP` or `STOP`."""
         return int(self._stop[0])
 
     def request_stop(self, kind: int) -> None:
+        """Ask every worker to stop (`kind`: `CHECKPOINT_AND_STOP` or `STOP`); a stronger request is
+        never weakened."""
         self._stop[0] = max(int(self._stop[0]), kind)
 
     def beat(self) -> None:
+        """Stamp this worker's heartbeat with the time now, and flush its CPU timings."""
         self._heartbeat[self._slot] = time.monotonic()
         self.timers.flush()
 
@@ -73,16 +82,20 @@ class Control:
         self._heartbeat[slot] = 0.0
 
     def last_beat(self, slot: int) -> float:
+        """The monotonic time of worker `slot`'s last heartbeat (0.0: not started)."""
         return float(self._heartbeat[slot])
 
     def set_progress(self, **values: float) -> None:
+        """Set progress numbers by name (`PROGRESS_FIELDS`), for the live display."""
         for name, value in values.items():
             self._progress[PROGRESS_FIELDS.index(name)] = value
 
     def progress(self) -> dict[str, float]:
+        """Every progress number, by name."""
         return {name: float(self._progress[i]) for i, name in enumerate(PROGRESS_FIELDS)}
 
     def reset(self) -> None:
+        """Start a run afresh: no stop request, no heartbeats, no progress or timings."""
         self._stop[0] = RUN
         self._heartbeat[:] = 0.0  # 0: not started yet
         self._progress[:] = 0.0

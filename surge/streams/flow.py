@@ -22,6 +22,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class VersionBound:
+    """The policy-lag bound of on-policy streams: a sample trains only versions at most `max_lag`
+    ahead of the version that produced it."""
+
     max_lag: int
     """A sample trains version v only if it was produced by a version >= v - max_lag."""
 
@@ -40,6 +43,7 @@ class VersionBound:
         return np.asarray(versions) >= reader_version - self.max_lag
 
     def describe(self) -> str:
+        """The bound in words, for the run's header."""
         return f"at most {self.max_lag} version(s) behind the trainer"
 
 
@@ -90,6 +94,7 @@ class RatioBound:
 
     @property
     def depth(self) -> int:
+        """Slots per writer row: segments a group may have in flight."""
         return self.slots
 
     @property
@@ -98,15 +103,19 @@ class RatioBound:
         return 0
 
     def min_version(self, segment: int) -> int:
+        """The oldest trainer version whose parameters may produce segment `segment`, so that
+        inserts stay within the limiter's ratio of the samples taken."""
         inserts = (segment - self.start + 1) * self.round
         limit = self.limiter
         need = ((inserts - limit.min_size) * limit.ratio - limit.error_buffer) / self.batch
         return self.start + max(0, math.ceil(need))
 
     def admits(self, reader_version: int, versions: np.ndarray) -> np.ndarray:
+        """Every sample: replay-based learners are off-policy."""
         return np.ones(np.shape(versions), bool)
 
     def describe(self) -> str:
+        """The bound in words, for the run's header."""
         limit = self.limiter
         return (
             f"inserts wait for the trainer: {limit.ratio:g} samples per insert after "

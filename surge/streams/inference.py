@@ -112,6 +112,7 @@ class InferenceClient:
             self.flush()
 
     def flush(self) -> None:
+        """Send the requests posted since the last flush to the policy worker, in one write."""
         if self._outbox:
             self._policy.send(*self._outbox)
             self._outbox.clear()
@@ -173,6 +174,7 @@ class InferenceServer:
         return set(g[self._request_id[g] > self._response_id[g]].tolist())
 
     def respond(self, groups: list[int]) -> None:
+        """Wake the actors of `groups`: their actions are in the slots."""
         by_client: dict[str, list[int]] = {}
         for g in groups:
             by_client.setdefault(self._client_of[g], []).append(g)

@@ -23,6 +23,8 @@ def params_block(policy: str) -> str:
 
 
 def params_layout(n_params: int) -> BlockLayout:
+    """The parameter block: two buffers of `n_params` float32 each, with their versions and sequence
+    counters, and which one is the newest."""
     return BlockLayout(
         {
             "flat": Field((2, n_params), "<f4"),
@@ -34,6 +36,9 @@ def params_layout(n_params: int) -> BlockLayout:
 
 
 class ParameterService:
+    """Versioned flat parameters in a double buffer: the trainer publishes, policy workers and
+    actors read the newest without locks (a sequence counter per buffer tells a torn read)."""
+
     def __init__(
         self, transport: Transport, block: str, subscribers: list[Channel] | None = None
     ) -> None:
@@ -51,6 +56,8 @@ class ParameterService:
         self._latest[0] = NONE
 
     def publish(self, version: int, flat: np.ndarray) -> None:
+        """Write parameters `flat` of `version` into the buffer readers are not using, make it the
+        newest, and notify every subscriber."""
         b = 1 if int(self._latest[0]) == 0 else 0  # the buffer readers are not using
         self._seq[b] += 1  # odd: writing
         self._flat[b] = flat
@@ -61,6 +68,7 @@ class ParameterService:
             channel.notify(PARAMS_UPDATED)
 
     def latest_version(self) -> int:
+        """The version of the newest published parameters (-1: none yet)."""
         b = int(self._latest[0])
         return NONE if b == NONE else int(self._version[b])
 

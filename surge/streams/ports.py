@@ -15,6 +15,9 @@ from surge.streams.flow import FlowPolicy
 
 @dataclass(frozen=True)
 class Port:
+    """One worker's end of one stream: the stream's kind and block, the peers it writes to and hears
+    from, and the block's rows on its edges."""
+
     stream: str
     kind: str
     """The stream's kind: `request/response`, `segments`, `versions`, `results`."""
@@ -36,4 +39,5 @@ class Port:
     """The policy whose data the stream carries (multi-agent runs with several policies)."""
 
     def slots_of(self, peer: str) -> tuple[int, ...]:
+        """The block's rows on this worker's edge with `peer`."""
         return tuple(k for name, rows in self.peer_slots if name == peer for k in rows)

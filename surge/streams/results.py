@@ -23,12 +23,16 @@ _CONTROL = ("seq", "request")
 
 
 def results_layout(rows: int, fields: tuple[str, ...]) -> BlockLayout:
+    """The results block: one row per writer of the numbers `fields`, a sequence counter per row,
+    and the reader's request."""
     layout = {"seq": Field((rows,), "<i8"), "request": Field((1,), "<i8")}
     layout.update({name: Field((rows,), "<f8") for name in fields})
     return BlockLayout(layout)
 
 
 class ResultWriter:
+    """A writer's end (an evaluation worker): its one row of the results block."""
+
     def __init__(self, transport: Transport, port: Port) -> None:
         self._arrays = transport.block(port.block)
         (self.row,) = port.slots
@@ -38,6 +42,8 @@ class ResultWriter:
         return int(self._arrays["request"][0])
 
     def write(self, record: dict[str, float]) -> None:
+        """Write `record` (numbers by field) into this writer's row; the row's sequence counter
+        marks it being written, then complete."""
         seq, row = self._arrays["seq"], self.row
         seq[row] |= 1  # odd: being written (already odd if a previous life died writing)
         for name, value in record.items():
@@ -46,6 +52,8 @@ class ResultWriter:
 
 
 class ResultReader:
+    """The reader's end (the trainer): every writer's row, each record read once it is complete."""
+
     def __init__(self, transport: Transport, port: Port) -> None:
         self._arrays = transport.block(port.block)
         self._fields = [k for k in self._arrays if k not in _CONTROL]

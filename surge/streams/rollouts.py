@@ -65,6 +65,9 @@ EPISODE_STATS = (
 def rollout_layout(
     rows: int, group_size: int, prompt_len: int, new_tokens: int, segments: int = 1
 ) -> BlockLayout:
+    """The rollout block: `rows` rows of one group each (`group_size` episodes of up to `segments`
+    segments of `new_tokens` tokens after a prompt of up to `prompt_len`), with their state, rewards
+    and per-episode numbers."""
     g, n, q = group_size, new_tokens, group_size * segments
     return BlockLayout(
         {
@@ -92,13 +95,20 @@ class SegmentRecord(Protocol):
     """What a row keeps of one segment (surge/llm/episodes.py `Segment`)."""
 
     @property
-    def tokens(self) -> Sequence[int]: ...
+    def tokens(self) -> Sequence[int]:
+        """The segment's tokens after the prompt."""
+
     @property
-    def mask(self) -> Sequence[bool]: ...
+    def mask(self) -> Sequence[bool]:
+        """Which of `tokens` the policy wrote (they train; the env's do not)."""
+
     @property
-    def logprobs(self) -> Sequence[float]: ...
+    def logprobs(self) -> Sequence[float]:
+        """The behaviour policy's log-prob of each token."""
+
     @property
-    def versions(self) -> Sequence[int]: ...
+    def versions(self) -> Sequence[int]:
+        """The policy version that drew each token."""
 
 
 class EpisodeRecord(Protocol):
@@ -106,16 +116,27 @@ class EpisodeRecord(Protocol):
     segments, and the per-episode fields."""
 
     @property
-    def prompt(self) -> Sequence[int]: ...
+    def prompt(self) -> Sequence[int]:
+        """The prompt's tokens (the same for every episode of a group)."""
+
     @property
-    def reward(self) -> float | None: ...
+    def reward(self) -> float | None:
+        """The episode's reward; None while it has none."""
+
     @property
-    def finish(self) -> str: ...
+    def finish(self) -> str:
+        """Why the episode ended (a key of `FINISH`)."""
+
     @property
-    def overlong(self) -> bool: ...
+    def overlong(self) -> bool:
+        """Whether it ran past its limits (then no token of it trains)."""
+
     @property
-    def info(self) -> dict[str, Any]: ...
-    def segments(self) -> Sequence[SegmentRecord]: ...
+    def info(self) -> dict[str, Any]:
+        """Per-episode numbers of multi-turn tasks (`EPISODE_STATS`)."""
+
+    def segments(self) -> Sequence[SegmentRecord]:
+        """The episode's segments, in order (one unless its context was summarised or truncated)."""
 
 
 def trained_width(mask: np.ndarray) -> int:
@@ -145,6 +166,7 @@ class RolloutRows:
         """The state in which a row is ready for the trainer (the last stage's)."""
 
     def row(self, group: int) -> int:
+        """The row that holds `group` (rows are reused round-robin)."""
         return group % self.rows
 
     def holds(self, group: int, at_least: int) -> bool:
@@ -213,12 +235,15 @@ class RolloutRows:
             a["stats"][r, member] = [float(t.info.get(k, np.nan)) for k in EPISODE_STATS]
 
     def set_state(self, r: int, state: int) -> None:
+        """Move row `r` to `state` (the stage that owns it next)."""
         self.a["state"][r] = state
 
     def in_state(self, state: int) -> list[int]:
+        """The rows now in `state`."""
         return [int(r) for r in np.flatnonzero(self.a["state"] == state)]
 
     def batch_ready(self, batch: int) -> bool:
+        """Whether every group of batch `batch` is in its row and complete."""
         start = batch * self.batch_groups
         return all(self.holds(k, self.complete) for k in range(start, start + self.batch_groups))
 

@@ -103,6 +103,7 @@ def output_fields(outputs: Outputs) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 def prefixed(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays of `arrays` whose names start with `prefix`, under their names without it."""
     return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
 
 
@@ -128,6 +129,7 @@ class SampleProducer:
         return {k: v[slot, :, cols] for k, v in self.arrays.items()}
 
     def publish(self, group: int) -> None:
+        """Segment of `group` written: count it and wake the reader."""
         self.published[group] += 1  # after every write of the segment
         self._channel.send(group)
 
@@ -156,6 +158,7 @@ class SampleConsumer:
         self._channel.recv(timeout)
 
     def ready(self, batch: int) -> bool:
+        """Whether every group has published its segment of batch `batch`."""
         return bool(self._first + self._published.min() > batch)
 
     def batch(self, batch: int) -> dict[str, np.ndarray]:

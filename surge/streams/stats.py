@@ -19,10 +19,13 @@ def stats_layout(names: tuple[str, ...]) -> BlockLayout:
 
 
 class StatsWriter:
+    """A stage's end of its stats block: it sets its numbers, the trainer reads them."""
+
     def __init__(self, transport: Transport, block: str) -> None:
         self.arrays = transport.block(block)
 
     def set(self, values: dict[str, float]) -> None:
+        """Set numbers by name (each one of the block's names)."""
         for name, value in values.items():
             self.arrays[name][0] = value
 
@@ -34,5 +37,6 @@ def read_stats(transport: Transport, block: str) -> dict[str, float]:
 
 
 def reset_stats(transport: Transport, block: str) -> None:
+    """Set every number of the block to NaN (not written)."""
     for a in transport.block(block).values():
         a[:] = np.nan

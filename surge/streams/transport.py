@@ -51,6 +51,8 @@ class BlockLayout:
     fields: dict[str, Field]
 
     def offsets(self) -> tuple[dict[str, int], int]:
+        """Each field's byte offset in the block, and the block's size in bytes (every field starts
+        on a 64-byte boundary)."""
         offsets: dict[str, int] = {}
         pos = 0
         for name, f in self.fields.items():
@@ -60,6 +62,8 @@ class BlockLayout:
         return offsets, max(pos, ALIGN)
 
     def views(self, buffer: Any) -> dict[str, np.ndarray]:
+        """numpy arrays over `buffer` (an mmap or bytes of the block's size), one per field, without
+        copying."""
         offsets, _ = self.offsets()
         out = {}
         for name, f in self.fields.items():
@@ -76,7 +80,9 @@ class Channel(Protocol):
     """Whether its writers run beside its reader, so shared memory can change while the
     reader polls it (false where they take turns in one thread: the serial runtime)."""
 
-    def send(self, *records: int) -> None: ...
+    def send(self, *records: int) -> None:
+        """Append `records` (slot ids or control codes); waits for room only when the channel is
+        full."""
 
     def notify(self, code: int) -> None:
         """Send a control code that only wakes the reader (e.g. PARAMS_UPDATED): dropped if
@@ -90,28 +96,38 @@ class Channel(Protocol):
 
 
 class Transport(Protocol):
-    def block(self, name: str) -> dict[str, np.ndarray]: ...
+    """Where a worker finds a run's blocks and channels by name (inline or shared memory)."""
 
-    def channel(self, name: str) -> Channel: ...
+    def block(self, name: str) -> dict[str, np.ndarray]:
+        """The arrays of block `name`, by field."""
+
+    def channel(self, name: str) -> Channel:
+        """The channel `name` (a worker's inbox)."""
 
 
 # --------------------------------------------------------------------------- inline (serial)
 
 
 class InlineChannel:
+    """An in-process queue of records (the serial runtime): sending never blocks."""
+
     concurrent = False
 
     def __init__(self) -> None:
         self._queue: deque[int] = deque()
 
     def send(self, *records: int) -> None:
+        """Append `records` to the queue."""
         self._queue.extend(records)
 
     def notify(self, code: int) -> None:
+        """Queue control code `code` unless it is already pending."""
         if code not in self._queue:  # one pending wake-up is as good as many
             self._queue.append(code)
 
     def recv(self, timeout: float) -> list[int]:
+        """Every queued record, at once (never waits: in the serial runtime the writers run between
+        polls)."""
         out = list(self._queue)
         self._queue.clear()
         return out
@@ -128,9 +144,11 @@ class InlineTransport:
         self._channels = {name: InlineChannel() for name in channels}
 
     def block(self, name: str) -> dict[str, np.ndarray]:
+        """The arrays of block `name`, by field."""
         return self._blocks[name]
 
     def channel(self, name: str) -> Channel:
+        """The channel `name`."""
         return self._channels[name]
 
 
@@ -147,6 +165,7 @@ class FifoChannel:
         self._fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
 
     def send(self, *records: int) -> None:
+        """Write `records` to the pipe, waiting for room while it is full."""
         data = np.asarray(records, dtype=RECORD).tobytes()
         view = memoryview(data)
         while view:
@@ -157,11 +176,14 @@ class FifoChannel:
                 select.select([], [self._fd], [], 1.0)
 
     def notify(self, code: int) -> None:
+        """Write control code `code` unless the pipe is full (the reader will wake anyway)."""
         # Full of unread records: the reader will wake anyway.
         with contextlib.suppress(BlockingIOError):
             os.write(self._fd, np.asarray([code], dtype=RECORD).tobytes())
 
     def recv(self, timeout: float) -> list[int]:
+        """Every record in the pipe, waiting up to `timeout` seconds for the first ([] if none
+        came)."""
         # Read first: on a busy channel records are usually there, and one syscall is
         # cheaper than select's two.
         try:
@@ -179,10 +201,12 @@ class FifoChannel:
         return np.frombuffer(data, dtype=RECORD).tolist()
 
     def close(self) -> None:
+        """Close this process's end of the pipe."""
         os.close(self._fd)
 
 
 def shm_root() -> Path:
+    """Where runs put their shared memory: /dev/shm when it is writable, else the temp directory."""
     root = Path("/dev/shm")
     return root if root.is_dir() and os.access(root, os.W_OK) else Path(tempfile.gettempdir())
 
@@ -214,6 +238,7 @@ def create_shm(layouts: dict[str, BlockLayout], channels: list[str]) -> ShmSpec:
 
 
 def destroy_shm(spec: ShmSpec) -> None:
+    """Remove a run's shared-memory directory: every block and channel it created."""
     shutil.rmtree(spec.directory, ignore_errors=True)
 
 
@@ -248,6 +273,7 @@ class ShmTransport:
         self._channels: dict[str, FifoChannel] = {}
 
     def block(self, name: str) -> dict[str, np.ndarray]:
+        """The arrays of block `name`, by field, mapping its file on first use."""
         if name not in self._blocks:
             layout = self.spec.layouts[name]
             _, size = layout.offsets()
@@ -260,10 +286,12 @@ class ShmTransport:
         return self._blocks[name]
 
     def channel(self, name: str) -> Channel:
+        """The FIFO channel `name`, opened on first use."""
         if name not in self._channels:
             path = os.path.join(self.spec.directory, "channels", name)
             self._channels[name] = FifoChannel(path)
         return self._channels[name]
 
     def error_path(self, worker: str) -> str:
+        """The file where worker `worker` writes its traceback when it fails."""
         return os.path.join(self.spec.directory, "errors", f"{worker}.txt")

@@ -63,6 +63,7 @@ class CheckpointWriter:
             self._pending.result()
 
     def close(self) -> None:
+        """Wait for the checkpoint being written, then stop the writer's thread."""
         self.wait()
         self._pool.shutdown()
 

@@ -84,12 +84,14 @@ class ScalarWriter:
         self._writer = EventFileWriter(str(log_dir))
 
     def add_scalar(self, tag: str, value: float, global_step: int) -> None:
+        """Write scalar `value` under `tag` at step `global_step`."""
         summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=value)])
         self._writer.add_event(
             self._event(wall_time=time.time(), step=global_step, summary=summary)
         )
 
     def close(self) -> None:
+        """Flush and close the event file."""
         self._writer.close()
 
 
@@ -122,14 +124,19 @@ class WandbWriter:
             ) from e
 
     def add_scalars(self, values: dict[str, float], global_step: int) -> None:
+        """Log `values` (scalars by name) to the W&B run at step `global_step`."""
         self._run.log(values, step=global_step)
 
     def close(self) -> None:
+        """Finish the W&B run."""
         self._run.finish()
 
 
 @dataclass(frozen=True)
 class WandbOptions:
+    """Where and how `log.wandb=true` mirrors a run: the W&B project and entity, and the config
+    shown with it."""
+
     project: str
     entity: str | None
     config: dict[str, Any]
@@ -166,6 +173,8 @@ class MetricsWriter:
             pool.shutdown(wait=False)
 
     def write(self, record: dict[str, float | int]) -> None:
+        """Append `record` to metrics.jsonl as one JSON line, and send it to TensorBoard and W&B
+        where they are on."""
         line = json.dumps({k: _clean(v) for k, v in record.items()}, allow_nan=False)
         self._file.write(line + "\n")
         self._file.flush()
@@ -196,6 +205,7 @@ class MetricsWriter:
             self._wandb, self._wandb_ready = self._wandb_ready.result(), None
 
     def close(self) -> None:
+        """Close metrics.jsonl and the TensorBoard and W&B writers."""
         if not self._file.closed:
             self._file.close()
         self._await_sinks()

@@ -96,6 +96,9 @@ def render_line(r: Reading, total_env_steps: int) -> str:
 
 
 class Progress:
+    """The live progress line: redrawn in place on a terminal (several times a second), printed at
+    most every 10 s into a file or pipe, and never the same line twice."""
+
     def __init__(
         self,
         total_env_steps: int,

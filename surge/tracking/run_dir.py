@@ -140,9 +140,11 @@ class WorkersFile:
         self.path = Path(path)
 
     def write(self, workers: list[dict[str, Any]]) -> None:
+        """Replace the table with `workers` (one dict per worker), stamped with the time now."""
         write_json_atomic(self.path, {"updated_unix": time.time(), "workers": workers})
 
     def read(self) -> list[dict[str, Any]]:
+        """The workers of the table ([] before it is first written)."""
         if not self.path.is_file():
             return []
         workers: list[dict[str, Any]] = json.loads(self.path.read_text())["workers"]

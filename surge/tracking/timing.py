@@ -76,6 +76,8 @@ class Timers:
         return t
 
     def add_wait(self, since_wall: float) -> float:
+        """Add the wall time since `since_wall` (a `now()`) to waiting; returns the current
+        clock."""
         t = time.perf_counter()
         self._wall[WAIT_WALL] += t - since_wall
         if t >= self._next_flush:

@@ -18,6 +18,7 @@ CODEC = "libx264"
 
 
 def require_av():  # type: ignore[no-untyped-def]
+    """The `av` module (PyAV), or a UserError saying to install the `video` extra."""
     try:
         import av
     except ImportError:
@@ -78,6 +79,7 @@ class TensorBoardVideo:
         self.max_frames, self.max_side = max_frames, max_side
 
     def add(self, tag: str, frames: Sequence[np.ndarray], step: int, fps: float) -> None:
+        """Write `frames` as an animated GIF under `tag` at step `step`, played at `fps`."""
         import time
 
         from tensorboard.compat.proto.event_pb2 import Event
@@ -90,6 +92,7 @@ class TensorBoardVideo:
         self._writer.flush()
 
     def close(self) -> None:
+        """Flush and close the event file."""
         self._writer.close()
 
 

@@ -114,6 +114,7 @@ class Binding:
         return self.name
 
     def port(self, stream: str) -> Port:
+        """This worker's port on stream `stream` (a RuntimeError if the graph gives it none)."""
         port = self.ports.get(stream)
         if port is None:
             raise RuntimeError(f"{self.name} has no port on stream {stream!r} in this graph")
@@ -129,9 +130,14 @@ class Binding:
 
 
 class Worker(Protocol):
+    """What a runtime drives: a worker is built from its `Binding`, polled until `finished`, then
+    closed."""
+
     name: str
     finished: bool
 
-    def poll(self, timeout: float) -> bool: ...
+    def poll(self, timeout: float) -> bool:
+        """Do one round of work, waiting up to `timeout` seconds for input; True if it did any."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what the worker holds (envs, files, models)."""

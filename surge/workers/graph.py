@@ -55,6 +55,9 @@ def register_worker_kind(kind: str, factory: str) -> None:
 
 @dataclass(frozen=True)
 class WorkerSpec:
+    """One worker of a graph: its kind and index (its name is `kind-index`), the factory that builds
+    it, and where and how it runs."""
+
     kind: str
     index: int
     factory: str
@@ -82,6 +85,7 @@ class WorkerSpec:
 
     @property
     def name(self) -> str:
+        """The worker's name, `kind-index` (e.g. `actor-0`)."""
         return f"{self.kind}-{self.index}"
 
 
@@ -97,6 +101,9 @@ def worker(kind: str, index: int, factory: str | None = None, **options: Any) ->
 
 @dataclass(frozen=True)
 class Edge:
+    """One edge of a stream: from worker `source` to worker `target`, over the block's rows
+    `slots`."""
+
     source: str
     target: str
     slots: tuple[int, ...] = ()
@@ -126,6 +133,9 @@ class StreamSpec:
 
 @dataclass(frozen=True)
 class Graph:
+    """A run as data: its workers in start order, the streams between them and their blocks'
+    layouts. Every runtime launches it as it is."""
+
     workers: list[WorkerSpec]
     """In start order: the trainer publishes version 0 before anyone asks for it."""
     layouts: dict[str, BlockLayout]
@@ -181,6 +191,8 @@ class Graph:
     def binding(
         self, spec: WorkerSpec, transport: Transport, control: Control, life: int
     ) -> Binding:
+        """What worker `spec` is built with: its ports on the graph's streams, the transport and
+        control block, and its life (restarts so far)."""
         ports = self.ports(spec.name)
         return Binding(spec.name, spec.index, ports, transport, control, life, spec.policy)
 
@@ -194,6 +206,7 @@ class Graph:
         return replace(self, workers=self.workers + [spec], streams=streams)
 
     def with_stream(self, stream: StreamSpec, layout: BlockLayout) -> Graph:
+        """This graph with stream `stream` added, its block laid out as `layout`."""
         layouts = {**self.layouts, stream.block: layout}
         return replace(self, layouts=layouts, streams=self.streams + [stream])
 
