@@ -16,10 +16,14 @@ AdvantageName = Literal["grpo", "dr_grpo", "rloo"]
 LossName = Literal["decoupled", "aipo"]
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 ContextModeName = Literal["none", "truncate", "summarize"]
+EngineName = Literal["builtin", "vllm"]
 
 
 @dataclass
 class TaskConfig:
+    """Section `task` (LLM runs): the task whose prompts the model answers and whose rewards score
+    it."""
+
     name: str = "arithmetic"
     """`arithmetic` or `countdown` (built in, procedural, with a held-out split), or
     `reasoning-gym:<dataset>` (a procedural dataset of reasoning-gym, the optional
@@ -45,6 +49,9 @@ class TaskConfig:
 
 @dataclass
 class RolloutConfig:
+    """Section `rollout` (LLM runs): how completions are generated: group size, prompts per batch,
+    lengths, sampling and generation workers."""
+
     group_size: int = ruled(8, AT_LEAST_ONE)
     """Completions sampled per prompt (GRPO's G): the advantage compares them."""
 
@@ -68,6 +75,12 @@ class RolloutConfig:
     `cpu`, `cuda` or `cuda:N` (surge/devices.py); the KV cache, sampling and log-probs live
     there. The learner (and the reference model beside it) follow
     `workers.trainer_device`."""
+
+    engine: EngineName = "builtin"
+    """The generation workers' engine (surge/llm/engine_protocol.py): `builtin`
+    (surge/llm/engine.py, on any device) or `vllm` (a `model.path` model on CUDA, with the
+    vllm package installed; its adapter has not been run on any machine yet, docs/llm.md).
+    Evaluation workers decode with the built-in engine."""
 
     slots: int = ruled(0, NON_NEGATIVE)
     """Sequences a generation worker decodes at once (continuous batching: a finished one
@@ -137,6 +150,9 @@ class ContextConfig:
 
 @dataclass
 class GRPOConfig:
+    """Section `grpo` (LLM runs): the advantage, the loss and its clipping, and the optional KL
+    penalty."""
+
     advantage: AdvantageName = "grpo"
     """`grpo`: (r - group mean) / group std; `dr_grpo`: r - group mean; `rloo`: r - mean of
     the others in the group."""
@@ -183,6 +199,8 @@ class GRPOConfig:
 
 @dataclass
 class SFTConfig:
+    """Section `sft` (LLM runs): the supervised warm start on the task's solutions before RL."""
+
     steps: int = ruled(0, NON_NEGATIVE)
     """Most supervised warm-start steps on the task's solutions before RL (built-in model only;
     cached under `$SURGE_CACHE`, reused by later runs with the same settings). 0: none (the

@@ -22,42 +22,24 @@ one), and a later request that `follows` it, whose prompt starts with the parked
 runs only the tokens after them. A follower whose predecessor was evicted or whose prompt
 does not start with its tokens is prefilled in full: the result is the same, only slower.
 
-This is the seam an engine such as vLLM would fill (`Engine`): submit, step, set_version.
-The built-in one runs the Hugging Face model's own weights through surge/llm/lean.py.
+`Engine` is the built-in implementation of the generation-engine protocol
+(surge/llm/engine_protocol.py; vLLM's adapter is the other): it runs the Hugging Face model's
+own weights through surge/llm/lean.py. Callers build engines with `make_engine`
+(surge/llm/engines.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
+from surge.llm.engine_protocol import Completion, Request, Weights, generate_by_steps, named_tensors
 from surge.llm.lean import KVCache, LeanLlama
 
-
-@dataclass(frozen=True)
-class Request:
-    key: int
-    """The caller's id for it (a generation worker: group x group_size + member)."""
-    prompt: tuple[int, ...]
-    max_new: int | None = None
-    """Its own cap on new tokens (the engine's `max_new_tokens` caps it); None: the engine's."""
-    follows: int | None = None
-    """The key of an earlier request whose sequence this one continues (its prompt starts
-    with that request's prompt and completion): that slot's cache is reused if parked."""
-    keep: bool = False
-    """Park the slot when the sequence ends, for a request that `follows` it."""
-
-
-@dataclass
-class Completion:
-    key: int
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    finish: str = ""
-    """`eos`, `stop` or `length`."""
+__all__ = ["Completion", "Engine", "Request", "nucleus"]
 
 
 @dataclass
@@ -81,6 +63,8 @@ class _Parked:
 
 
 class Engine:
+    """The built-in generation engine (module docstring): a `GenerationEngine`."""
+
     def __init__(
         self,
         model: object,
@@ -111,6 +95,8 @@ class Engine:
         self.stop = stop
         self.queue: deque[Request] = deque()
         self.version = 0
+        self._updating: int | None = None  # the version being loaded, between begin and commit
+        self._paused = False
         self.device = self.lean.device  # the model's: every tensor made here goes there
         self.rng = torch.Generator(device=self.device).manual_seed(seed)
         self.tokens_generated = 0
@@ -119,7 +105,15 @@ class Engine:
 
     # ------------------------------------------------------------------ the caller's side
 
-    def submit(self, requests: list[Request]) -> None:
+    @property
+    def weight_version(self) -> int:
+        return self.version
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def submit(self, requests: Sequence[Request]) -> None:
         for r in requests:
             if not 0 < len(r.prompt) <= self.max_prompt:
                 raise ValueError(
@@ -152,9 +146,59 @@ class Engine:
         """Free the slot of request `key` if it is parked: nothing will continue it."""
         self.parked.pop(key, None)
 
+    def generate(
+        self, requests: Sequence[Request], between_steps: Callable[[], None] | None = None
+    ) -> list[Completion]:
+        """Complete `requests` (in their order); `between_steps` runs after each decode step
+        (a weight update there is picked up by the next one)."""
+        return generate_by_steps(self, requests, between_steps)
+
+    def pause(self) -> None:
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+
+    def sleep(self, level: int = 1) -> None:
+        """A no-op: the cache stays allocated (on the CPU there is nothing to hand back, and
+        in-flight sequences live in it)."""
+
+    def wake(self) -> None:
+        """A no-op (see `sleep`)."""
+
+    def begin_weight_update(self, version: int) -> None:
+        if self._updating is not None:
+            raise RuntimeError(f"a weight update to version {self._updating} is under way")
+        self._updating = version
+
+    def push_weights(self, weights: Weights) -> None:
+        """Copy tensors into the model's parameters by their Hugging Face names (a path: its
+        safetensors files); tied weights are one tensor, so either name updates both."""
+        if self._updating is None:
+            raise RuntimeError("push_weights before begin_weight_update")
+        own = self.lean.model.state_dict()  # detached tensors sharing the parameters' storage
+        with torch.no_grad():
+            for name, tensor in named_tensors(weights):
+                if name not in own:
+                    raise ValueError(f"push_weights: the model has no parameter {name!r}")
+                if own[name].shape != tensor.shape:
+                    raise ValueError(
+                        f"push_weights: {name} is {tuple(own[name].shape)}, got "
+                        f"{tuple(tensor.shape)}"
+                    )
+                if own[name].data_ptr() != tensor.data_ptr():  # the model's own: written
+                    own[name].copy_(tensor)
+
+    def commit_weight_update(self, recompute: bool = True) -> None:
+        if self._updating is None:
+            raise RuntimeError("commit_weight_update before begin_weight_update")
+        version, self._updating = self._updating, None
+        self.set_version(version, recompute)
+
     def set_version(self, version: int, recompute: bool) -> None:
-        """The model's weights were replaced by version `version`. In-flight sequences go on
-        under them: with `recompute` their cache is rebuilt with the new weights (AReaL);
+        """The model's weights were replaced in place by version `version` (a caller that
+        writes the model itself; others go through begin/push/commit). In-flight sequences
+        go on under them: with `recompute` their cache is rebuilt with the new weights (AReaL);
         without, they keep the keys and values the old weights computed (PipelineRL's
         in-flight update), and each later token is drawn by the new weights attending to them.
         Either way a token's log-prob is that of the distribution it was drawn from."""
@@ -186,7 +230,11 @@ class Engine:
 
     def step(self) -> list[Completion]:
         """Fill free slots from the queue, then decode one token in every busy slot; the
-        sequences that ended."""
+        sequences that ended. Nothing while paused."""
+        if self._updating is not None:
+            raise RuntimeError("a decode step during a weight update: commit it first")
+        if self._paused:
+            return []
         with torch.inference_mode():
             done = self._admit()
             busy = [i for i, s in enumerate(self.slots) if s is not None]

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from surge.errors import UserError
-from surge.llm.engine import Completion, Engine, Request
+from surge.llm.engine_protocol import Completion, GenerationEngine, Request
 from surge.llm.model import decode_completion, encode_prompt
 from surge.llm.problems import Problem
 
@@ -175,8 +175,9 @@ _Episode = Coroutine[Any, Any, Trajectory | None]
 
 
 class EpisodeRunner:
-    """Runs episodes against an `Engine`: each generation request an episode awaits goes
-    into the engine's batch, and the episode resumes when its completion is back.
+    """Runs episodes against a `GenerationEngine` (surge/llm/engine_protocol.py): each
+    generation request an episode awaits goes into the engine's batch, and the episode
+    resumes when its completion is back.
 
     `start` begins an episode under a caller's key; `step` decodes one token in every busy
     slot and returns the episodes that ended, as (key, trajectory or None). An episode that
@@ -188,7 +189,7 @@ class EpisodeRunner:
     request, so the next turn continues its cache; an episode that ends releases its slot
     at once (a single-turn episode, in the same `step` that finished it)."""
 
-    def __init__(self, engine: Engine, tokenizer: Any, episode: EpisodeFn) -> None:
+    def __init__(self, engine: GenerationEngine, tokenizer: Any, episode: EpisodeFn) -> None:
         self.engine = engine
         self.handle = EpisodeEngine(tokenizer)
         self.episode = episode

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from surge.config.schema import ExperimentConfig
-from surge.llm.engine import Engine
+from surge.llm.engines import make_engine
 from surge.llm.episodes import EpisodeRunner, episode_of
 from surge.llm.model import decode_completion, encode_prompt, stop_sequences
 from surge.llm.tasks import Problem, Task
@@ -93,12 +93,15 @@ def decode_and_score(
         max_prompt = max_length = task.limits.rule.window
         max_new_tokens = task.limits.longest_turn
         stop = stop_sequences(tokenizer, list(task.limits.stop))
-    engine = Engine(
+    # The built-in engine whatever `rollout.engine` says: a second vLLM instance beside the
+    # generation worker's would claim the GPU memory that one holds.
+    engine = make_engine(
+        None,
         model,
+        tokenizer,
         slots=min(n * samples, slots),
         max_prompt=max_prompt,
         max_new_tokens=max_new_tokens,
-        eos_id=tokenizer.eos_token_id,
         temperature=temperature,
         top_p=top_p,
         stop=stop,

@@ -26,6 +26,7 @@ from surge.config.schema import ExperimentConfig
 from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError
 from surge.llm.context import ContextRule
+from surge.llm.engines import check_engine
 from surge.llm.tasks import ALPHABETS, Task, heldout_set, task_of
 from surge.llm.text_sample import TextSample, check_warm_start, text_sample, tiny_model_positions
 from surge.llm.textenv import TextEnvTask
@@ -45,6 +46,7 @@ def prepare(cfg: ExperimentConfig, run_dir: Path, resuming: bool) -> tuple[Path,
     should not hold their 250-300 MB all along. Errors (ConfigError) come back as raised;
     a stop (Ctrl+C, or SIGTERM to the controller alone) ends the process too, so a warm
     start of minutes never goes on training for nobody."""
+    check_engine(cfg)  # before a warm start of minutes for an engine that cannot run
     spawn = mp.get_context("spawn")
     receive, send = spawn.Pipe(duplex=False)
     child = spawn.Process(

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from surge.devices import role_device
-from surge.llm.engine import Engine
+from surge.llm.engines import make_engine
 from surge.llm.episodes import EpisodeRunner, Trajectory, episode_of
 from surge.llm.model import load_model, stop_sequences
 from surge.llm.problems import Problem
@@ -60,8 +60,10 @@ class GenerationWorker:
         self.control = b.control
         self.timers = b.control.timers
         self.model, self.tokenizer = load_model(model_dir_of(ctx))
-        # the engine decodes where the model is (its cache, sampling and log-probs there)
-        self.model.to(role_device(r.device, "rollout.device")).eval()
+        # the built-in engine decodes where the model is (its cache, sampling and log-probs
+        # there); vLLM holds its own copy on the GPU, so this one stays on the CPU
+        device = "cpu" if r.engine == "vllm" else role_device(r.device, "rollout.device")
+        self.model.to(device).eval()
         limit_torch_threads(r.threads)
         self.task = task_of(cfg)
         port = b.port("rollouts")
@@ -78,17 +80,19 @@ class GenerationWorker:
         if isinstance(self.task, TextEnvTask):  # a context grows to the window, a turn at a time
             prompt_width = max_length = cfg.context.window
             longest_turn = self.task.limits.longest_turn
-        self.engine = Engine(
+        self.engine = make_engine(
+            cfg,
             self.model,
+            self.tokenizer,
             slots=r.slots or 2 * r.prompts_per_batch * r.group_size,
             max_prompt=prompt_width,
             max_new_tokens=longest_turn,
-            eos_id=self.tokenizer.eos_token_id,
             temperature=r.temperature,
             top_p=r.top_p,
             stop=stop_sequences(self.tokenizer, r.stop),
             seed=derive_seed(cfg.seed, "generate", b.index, ctx.resumes, b.life),
             max_length=max_length,
+            model_dir=model_dir_of(ctx),
         )
         self.runner = EpisodeRunner(self.engine, self.tokenizer, episode_of(self.task))
         self.index, self.workers = b.index, r.workers
@@ -130,7 +134,11 @@ class GenerationWorker:
         clock = self.timers.now()
         version = self.params.read(self.flat)
         flat_to_model(self.flat, self.model)
-        self.engine.set_version(version, recompute=not self.cfg.rollout.keep_cache)
+        # the engine's three-step update: the built-in engine sees its own model's tensors and
+        # copies nothing; another engine (vLLM) takes them in
+        self.engine.begin_weight_update(version)
+        self.engine.push_weights(self.model.state_dict())
+        self.engine.commit_weight_update(recompute=not self.cfg.rollout.keep_cache)
         self.version = version
         # Groups of batches before `version` are trained: a new life starts after them.
         self.next = max(self.next, self._mine(version * self.cfg.rollout.prompts_per_batch))

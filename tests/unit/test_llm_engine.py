@@ -226,3 +226,26 @@ def test_grouped_forward_is_the_forward_of_each_prompt_and_completion() -> None:
     total.backward()
     for mine, theirs in zip(grads, model.parameters(), strict=True):
         assert torch.allclose(mine, theirs.grad, rtol=1e-4, atol=1e-3)
+
+
+def test_a_weight_update_is_checked_and_blocks_decoding_until_committed() -> None:
+    model = _model()
+    engine = Engine(model, slots=2, max_prompt=8, max_new_tokens=6, eos_id=-1, temperature=0)
+    engine.submit([Request(0, (3, 4, 5))])
+    engine.step()
+    with pytest.raises(RuntimeError, match="before begin_weight_update"):
+        engine.push_weights({})
+    engine.begin_weight_update(1)
+    with pytest.raises(RuntimeError, match="during a weight update"):
+        engine.step()
+    with pytest.raises(ValueError, match="no parameter"):
+        engine.push_weights({"no.such.weight": torch.zeros(1)})
+    with pytest.raises(ValueError, match="lm_head.weight is"):
+        engine.push_weights({"lm_head.weight": torch.zeros(2, 2)})
+    norm = torch.full_like(model.model.norm.weight, 0.5)
+    engine.push_weights({"model.norm.weight": norm})  # a part of the weights is enough
+    engine.commit_weight_update()
+    assert torch.equal(model.model.norm.weight, norm) and engine.weight_version == 1
+    while not engine.idle():
+        for c in engine.step():
+            assert c.versions[0] == 0 and c.versions[-1] == 1
