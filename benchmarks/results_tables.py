@@ -54,9 +54,17 @@ MARKER = re.compile(
 
 
 def load(name: str) -> dict:
+    """One result file as a dict. A file that is a JSON list (as benchmarks/llm_supo.py and
+    benchmarks/llm_own_file.py write) comes back as ``{"runs": [...]}``, with the
+    ``provenance`` of its sidecar ``NAME.provenance.json`` where there is one."""
     data = json.loads((RESULTS / name).read_text())
+    if isinstance(data, list):
+        data = {"runs": data}
+        sidecar = RESULTS / (Path(name).stem + ".provenance" + Path(name).suffix)
+        if sidecar.is_file():
+            data["provenance"] = json.loads(sidecar.read_text())
     if not isinstance(data, dict):
-        raise ValueError(f"{name}: expected a JSON object")
+        raise ValueError(f"{name}: expected a JSON object or list")
     return data
 
 
@@ -83,7 +91,9 @@ def provenance(name: str) -> dict[str, str]:
     date = given.get("date") or meta.get("date") or data.get("date")
     command = given.get("command") or data.get("command")
     if not command and "argv" in meta:
-        command = f"python benchmarks/suite.py {meta['argv']}"
+        # benchmarks/regression.py's meta names the two commits it compares; suite.py's not
+        script = "regression.py" if "base" in meta and "head" in meta else "suite.py"
+        command = f"python benchmarks/{script} {meta['argv']}"
     out = {"machine": machine, "date": date, "command": command}
     missing = [key for key, value in out.items() if not value]
     if missing:
@@ -251,7 +261,7 @@ def gen_memory() -> str:
     return table(head, rows) + "\n\n" + note + " " + source_line("memory.json")
 
 
-def _ray_rows(data: dict) -> list[list[str]]:
+def _ray_rows(data: dict, solve: bool = False) -> list[list[str]]:
     by = {"local": [], "ray": []}
     for r in data["rows"]:
         by[r["runtime"]].append(r)
@@ -264,13 +274,28 @@ def _ray_rows(data: dict) -> list[list[str]]:
         local = statistics.median(r[key] for r in by["local"])
         ray = statistics.median(r[key] for r in by["ray"])
         rows.append([f"median {label}", num(local), num(ray), f"{ray / local:.2f}"])
+    # what the runtime adds around the trainer: start-up (Ray's instance included) and shut-down
+    local = statistics.median(r["wall_s"] - r["trainer_s"] for r in by["local"])
+    ray = statistics.median(r["wall_s"] - r["trainer_s"] for r in by["ray"])
+    label = "median s of a run outside the trainer (wall-clock - trainer s: start, stop)"
+    rows.append([label, f"{local:.1f}", f"{ray:.1f}", f"{ray / local:.2f}"])
+    if solve:
+        solved = {k: sum(bool(r["solved"]) for r in v) for k, v in by.items()}
+        rows.append(
+            [
+                "runs that solved",
+                f"{solved['local']} of {len(by['local'])}",
+                f"{solved['ray']} of {len(by['ray'])}",
+                "-",
+            ]
+        )
     return rows
 
 
 def gen_ray_vs_local() -> str:
     data = load("ray_vs_local.json")
     head = ["", "local", "ray", "ray / local"]
-    return table(head, _ray_rows(data)) + "\n\n" + source_line("ray_vs_local.json")
+    return table(head, _ray_rows(data, solve=True)) + "\n\n" + source_line("ray_vs_local.json")
 
 
 def gen_ray_vs_local_pong() -> str:
@@ -469,6 +494,56 @@ def gen_llm_async() -> str:
     return table(head, rows) + "\n\n" + source_line("llm_async.json")
 
 
+# the benchmarks/regression.py runs docs/scaling.md quotes (the second reruns one task)
+REGRESSION_DEVICES = ["regression_devices.json", "regression_devices_appo.json"]
+
+
+def gen_regression_devices() -> str:
+    """benchmarks/regression.py on a CPU-only machine: the per-role device settings
+    against the commit before them."""
+    rows = []
+    for name in REGRESSION_DEVICES:
+        for s in load(name)["summary"]:
+            r = s["ratio"]
+            rows.append(
+                [
+                    f"`{s['task']}`",
+                    num(s["base_sps"]["median"]),
+                    num(s["head_sps"]["median"]),
+                    f"**{r['median']:.3f}**",
+                    f"{r['min']:.3f}..{r['max']:.3f}",
+                    str(r["n"]),
+                    s["verdict"],
+                ]
+            )
+    head = ["task", "base steps/s", "head steps/s", "head/base (median)", "min..max"]
+    head += ["rounds", "verdict"]
+    return table(head, rows) + "\n\n" + source_line(*REGRESSION_DEVICES)
+
+
+def gen_llm_agents() -> str:
+    """guess-grpo (benchmarks/llm_supo.py) and a user's JSONL file (benchmarks/llm_own_file.py):
+    held-out success from the warm start to the end of RL."""
+    names = {"llm_guess.json": None, "llm_own_file.json": "own JSONL file (letter sorting)"}
+    rows = []
+    for name, label in names.items():
+        for r in load(name)["runs"]:
+            rows.append(
+                [
+                    label or f"`{r['preset']}`",
+                    str(r["seed"]),
+                    f"{r['start']:.1%}",
+                    f"{r['final']:.1%}",
+                    f"{r['best']:.1%}",
+                    num(r["episodes"]),
+                    f"{r['rl_seconds']:.0f}",
+                ]
+            )
+    head = ["task", "seed", "warm start", "final (mean of the last 3 evaluations)", "best"]
+    head += ["episodes", "RL s"]
+    return table(head, rows) + "\n\n" + source_line(*names)
+
+
 def gen_gpu() -> str:
     data = load("gpu.json")
     rows = [[r["what"], r["measured"]] for r in data["rows"]]
@@ -489,6 +564,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "replay-peers": gen_replay_peers,
     "llm-async": gen_llm_async,
     "gpu": gen_gpu,
+    "regression-devices": gen_regression_devices,
+    "llm-agents": gen_llm_agents,
 }
 
 

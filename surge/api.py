@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from surge.config.schema import ExperimentConfig
     from surge.models.acting import ActingPolicy
     from surge.population.controller import PopulationResult
+    from surge.population.psro import PSROResult
     from surge.runtime.controller import TrainResult
     from surge.runtime.warm import WarmProcess
 
@@ -127,21 +128,9 @@ def _resolve(
 def _with_overrides(cfg: ExperimentConfig, items: list[str]) -> ExperimentConfig:
     """`cfg` with `key=value` overrides, converted and validated again as a loaded config is
     (a config changed in code with `dataclasses.replace` is checked here too)."""
-    from surge.config.load import (
-        _apply_override,
-        _final_algo,
-        config_from_dict,
-        config_to_dict,
-        plugin_sections,
-    )
-    from surge.config.population_schema import POPULATION, PopulationConfig
+    from surge.config.load import config_to_dict, config_with_overrides
 
-    raw = config_to_dict(cfg)
-    origins: dict[str, str] = {}
-    extra = {**plugin_sections(_final_algo(raw, items)), POPULATION: PopulationConfig}
-    for text in items:
-        _apply_override(raw, text, origins, extra)
-    return config_from_dict(raw, origins=origins, source="in the ExperimentConfig given")
+    return config_with_overrides(config_to_dict(cfg), items, "in the ExperimentConfig given")
 
 
 class _ConfigPackage(types.ModuleType):
@@ -211,12 +200,12 @@ def train(
     items = [*overrides, *keyword_overrides(settings)]
     unguarded = _unguarded_call()
     if unguarded is not None:  # only a run that starts no process can work
-        return _train_with(preset_or_config, items, None, unguarded)
+        return train_source(preset_or_config, items, None, unguarded)
     # First, as `surge train` does: the trainer's process imports its modules while this
     # one loads the config and probes the env; a run that does not use it closes it.
     warm = warm_trainer()
     try:
-        return _train_with(preset_or_config, items, warm)
+        return train_source(preset_or_config, items, warm)
     finally:
         warm.close()
 
@@ -224,7 +213,7 @@ def train(
 _GUARD = 'call it under `if __name__ == "__main__":` (docs/python-api.md)'
 
 
-def _train_with(
+def train_source(
     source: str | Path | ExperimentConfig | None,
     items: list[str],
     warm: WarmProcess | None,
@@ -236,6 +225,13 @@ def _train_with(
     from surge.runtime.controller import train as train_config
 
     cfg, name = _resolve(source, items)
+    if "psro" in cfg.sections:  # best responses are runs of their own (docs/population.md)
+        from surge.population.psro import train_psro
+
+        if warm is not None:
+            warm.close()
+        psro = train_psro(cfg, name)
+        return Run(psro.run_dir, population=psro)
     if "population" in cfg.sections:  # members are runs of their own (docs/population.md)
         from surge.population.controller import train_population
 
@@ -314,7 +310,7 @@ class Run:
         self,
         run_dir: str | Path,
         result: TrainResult | None = None,
-        population: PopulationResult | None = None,
+        population: PopulationResult | PSROResult | None = None,
     ) -> None:
         self.dir = Path(run_dir)
         """The run directory (docs/runs.md)."""

@@ -170,31 +170,12 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _train_with(args: argparse.Namespace, warm: WarmProcess) -> int:
-    from surge.config.load import load_config
-    from surge.recipes import algorithm_of
-    from surge.runtime.controller import train
+    from surge.api import train_source
 
     source, overrides = _source_and_overrides(args.items)
-    cfg, name = load_config(source, overrides)
-    if "psro" in cfg.sections:  # best responses are runs of their own (docs/population.md)
-        from surge.population.psro import train_psro
-
-        warm.close()
-        train_psro(cfg, name)
-        return 0
-    if "population" in cfg.sections:  # members are runs of their own (docs/population.md)
-        from surge.population.controller import train_population
-
-        warm.close()  # each member's own `surge train` starts its trainer ahead
-        population = train_population(cfg, name)
-        return EXIT_INTERRUPTED if population.reason == "interrupted" else 0
-    module = algorithm_of(cfg).warm_module
-    if module is not None:
-        warm.preload(module)  # its learner's imports, while this process prepares the run
-    if any(o.split("=", 1)[0].strip() in ("env", "env.id") for o in overrides):
-        name = f"{_slug(cfg.env.id)}-{cfg.algo}"  # the preset's name would mislead
-    result = train(cfg, name, warm)
-    return EXIT_INTERRUPTED if result.reason == "interrupted" else 0
+    run = train_source(source, overrides, warm)
+    ended = run.result or run.population
+    return EXIT_INTERRUPTED if ended is not None and ended.reason == "interrupted" else 0
 
 
 def _source_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:

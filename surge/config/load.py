@@ -523,11 +523,19 @@ def load_config(source: str | None, overrides: list[str]) -> tuple[ExperimentCon
         except yaml.YAMLError as e:  # a broken shipped preset is our bug, but say where
             raise ConfigError(f"preset '{source}' is not valid YAML: {e}") from None
         name, where = source, f"in preset {source}"
+    return config_with_overrides(raw, overrides, where), name
+
+
+def config_with_overrides(
+    raw: dict[str, Any], overrides: list[str], source: str
+) -> ExperimentConfig:
+    """The config of the nested dict `raw` (from `source`, for messages) with `key=value`
+    overrides applied, converted and validated."""
     origins: dict[str, str] = {}
     extra = {**plugin_sections(_final_algo(raw, overrides)), **OPTIONAL_SECTIONS}
     for text in overrides:
         _apply_override(raw, text, origins, extra)
-    return config_from_dict(raw, origins=origins, source=where), name
+    return config_from_dict(raw, origins=origins, source=source)
 
 
 def _final_algo(raw: dict[str, Any], overrides: list[str]) -> Any:

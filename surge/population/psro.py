@@ -27,6 +27,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -135,7 +136,17 @@ def greedy_table(game: Any, act: Callable[[dict[str, np.ndarray]], np.ndarray]) 
 # ------------------------------------------------------------------- the loop
 
 
-def train_psro(cfg: ExperimentConfig, name: str = "psro") -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class PSROResult:
+    """A PSRO run: its directory, how it ended (`done` or `interrupted`) and its iterations'
+    records (`psro.jsonl`)."""
+
+    run_dir: Path
+    reason: str
+    records: list[dict[str, Any]]
+
+
+def train_psro(cfg: ExperimentConfig, name: str = "psro") -> PSROResult:
     """PSRO as `surge train` runs a config with a `psro` section: a new run directory holding
     `psro.jsonl`, the population and one run per best response (`br-<k>/`), each trained by
     this config without its psro section."""
@@ -152,7 +163,9 @@ def train_psro(cfg: ExperimentConfig, name: str = "psro") -> list[dict[str, Any]
         return None if result.reason == "interrupted" else result.run_dir
 
     print(f"surge: psro on {cfg.env.id}, run_dir={run_dir}", file=sys.stderr)
-    return run_psro(oracle, run_dir, settings, best_response)
+    records = run_psro(oracle, run_dir, settings, best_response)
+    finished = len(records) == settings.iterations + 1
+    return PSROResult(run_dir, "done" if finished else "interrupted", records)
 
 
 def run_psro(
