@@ -64,9 +64,7 @@ def report(tag: str, target: float, command: str) -> None:
             }
         )
     result = {
-        "machine": summary(),
-        "date": time.strftime("%Y-%m-%d"),
-        "command": command,
+        "provenance": {"machine": summary(), "date": time.strftime("%Y-%m-%d"), "command": command},
         "target": target,
         "seeds": rows,
     }
@@ -74,7 +72,7 @@ def report(tag: str, target: float, command: str) -> None:
     lines = [
         f"# PSRO NashConv ({tag})",
         "",
-        f"Machine: {result['machine']}. Date: {result['date']}. Command: `{command}`.",
+        f"Machine: {summary()}. Date: {result['provenance']['date']}. Command: `{command}`.",
         "",
         f"| seed | iterations | NashConv at 0 | final | min | first <= {target:g} |",
         "|---|---|---|---|---|---|",

@@ -238,9 +238,13 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    from surge.tracking.lineage import is_population_dir, plot_lineage
     from surge.tracking.plot import plot_runs
 
-    plot_runs(args.run_dirs, args.output)
+    if len(args.run_dirs) == 1 and is_population_dir(args.run_dirs[0]):
+        plot_lineage(args.run_dirs[0], args.output)  # a PBT population: its lineage
+    else:
+        plot_runs(args.run_dirs, args.output)
     print(f"wrote {args.output}")
     return 0
 

@@ -25,10 +25,11 @@ class PSROConfig:
     iterations: int = ruled(20, AT_LEAST_ONE)
     """Best responses trained, one per iteration; `total_env_steps` is each one's budget."""
 
-    meta_solver: Literal["prd", "uniform"] = "prd"
-    """The meta-strategies over the population: `prd`, OpenSpiel's projected replicator
-    dynamics on the meta-game (an approximate Nash equilibrium); `uniform`, every member
-    alike (fictitious play)."""
+    meta_solver: Literal["nash", "prd", "uniform"] = "nash"
+    """The meta-strategies over the population: `nash`, an exact Nash equilibrium of the
+    zero-sum meta-game (a linear program); `prd`, OpenSpiel's projected replicator dynamics
+    (approximate, `prd_iterations` steps); `uniform`, every member alike (fictitious
+    play)."""
 
     prd_iterations: int = ruled(50_000, AT_LEAST_ONE)
     """Steps of the replicator dynamics per meta-game solve."""

@@ -42,10 +42,9 @@ from surge.population.pbt import due, exploit_source, explore, quantiles
 from surge.seeds import derive_seed
 from surge.tracking.checkpoint import latest_checkpoint
 from surge.tracking.hyperparams import SettingsRequest, write_request
+from surge.tracking.lineage import POPULATION_LOG, plot_lineage
 from surge.tracking.run_dir import CONFIG_FILE, create_run_dir
 
-POPULATION_LOG = "population.jsonl"
-"""The population's decisions, one JSON line each, in its run directory."""
 TICK_S = 0.5
 """How often the controller reads the members' metrics."""
 STOP_GRACE_S = 60.0
@@ -161,6 +160,8 @@ def train_population(cfg: ExperimentConfig, name: str = "population") -> Populat
                     member.log.close()
     for member in members:
         member.read_metrics(pop.metric)
+    if all((m.run_dir / "metrics.jsonl").is_file() for m in members):
+        plot_lineage(run_dir, run_dir / "lineage.png", pop.metric)  # `surge plot` redraws it
     result = PopulationResult(
         run_dir, reason, [m.rows[-1] if m.rows else {} for m in members], exploits
     )

@@ -37,7 +37,7 @@ from surge.config.psro_schema import PSRO, PSROConfig, psro_of
 from surge.config.schema import ExperimentConfig
 from surge.envs.openspiel import PREFIX, TabularPopulation, load_game
 
-MetaSolver = Literal["prd", "uniform"]
+MetaSolver = Literal["nash", "prd", "uniform"]
 LOG_FILE = "psro.jsonl"
 
 
@@ -81,12 +81,40 @@ def extend_payoffs(game: Any, payoffs: np.ndarray, policies: np.ndarray) -> np.n
     return out
 
 
+def zero_sum_nash(payoffs: np.ndarray) -> np.ndarray:
+    """[2, K]: a Nash equilibrium of the zero-sum matrix game `payoffs` (the row player's
+    gains), each seat's maximin strategy by linear programming (scipy's HiGHS): the row
+    player maximises v subject to x^T A >= v, x a distribution; the column player likewise
+    on -A^T."""
+    from scipy.optimize import linprog
+
+    def maximin(A: np.ndarray) -> np.ndarray:
+        rows, cols = A.shape
+        # variables x_1..x_rows, v; minimise -v
+        cost = np.zeros(rows + 1)
+        cost[-1] = -1.0
+        upper = np.hstack([-A.T, np.ones((cols, 1))])  # v - x^T A_j <= 0 for each column j
+        total = np.hstack([np.ones((1, rows)), np.zeros((1, 1))])
+        bounds = [(0, None)] * rows + [(None, None)]
+        out = linprog(cost, A_ub=upper, b_ub=np.zeros(cols), A_eq=total, b_eq=[1.0],
+                      bounds=bounds, method="highs")  # fmt: skip
+        if not out.success:
+            raise RuntimeError(f"the meta-game's linear program failed: {out.message}")
+        x = np.clip(out.x[:rows], 0.0, None)
+        return x / x.sum()
+
+    return np.stack([maximin(payoffs), maximin(-payoffs.T)])
+
+
 def meta_strategies(payoffs: np.ndarray, solver: MetaSolver, iterations: int) -> np.ndarray:
-    """[2, K]: each seat's distribution over the members. `prd`: OpenSpiel's projected
-    replicator dynamics on the zero-sum meta-game; `uniform`: every member alike."""
+    """[2, K]: each seat's distribution over the members. `nash`: an exact Nash equilibrium
+    of the zero-sum meta-game (`zero_sum_nash`); `prd`: OpenSpiel's projected replicator
+    dynamics (`iterations` steps); `uniform`: every member alike."""
     K = len(payoffs)
     if solver == "uniform" or K == 1:
         return np.full((2, K), 1.0 / K)
+    if solver == "nash":
+        return zero_sum_nash(payoffs)
     from open_spiel.python.algorithms.projected_replicator_dynamics import (
         projected_replicator_dynamics,
     )

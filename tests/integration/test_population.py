@@ -34,3 +34,7 @@ def test_two_member_population_exploits_and_finishes(run_dir: Path) -> None:
     copier = run_dir / first["member"] / "metrics.jsonl"
     taken = [json.loads(x) for x in copier.open() if '"hp/seq"' in x]
     assert taken and taken[-1]["hp/ppo.lr"] > 0  # the values in force are logged
+    # the lineage: written when the population ends, and redrawn by `surge plot`
+    assert (run_dir / "lineage.png").stat().st_size > 0
+    replot = run_surge("plot", str(run_dir), "-o", str(run_dir / "again.png"), timeout=60)
+    assert replot.returncode == 0 and (run_dir / "again.png").stat().st_size > 0

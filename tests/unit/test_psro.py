@@ -127,3 +127,14 @@ def test_seat_env_errors(tmp_path: Path) -> None:
     TabularPopulation(np.ones((1, 3, 2)), np.ones((2, 1))).save(wrong)
     with pytest.raises(ConfigError, match="population"):
         OpenSpielSeatEnv(KUHN, str(wrong))
+
+
+def test_zero_sum_nash_matches_known_equilibria() -> None:
+    """Rock-paper-scissors: uniform; matching pennies with a skew: the textbook mixture."""
+    rps = np.array([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]])
+    np.testing.assert_allclose(meta_strategies(rps, "nash", 0), 1 / 3, atol=1e-6)
+    # row: (2, -1; -1, 1) -> the row player mixes 2/5, 3/5; the column player 2/5, 3/5
+    skew = np.array([[2.0, -1.0], [-1.0, 1.0]])
+    np.testing.assert_allclose(
+        meta_strategies(skew, "nash", 0), [[0.4, 0.6], [0.4, 0.6]], atol=1e-6
+    )
