@@ -47,6 +47,8 @@ from surge.tracking.run_dir import CONFIG_FILE, create_run_dir
 
 TICK_S = 0.5
 """How often the controller reads the members' metrics."""
+MAX_RESTARTS = 3
+"""Times a member whose run failed is resumed before the population stops."""
 STOP_GRACE_S = 60.0
 """After Ctrl+C, how long members may take to save their checkpoint."""
 
@@ -65,6 +67,8 @@ class Member:
     score: float = math.nan
     last_decision: int = 0
     seq: int = 0
+    restarts: int = 0
+    """Times the member was resumed after its run failed."""
     _offset: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
 
@@ -130,9 +134,11 @@ def train_population(cfg: ExperimentConfig, name: str = "population") -> Populat
         try:
             for member in members:
                 _start(member, run_dir, cfg)
-            while any(m.process is not None and m.process.poll() is None for m in members):
+            while True:
+                _check_exits(members)  # may resume a failed member: before the end check
+                if not any(m.process is not None and m.process.poll() is None for m in members):
+                    break
                 time.sleep(TICK_S)
-                _check_exits(members)
                 for member in members:
                     member.read_metrics(pop.metric)
                 for member in members:
@@ -146,7 +152,6 @@ def train_population(cfg: ExperimentConfig, name: str = "population") -> Populat
                         exploits += 1
                         log.write(json.dumps(record) + "\n")
                         log.flush()
-            _check_exits(members)
             reason = "finished"
         except KeyboardInterrupt:
             _stop(members)
@@ -179,10 +184,16 @@ def _start(member: Member, run_dir: Path, cfg: ExperimentConfig) -> None:
         "log.progress=false",
         *[f"{key}={value!r}" for key, value in member.values.items()],
     ]
-    member.log = (run_dir / f"{member.name}.log").open("ab")
+    _launch(member, ["train", str(run_dir / CONFIG_FILE), *overrides])
+
+
+def _launch(member: Member, command: list[str]) -> None:
+    """Run `surge COMMAND...` as the member's process, its output appended to its log."""
+    if member.log is None:
+        member.log = (member.run_dir.parent / f"{member.name}.log").open("ab")
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     member.process = subprocess.Popen(
-        [sys.executable, "-m", "surge", "train", str(run_dir / CONFIG_FILE), *overrides],
+        [sys.executable, "-m", "surge", *command],
         stdout=member.log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -260,16 +271,26 @@ def _copy_checkpoint(source: Member, member: Member, run_dir: Path) -> tuple[Pat
 
 
 def _check_exits(members: list[Member]) -> None:
-    """A member that failed stops the population: its config error as the population's
-    (exit 2), any other failure as a failed worker, with the end of its log."""
+    """A member whose run failed is resumed from its newest checkpoint (`surge resume`, up
+    to `MAX_RESTARTS` times: the others go on meanwhile); one that stopped on a config error
+    (exit 2), or cannot be resumed, stops the population with the end of its log."""
     for member in members:
         code = member.process.poll() if member.process is not None else None
         if code is None or code == 0:
             continue
-        tail = (member.run_dir.parent / f"{member.name}.log").read_text(errors="replace")
-        tail = "\n".join(tail.strip().splitlines()[-20:])
+        log = member.run_dir.parent / f"{member.name}.log"
+        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-20:])
         if code == 2:
             raise UserError(f"{member.name} stopped on an error:\n{tail}")
+        if member.restarts < MAX_RESTARTS and latest_checkpoint(member.run_dir) is not None:
+            member.restarts += 1
+            print(
+                f"surge: {member.name} exited with {code}; resuming it from its newest "
+                f"checkpoint ({member.restarts} of {MAX_RESTARTS})",
+                file=sys.stderr,
+            )
+            _launch(member, ["resume", str(member.run_dir), "log.progress=false"])
+            continue
         raise WorkerFailure(member.name, f"exited with {code}:\n{tail}")
 
 

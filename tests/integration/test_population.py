@@ -5,9 +5,13 @@ statistics through its settings channel) with explored settings, and both finish
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
-from tests.conftest import run_surge
+from surge.tracking.checkpoint import latest_checkpoint
+from tests.conftest import SURGE, run_surge, wait_for, workers_by_name
 
 
 def test_two_member_population_exploits_and_finishes(run_dir: Path) -> None:
@@ -38,3 +42,36 @@ def test_two_member_population_exploits_and_finishes(run_dir: Path) -> None:
     assert (run_dir / "lineage.png").stat().st_size > 0
     replot = run_surge("plot", str(run_dir), "-o", str(run_dir / "again.png"), timeout=60)
     assert replot.returncode == 0 and (run_dir / "again.png").stat().st_size > 0
+
+
+def test_killed_member_trainer_resumes_and_the_population_finishes(run_dir: Path) -> None:
+    """SIGKILL of one member's trainer mid-run: that member's run fails, the population's
+    controller resumes it from its newest checkpoint, the other member never stops, and
+    both reach their budget."""
+    argv = [
+        "train", "cartpole-pbt", f"run_dir={run_dir}", "runtime=local",
+        "total_env_steps=40000", "stop_return=null", "ppo.rollout_len=32",
+        "log.interval_s=0.5", "log.tensorboard=false", "log.first_checkpoint_s=0",
+        "log.checkpoint_interval_s=0.5", "population.size=2",
+        "population.perturbation_interval=100000", "population.initial={ppo.lr: [3e-3, 3e-3]}",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    population = subprocess.Popen(
+        [*SURGE, *argv], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
+    )
+    victim = run_dir / "member-1"
+    try:
+        started = wait_for(lambda: latest_checkpoint(victim) is not None, 120)
+        assert started, population.communicate(timeout=10)[1][-3000:]
+        pid = workers_by_name(victim)["trainer-0"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        _, err = population.communicate(timeout=240)
+    finally:
+        if population.poll() is None:
+            population.kill()
+    assert population.returncode == 0, err[-3000:]
+    assert "member-1 exited with" in err and "resuming it" in err, err[-3000:]
+    assert "member-0 exited" not in err  # the other member ran on, untouched
+    for k in range(2):
+        rows = [json.loads(x) for x in (run_dir / f"member-{k}" / "metrics.jsonl").open()]
+        assert max(r["env_steps"] for r in rows if "steps_per_s" in r) >= 40000
