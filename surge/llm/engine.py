@@ -36,7 +36,15 @@ from dataclasses import dataclass
 
 import torch
 
-from surge.llm.engine_protocol import Completion, Request, Weights, generate_by_steps, named_tensors
+from surge.llm.engine_protocol import (
+    Completion,
+    PausableVersioned,
+    Request,
+    Weights,
+    check_requests,
+    generate_by_steps,
+    named_tensors,
+)
 from surge.llm.lean import KVCache, LeanLlama
 
 __all__ = ["Completion", "Engine", "Request", "nucleus"]
@@ -62,7 +70,7 @@ class _Parked:
         return len(prompt) >= n and tuple(prompt[:n]) == self.tokens
 
 
-class Engine:
+class Engine(PausableVersioned):
     """The built-in generation engine (module docstring): a `GenerationEngine`."""
 
     def __init__(
@@ -105,29 +113,8 @@ class Engine:
 
     # ------------------------------------------------------------------ the caller's side
 
-    @property
-    def weight_version(self) -> int:
-        return self.version
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
     def submit(self, requests: Sequence[Request]) -> None:
-        for r in requests:
-            if not 0 < len(r.prompt) <= self.max_prompt:
-                raise ValueError(
-                    f"a prompt of {len(r.prompt)} tokens: this engine takes 1 to "
-                    f"{self.max_prompt} (raise the task's prompt length limit)"
-                )
-            if r.max_new is not None and r.max_new < 1:
-                raise ValueError(f"max_new={r.max_new}: a request's max_new must be at least 1")
-            new = min(r.max_new or self.max_new_tokens, self.max_new_tokens)
-            if len(r.prompt) + new > self.max_length:
-                raise ValueError(
-                    f"a prompt of {len(r.prompt)} tokens and {new} new ones: this engine's "
-                    f"sequences hold {self.max_length} positions"
-                )
+        check_requests(requests, self.max_prompt, self.max_new_tokens, self.max_length)
         self.queue.extend(requests)
 
     @property
@@ -152,12 +139,6 @@ class Engine:
         """Complete `requests` (in their order); `between_steps` runs after each decode step
         (a weight update there is picked up by the next one)."""
         return generate_by_steps(self, requests, between_steps)
-
-    def pause(self) -> None:
-        self._paused = True
-
-    def resume(self) -> None:
-        self._paused = False
 
     def sleep(self, level: int = 1) -> None:
         """A no-op: the cache stays allocated (on the CPU there is nothing to hand back, and

@@ -194,3 +194,47 @@ def named_tensors(weights: Weights) -> Iterator[tuple[str, torch.Tensor]]:
             yield from load_file(str(f)).items()
         return
     yield from weights.items() if isinstance(weights, Mapping) else weights
+
+
+def check_requests(
+    requests: Sequence[Request], max_prompt: int, max_new_tokens: int, max_length: int
+) -> None:
+    """ValueError for a request an engine of these limits cannot take: a prompt of 0 or more
+    than `max_prompt` tokens, `max_new` below 1, or a prompt and completion longer than the
+    `max_length` positions of a sequence."""
+    for r in requests:
+        if not 0 < len(r.prompt) <= max_prompt:
+            raise ValueError(
+                f"a prompt of {len(r.prompt)} tokens: this engine takes 1 to "
+                f"{max_prompt} (raise the task's prompt length limit)"
+            )
+        if r.max_new is not None and r.max_new < 1:
+            raise ValueError(f"max_new={r.max_new}: a request's max_new must be at least 1")
+        new = min(r.max_new or max_new_tokens, max_new_tokens)
+        if len(r.prompt) + new > max_length:
+            raise ValueError(
+                f"a prompt of {len(r.prompt)} tokens and {new} new ones: this engine's "
+                f"sequences hold {max_length} positions"
+            )
+
+
+class PausableVersioned:
+    """What every engine keeps the same way: the version of its weights and whether it is
+    paused (`pause`: its `step` decodes nothing until `resume`)."""
+
+    version = 0
+    _paused = False
+
+    @property
+    def weight_version(self) -> int:
+        return self.version
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self) -> None:
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False

@@ -84,40 +84,28 @@ def make_engine(
     weights, pushed once). `model_dir`: the directory vLLM loads the architecture and
     tokenizer from (default `model.path`)."""
     name = "builtin" if cfg is None else cfg.rollout.engine
-    eos_id = tokenizer.eos_token_id
+    limits: dict[str, Any] = {
+        "slots": slots,
+        "max_prompt": max_prompt,
+        "max_new_tokens": max_new_tokens,
+        "eos_id": tokenizer.eos_token_id,
+        "temperature": temperature,
+        "top_p": top_p,
+        "stop": stop,
+        "seed": seed,
+        "max_length": max_length,
+    }
     if name == "builtin":
         from surge.llm.engine import Engine
 
-        return Engine(
-            model,
-            slots=slots,
-            max_prompt=max_prompt,
-            max_new_tokens=max_new_tokens,
-            eos_id=eos_id,
-            temperature=temperature,
-            top_p=top_p,
-            stop=stop,
-            seed=seed,
-            max_length=max_length,
-        )
+        return Engine(model, **limits)
     assert cfg is not None
     check_engine(cfg)
     from surge.llm.vllm_engine import VLLMEngine
 
     directory = model_dir or cfg.model.path
     assert directory is not None  # check_engine: vllm needs model.path
-    engine = VLLMEngine(
-        str(directory),
-        slots=slots,
-        max_prompt=max_prompt,
-        max_new_tokens=max_new_tokens,
-        eos_id=eos_id,
-        temperature=temperature,
-        top_p=top_p,
-        stop=stop,
-        seed=seed,
-        max_length=max_length,
-    )
+    engine = VLLMEngine(str(directory), **limits)
     if model is not None:  # the caller's weights (a resumed run's), not the directory's
         engine.begin_weight_update(engine.weight_version)
         engine.push_weights(model.state_dict())

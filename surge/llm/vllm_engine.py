@@ -38,7 +38,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from surge.errors import ConfigError
-from surge.llm.engine_protocol import Completion, Request, Weights, generate_by_steps, named_tensors
+from surge.llm.engine_protocol import (
+    Completion,
+    PausableVersioned,
+    Request,
+    Weights,
+    check_requests,
+    generate_by_steps,
+    named_tensors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +70,7 @@ def _load_path(worker: Any, path: str) -> None:
     worker.model_runner.model.load_weights(weights=named_tensors(path))
 
 
-class VLLMEngine:
+class VLLMEngine(PausableVersioned):
     """A `GenerationEngine` over a vLLM `LLM` of the Hugging Face directory `model_dir`."""
 
     def __init__(
@@ -126,14 +134,6 @@ class VLLMEngine:
     # ------------------------------------------------------------------ the protocol
 
     @property
-    def weight_version(self) -> int:
-        return self.version
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
-    @property
     def free(self) -> int:
         return max(0, self.slots - len(self._running))
 
@@ -141,20 +141,7 @@ class VLLMEngine:
         return not self._running
 
     def submit(self, requests: Sequence[Request]) -> None:
-        for r in requests:
-            if not 0 < len(r.prompt) <= self.max_prompt:
-                raise ValueError(
-                    f"a prompt of {len(r.prompt)} tokens: this engine takes 1 to "
-                    f"{self.max_prompt} (raise the task's prompt length limit)"
-                )
-            if r.max_new is not None and r.max_new < 1:
-                raise ValueError(f"max_new={r.max_new}: a request's max_new must be at least 1")
-            limit = min(r.max_new or self.max_new_tokens, self.max_new_tokens)
-            if len(r.prompt) + limit > self.max_length:
-                raise ValueError(
-                    f"a prompt of {len(r.prompt)} tokens and {limit} new ones: this engine's "
-                    f"sequences hold {self.max_length} positions"
-                )
+        check_requests(requests, self.max_prompt, self.max_new_tokens, self.max_length)
         for r in requests:
             limit = min(r.max_new or self.max_new_tokens, self.max_new_tokens)
             run = _Running(r, Completion(r.key), limit, rid="")
@@ -238,12 +225,6 @@ class VLLMEngine:
         if recompute:
             for run in running:
                 self._add(run, run.request.prompt + tuple(run.out.tokens))
-
-    def pause(self) -> None:
-        self._paused = True
-
-    def resume(self) -> None:
-        self._paused = False
 
     def sleep(self, level: int = 1) -> None:
         if self._running:
