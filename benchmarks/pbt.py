@@ -89,7 +89,8 @@ def report(command: str) -> None:
     lines = [
         "# PBT against fixed settings: cartpole-pbt",
         "",
-        f"Machine: {summary()}. Date: {result['provenance']['date']}. Command: `{command}`.",
+        f"Machine: {result['provenance']['machine']}. Date: {result['provenance']['date']}. "
+        f"Command: `{command}`.",
         "",
         "| seed | best member (eval) | members solved | exploits | fixed lr: eval | fixed solved |",
         "|---|---|---|---|---|---|",
@@ -115,7 +116,10 @@ def main() -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[1])
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
-    command = " ".join(["python benchmarks/pbt.py", *sys.argv[1:]])
+    # the command that reproduces the runs (a report-only call reads them)
+    command = " ".join(
+        ["python benchmarks/pbt.py", *(a for a in sys.argv[1:] if a != "--report-only")]
+    )
     if not args.report_only:
         for seed in args.seeds:
             run_seed(seed)

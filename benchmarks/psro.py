@@ -72,7 +72,8 @@ def report(tag: str, target: float, command: str) -> None:
     lines = [
         f"# PSRO NashConv ({tag})",
         "",
-        f"Machine: {summary()}. Date: {result['provenance']['date']}. Command: `{command}`.",
+        f"Machine: {result['provenance']['machine']}. Date: {result['provenance']['date']}. "
+        f"Command: `{command}`.",
         "",
         f"| seed | iterations | NashConv at 0 | final | min | first <= {target:g} |",
         "|---|---|---|---|---|---|",
@@ -99,7 +100,8 @@ def _plot(tag: str, rows: list[dict], target: float) -> None:
     for r in rows:
         ax.plot(range(len(r["curve"])), r["curve"], marker="o", ms=3, label=f"seed {r['seed']}")
     ax.axhline(target, color="grey", ls="--", lw=1, label=f"target {target:g}")
-    ax.set_yscale("log")
+    ax.set_yscale("symlog", linthresh=1e-2)  # NashConv reaches 0 exactly
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("PSRO iteration (best responses added)")
     ax.set_ylabel("NashConv of the meta-strategy mixture")
     ax.set_title(f"PSRO, PPO best responses ({tag})")
@@ -117,7 +119,10 @@ def main() -> None:
     p.add_argument("--tag", default="kuhn")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
-    command = " ".join(["python benchmarks/psro.py", *sys.argv[1:]])
+    # the command that reproduces the runs (a report-only call reads them)
+    command = " ".join(
+        ["python benchmarks/psro.py", *(a for a in sys.argv[1:] if a != "--report-only")]
+    )
     if not args.report_only:
         for seed in args.seeds:
             run_seed(args.preset, seed, args.tag, args.set)

@@ -41,6 +41,7 @@ PLOTS = [
     "pong-appo.png",
     "pong-appo-annealed-lr.png",
     "breakout-appo.png",
+    "psro_kuhn.png",
 ]
 
 MARKER = re.compile(
@@ -550,6 +551,27 @@ def gen_gpu() -> str:
     return table(["", "measured"], rows) + "\n\n" + source_line("gpu.json")
 
 
+def gen_psro_kuhn() -> str:
+    """benchmarks/psro.py on Kuhn poker: each seed's NashConv curve, summarised."""
+    data = load("psro_kuhn.json")
+    target = data["target"]
+    rows = []
+    for r in data["seeds"]:
+        first = r["first_at_or_below_target"]
+        rows.append(
+            [
+                str(r["seed"]),
+                str(r["iterations"]),
+                f"{r['nash_conv_start']:.3f}",
+                f"{r['nash_conv_min']:.4f}",
+                f"{r['nash_conv_final']:.4f}",
+                "-" if first is None else str(first),
+            ]
+        )
+    head = ["seed", "iterations", "NashConv at 0", "lowest", "final", f"first <= {target:g}"]
+    return table(head, rows) + "\n\n" + source_line("psro_kuhn.json")
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "suite": gen_suite,
     "suite-all": gen_suite_all,
@@ -566,6 +588,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "gpu": gen_gpu,
     "regression-devices": gen_regression_devices,
     "llm-agents": gen_llm_agents,
+    "psro-kuhn": gen_psro_kuhn,
 }
 
 
