@@ -42,6 +42,8 @@ PLOTS = [
     "pong-appo-annealed-lr.png",
     "breakout-appo.png",
     "psro_kuhn.png",
+    "psro_leduc.png",
+    "pbt_lineage.png",
 ]
 
 MARKER = re.compile(
@@ -207,6 +209,38 @@ def gen_pong_avx2() -> str:
                 )
     head = ["task", "surge steps/s (foreign cores)", "peer steps/s (foreign cores)", "ratio"]
     return table(head, rows) + "\n\n" + source_line(*names)
+
+
+def gen_headline() -> str:
+    """README's table: surge beside the fastest peer, from runs whose CPU is on record."""
+    rows = []
+    solve = {e["contender"]: e for e in load("default_solve.json")["summary"]["cartpole-solve"]}
+    surge = solve.pop("surge")
+    peer = min(solve.values(), key=lambda e: e["solved_s"])
+    rows.append(
+        [
+            "CartPole, seconds to solve (475) from launch, median of 3",
+            f"{surge['solved_s']:.2f} s",
+            f"{peer['solved_s']:.2f} s ({peer['label']})",
+            ratio(surge["vs_fastest_peer"]),
+        ]
+    )
+    names = ["pong_avx2_ppo.json", "pong_avx2_appo.json"]
+    what = {"pong-throughput": "Pong PPO, steps/s", "pong-appo": "Pong APPO, steps/s"}
+    for name in names:
+        for task, entries in load(name)["summary"].items():
+            ours = next(e for e in entries if e["contender"] == "surge")
+            best = max((e for e in entries if e["contender"] != "surge"), key=lambda e: e["sps"])
+            rows.append(
+                [
+                    what.get(task, task),
+                    num(ours["sps"], 1),
+                    f"{num(best['sps'], 1)} ({best['label']})",
+                    ratio(ours["vs_fastest_peer"]),
+                ]
+            )
+    head = ["task", "surge", "fastest peer", "surge / fastest peer"]
+    return table(head, rows) + "\n\n" + source_line("default_solve.json", *names)
 
 
 def gen_marl() -> str:
@@ -551,9 +585,9 @@ def gen_gpu() -> str:
     return table(["", "measured"], rows) + "\n\n" + source_line("gpu.json")
 
 
-def gen_psro_kuhn() -> str:
-    """benchmarks/psro.py on Kuhn poker: each seed's NashConv curve, summarised."""
-    data = load("psro_kuhn.json")
+def gen_psro(tag: str) -> str:
+    """benchmarks/psro.py on one game (`--tag`): each seed's NashConv curve, summarised."""
+    data = load(f"psro_{tag}.json")
     target = data["target"]
     rows = []
     for r in data["seeds"]:
@@ -569,11 +603,35 @@ def gen_psro_kuhn() -> str:
             ]
         )
     head = ["seed", "iterations", "NashConv at 0", "lowest", "final", f"first <= {target:g}"]
-    return table(head, rows) + "\n\n" + source_line("psro_kuhn.json")
+    return table(head, rows) + "\n\n" + source_line(f"psro_{tag}.json")
+
+
+def gen_pbt() -> str:
+    """benchmarks/pbt.py: cartpole-pbt's members against its start settings held fixed."""
+    data = load("pbt.json")
+    solved = data["solved_at"]
+    rows = []
+    for s in data["seeds"]:
+        members = [m["eval"] for m in s["members"]]
+        fixed = [f["eval"] for f in s["fixed"]]
+        rows.append(
+            [
+                str(s["seed"]),
+                f"{max(members):.1f}",
+                f"{sum(x >= solved for x in members)} of {len(members)}",
+                str(s["exploits"]),
+                ", ".join(f"{f['lr']:g}: {f['eval']:.1f}" for f in s["fixed"]),
+                f"{sum(x >= solved for x in fixed)} of {len(fixed)}",
+            ]
+        )
+    head = ["seed", "best member (eval)", f"members >= {solved:g}", "exploits"]
+    head += ["fixed runs, start lr: eval", f"fixed >= {solved:g}"]
+    return table(head, rows) + "\n\n" + source_line("pbt.json")
 
 
 TABLES: dict[str, Callable[[], str]] = {
     "suite": gen_suite,
+    "headline": gen_headline,
     "suite-all": gen_suite_all,
     "default-solve": gen_default_solve,
     "pong-avx2": gen_pong_avx2,
@@ -588,7 +646,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "gpu": gen_gpu,
     "regression-devices": gen_regression_devices,
     "llm-agents": gen_llm_agents,
-    "psro-kuhn": gen_psro_kuhn,
+    "psro-kuhn": lambda: gen_psro("kuhn"),
+    "psro-leduc": lambda: gen_psro("leduc"),
+    "pbt": gen_pbt,
 }
 
 

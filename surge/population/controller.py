@@ -184,6 +184,10 @@ def _start(member: Member, run_dir: Path, cfg: ExperimentConfig) -> None:
         "log.progress=false",
         *[f"{key}={value!r}" for key, value in member.values.items()],
     ]
+    # its start values as the channel's first message too: its trainer logs the values in
+    # force (`hp/*`) from its first record, not only from its first exploit
+    member.run_dir.mkdir(parents=True, exist_ok=True)
+    write_request(member.run_dir, SettingsRequest(0, dict(member.values)))
     _launch(member, ["train", str(run_dir / CONFIG_FILE), *overrides])
 
 
