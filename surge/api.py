@@ -108,11 +108,16 @@ def _yaml_value(key: str, value: Any) -> str:
     )
 
 
+def _slug(env_id: str) -> str:
+    """`my_pkg.envs:ALE/Pong-v5` -> `pong-v5`: short and safe for a directory name."""
+    tail = env_id.split(":")[-1].split("/")[-1]
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in tail).lower()
+
+
 def _resolve(
     source: str | Path | ExperimentConfig | None, items: list[str]
 ) -> tuple[ExperimentConfig, str]:
     """(config, run directory name), as `surge train SOURCE ITEMS...` makes them."""
-    from surge.cli import _slug
     from surge.config.load import load_config
     from surge.config.schema import ExperimentConfig
 

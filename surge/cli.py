@@ -198,12 +198,6 @@ def _graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def _slug(env_id: str) -> str:
-    """`my_pkg.envs:ALE/Pong-v5` -> `pong-v5`: short and safe for a directory name."""
-    tail = env_id.split(":")[-1].split("/")[-1]
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in tail).lower()
-
-
 def _looks_like_key(item: str) -> bool:
     from dataclasses import fields
 
