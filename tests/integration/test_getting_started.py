@@ -2,8 +2,9 @@
 
 Its `bash` and `python` code blocks run in order, in a scratch directory (the paths under
 /tmp/qs move into it, and `.venv` there points at this checkout's), each as its own
-process. A block right after a line `<!-- ci: skip (why) -->` is not run: it installs, serves,
-trains for minutes or needs a GPU or cluster. The others train with short budgets
+process. A block right after a line `<!-- ci: skip (why) -->` is not run (the install: CI's
+setup has run it). A block after `<!-- ci: serve -->` starts a server: it must still be
+serving after `SERVE_S` seconds, then it is stopped. The others train with short budgets
 (`total_env_steps=20000`, or the default preset, which solves CartPole in seconds).
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,16 +26,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
 SKIP = re.compile(r"<!-- ci: skip \((.+?)\) -->\s*$")
-BLOCK_TIMEOUT_S = 60
+BLOCK_TIMEOUT_S = 120
+SERVE = re.compile(r"<!-- ci: serve -->\s*$")
+SERVE_S = 8.0
 
 
 def code_blocks(text: str) -> list[tuple[str, str, str | None]]:
-    """(language, code, skip reason or None) of every fenced block, in page order."""
+    """(language, code, skip reason, `serve` for a server, or None) of every fenced block,
+    in page order."""
     blocks = []
     for m in FENCE.finditer(text):
         before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         skip = SKIP.search(before)
-        blocks.append((m.group(1), m.group(2), skip.group(1) if skip else None))
+        mark = skip.group(1) if skip else ("serve" if SERVE.search(before) else None)
+        blocks.append((m.group(1), m.group(2), mark))
     return blocks
 
 
@@ -50,10 +57,22 @@ def test_quickstart_blocks_run(tmp_path: Path):
     scratch = tmp_path / "qs"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     ran = 0
-    for language, code, skip in code_blocks(PAGE.read_text()):
-        if language not in ("bash", "python") or skip is not None:
+    for language, code, mark in code_blocks(PAGE.read_text()):
+        if language not in ("bash", "python") or mark not in (None, "serve"):
             continue
         code = code.replace("/tmp/qs", str(scratch))
+        if mark == "serve":  # a server: it must come up and keep serving until stopped
+            server = subprocess.Popen(["bash", "-c", code], cwd=tmp_path, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, start_new_session=True)  # fmt: skip
+            try:
+                time.sleep(SERVE_S)
+                assert server.poll() is None, f"{code} stopped: {server.communicate()[1][-2000:]}"
+            finally:
+                os.killpg(server.pid, signal.SIGTERM)
+                server.wait(timeout=30)
+            ran += 1
+            continue
         if language == "bash":
             command = ["bash", "-euo", "pipefail", "-c", code]
         else:
