@@ -212,7 +212,13 @@ def _looks_like_key(item: str) -> bool:
 def _resume(args: argparse.Namespace) -> int:
     from surge.runtime.controller import resume
     from surge.runtime.warm import warm_trainer
+    from surge.tracking.lineage import is_population_dir
 
+    if is_population_dir(args.run_dir):  # each member resumes as its own run
+        from surge.population.controller import resume_population
+
+        population = resume_population(args.run_dir, args.overrides)
+        return EXIT_INTERRUPTED if population.reason == "interrupted" else 0
     warm = warm_trainer()
     try:
         result = resume(args.run_dir, args.overrides, warm)

@@ -150,11 +150,6 @@ def check_population(cfg: Any, mutable: tuple[str, ...]) -> None:
         )
     parse_mutations(cfg, mutable)
     initial_values(cfg, mutable)
-    if cfg.runtime == "ray":
-        raise ConfigError(
-            "runtime=ray with population: a population runs its members on this machine",
-            "set runtime=local (each member its own processes) or serial",
-        )
     if len(cfg.policy_names) > 1:
         raise ConfigError(
             "population with several policies: members are ranked by one metric",

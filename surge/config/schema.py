@@ -254,6 +254,12 @@ class RayConfig:
     """Address of a running Ray cluster (`HOST:PORT` of its head, or `auto`). None: start a
     Ray instance on this machine for the run and stop it at the end."""
 
+    trainer_node: str | None = None
+    """The node (its Ray node id, or a prefix of it) the trainer's pod goes to. None: where
+    its GPUs are, preferring the controller's node. A population on Ray spreads its members'
+    trainers over the cluster's nodes with it (docs/population.md); the run directory must
+    then be on a file system every node shares."""
+
     trainer_cpus: float = ruled(1.0, NON_NEGATIVE)
     """Ray CPUs the trainer declares (fractions allowed). Ray CPUs are a scheduling budget:
     the trainer still uses `workers.trainer_threads` threads."""

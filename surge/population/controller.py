@@ -15,88 +15,49 @@ steps it decides for that member, as Ray Tune's PBT does (surge/population/pbt.p
 
 Every decision that changes a member is a JSON line of `population.jsonl`. The population
 ends when every member has (on its budget, time or `stop_return`); Ctrl+C stops them all,
-each with a checkpoint.
+each with a checkpoint, and `surge resume` of the population's directory resumes every member
+that had not finished (surge/population/members.py). On `runtime=ray` every member runs on
+one cluster, their trainers spread over its nodes (surge/population/cluster.py).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from surge.config.algorithms import load_algorithm
+from surge.config.load import load_config
 from surge.config.mutable import checked_value, get_setting
 from surge.config.population_schema import initial_values, parse_mutations, population_of
 from surge.config.schema import ExperimentConfig
-from surge.errors import UserError, WorkerFailure
+from surge.errors import UserError
+from surge.population.cluster import check_cpu_budget, local_cpus, member_workers, ray_population
+from surge.population.members import (
+    Member,
+    check_exits,
+    load_members,
+    resume,
+    save_states,
+    start,
+    stop,
+)
 from surge.population.pbt import due, exploit_source, explore, quantiles
 from surge.seeds import derive_seed
 from surge.tracking.checkpoint import latest_checkpoint
 from surge.tracking.hyperparams import SettingsRequest, write_request
-from surge.tracking.lineage import POPULATION_LOG, plot_lineage
+from surge.tracking.lineage import POPULATION_LOG, plot_lineage, read_decisions
 from surge.tracking.run_dir import CONFIG_FILE, create_run_dir
+from surge.workers.graph import WorkerSpec
 
 TICK_S = 0.5
 """How often the controller reads the members' metrics."""
-MAX_RESTARTS = 3
-"""Times a member whose run failed is resumed before the population stops."""
-STOP_GRACE_S = 60.0
-"""After Ctrl+C, how long members may take to save their checkpoint."""
-
-
-@dataclass
-class Member:
-    """One member's run, as the controller sees it."""
-
-    index: int
-    run_dir: Path
-    values: dict[str, float]
-    """Its mutated settings in force."""
-    process: subprocess.Popen[bytes] | None = None
-    log: IO[bytes] | None = None
-    env_steps: int = 0
-    score: float = math.nan
-    last_decision: int = 0
-    seq: int = 0
-    restarts: int = 0
-    """Times the member was resumed after its run failed."""
-    _offset: int = 0
-    rows: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return f"member-{self.index}"
-
-    def read_metrics(self, metric: str) -> None:
-        """Take the member's new complete metrics rows: its env steps and newest score."""
-        path = self.run_dir / "metrics.jsonl"
-        try:
-            with path.open("rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        end = data.rfind(b"\n") + 1  # a row being written is read next time
-        self._offset += end
-        for line in data[:end].splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            self.env_steps = max(self.env_steps, int(row.get("env_steps", 0)))
-            value = row.get(metric)
-            if isinstance(value, int | float) and math.isfinite(value):
-                self.score = float(value)
-            if "steps_per_s" in row:
-                self.rows.append(row)
 
 
 @dataclass(frozen=True)
@@ -117,12 +78,51 @@ def train_population(cfg: ExperimentConfig, name: str = "population") -> Populat
     mutable = tuple(load_algorithm(cfg.algo).mutable_settings)
     mutations = parse_mutations(cfg, mutable)
     starts = initial_values(cfg, mutable)
+    workers = member_workers(cfg)
+    if cfg.runtime != "ray":
+        check_cpu_budget(pop.size, workers, local_cpus(), "this machine")
     run_dir = create_run_dir(cfg, name)
     members = []
     for k in range(pop.size):
         values = {key: float(get_setting(cfg, key)) for key in mutations}
         members.append(Member(k, run_dir / f"member-{k}", {**values, **starts[k]}))
-    rng = random.Random(derive_seed(cfg.seed, "population"))
+    return _run(cfg, run_dir, members, workers, mutations)
+
+
+def resume_population(run_dir: Path, overrides: list[str]) -> PopulationResult:
+    """Continue the population in `run_dir`: every member that had not finished resumes from
+    its newest checkpoint with its settings in force; `overrides` apply to every member."""
+    run_dir = Path(run_dir)
+    cfg, _ = load_config(str(run_dir / CONFIG_FILE), overrides)
+    pop = population_of(cfg)
+    if pop is None:
+        raise UserError(f"{run_dir}: its config has no population section", "use `surge resume`")
+    mutations = parse_mutations(cfg, tuple(load_algorithm(cfg.algo).mutable_settings))
+    members = load_members(run_dir, pop.size)
+    for member in members:
+        if not member.finished and latest_checkpoint(member.run_dir) is None:
+            raise UserError(
+                f"{member.run_dir} has no checkpoint to resume from",
+                "start the population afresh with `surge train`",
+            )
+    workers = member_workers(cfg)
+    return _run(cfg, run_dir, members, workers, mutations, overrides)
+
+
+def _run(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    members: list[Member],
+    workers: list[WorkerSpec],
+    mutations: dict[str, Any],
+    resume_overrides: list[str] | None = None,
+) -> PopulationResult:
+    """Run (or, with `resume_overrides`, resume) the members until every one has finished."""
+    pop = population_of(cfg)
+    assert pop is not None
+    # a resumed population draws afresh, not the first run's draws again
+    decisions = len(read_decisions(run_dir)) if (run_dir / POPULATION_LOG).is_file() else 0
+    rng = random.Random(derive_seed(cfg.seed, "population", decisions))
     print(
         f"surge: population of {pop.size} x {cfg.algo} on {cfg.env.id}, runtime={cfg.runtime}, "
         f"run_dir={run_dir}\n  mutating {', '.join(mutations)} every "
@@ -130,19 +130,37 @@ def train_population(cfg: ExperimentConfig, name: str = "population") -> Populat
         file=sys.stderr,
     )
     exploits = 0
-    with (run_dir / POPULATION_LOG).open("a") as log:
+    with ExitStack() as stack:
+        log = stack.enter_context((run_dir / POPULATION_LOG).open("a"))
+        if cfg.runtime == "ray":
+            placed = stack.enter_context(ray_population(cfg, pop.size, workers))
+        else:
+            placed = [[] for _ in members]
+        common = ["log.progress=false", *(resume_overrides or [])]
+        again = {m.index: [*common, *placed[m.index]] for m in members}
         try:
             for member in members:
-                _start(member, run_dir, cfg)
+                if member.finished:
+                    continue
+                if resume_overrides is None:
+                    start(
+                        member,
+                        run_dir / CONFIG_FILE,
+                        [*_start_overrides(cfg, member), *again[member.index]],
+                    )
+                else:
+                    resume(member, again[member.index])
+            save_states(run_dir, members)
             while True:
-                _check_exits(members)  # may resume a failed member: before the end check
-                if not any(m.process is not None and m.process.poll() is None for m in members):
+                if check_exits(members, again):  # may resume a failed member: before the end check
+                    save_states(run_dir, members)
+                if not any(m.running for m in members):
                     break
                 time.sleep(TICK_S)
                 for member in members:
                     member.read_metrics(pop.metric)
                 for member in members:
-                    if member.process is None or member.process.poll() is not None:
+                    if not member.running:
                         continue
                     if not due(member.env_steps, member.last_decision, pop.perturbation_interval):
                         continue
@@ -154,10 +172,10 @@ def train_population(cfg: ExperimentConfig, name: str = "population") -> Populat
                         log.flush()
             reason = "finished"
         except KeyboardInterrupt:
-            _stop(members)
+            stop(members)
             reason = "interrupted"
         except BaseException:
-            _stop(members)
+            stop(members)
             raise
         finally:
             for member in members:
@@ -174,34 +192,15 @@ def train_population(cfg: ExperimentConfig, name: str = "population") -> Populat
     return result
 
 
-def _start(member: Member, run_dir: Path, cfg: ExperimentConfig) -> None:
-    """Start a member as its own `surge train` of the population's config, without the
-    population section, with its own directory, seed and start values."""
-    overrides = [
+def _start_overrides(cfg: ExperimentConfig, member: Member) -> list[str]:
+    """A member's `surge train` of the population's config: without the population section,
+    with its own directory, seed and start values."""
+    return [
         "population=null",
         f"run_dir={member.run_dir}",
         f"seed={cfg.seed + member.index}",
-        "log.progress=false",
         *[f"{key}={value!r}" for key, value in member.values.items()],
     ]
-    # its start values as the channel's first message too: its trainer logs the values in
-    # force (`hp/*`) from its first record, not only from its first exploit
-    member.run_dir.mkdir(parents=True, exist_ok=True)
-    write_request(member.run_dir, SettingsRequest(0, dict(member.values)))
-    _launch(member, ["train", str(run_dir / CONFIG_FILE), *overrides])
-
-
-def _launch(member: Member, command: list[str]) -> None:
-    """Run `surge COMMAND...` as the member's process, its output appended to its log."""
-    if member.log is None:
-        member.log = (member.run_dir.parent / f"{member.name}.log").open("ab")
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    member.process = subprocess.Popen(
-        [sys.executable, "-m", "surge", *command],
-        stdout=member.log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
 
 
 def _decide(
@@ -272,45 +271,6 @@ def _copy_checkpoint(source: Member, member: Member, run_dir: Path) -> tuple[Pat
             continue
         return target, found
     return None
-
-
-def _check_exits(members: list[Member]) -> None:
-    """A member whose run failed is resumed from its newest checkpoint (`surge resume`, up
-    to `MAX_RESTARTS` times: the others go on meanwhile); one that stopped on a config error
-    (exit 2), or cannot be resumed, stops the population with the end of its log."""
-    for member in members:
-        code = member.process.poll() if member.process is not None else None
-        if code is None or code == 0:
-            continue
-        log = member.run_dir.parent / f"{member.name}.log"
-        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-20:])
-        if code == 2:
-            raise UserError(f"{member.name} stopped on an error:\n{tail}")
-        if member.restarts < MAX_RESTARTS and latest_checkpoint(member.run_dir) is not None:
-            member.restarts += 1
-            print(
-                f"surge: {member.name} exited with {code}; resuming it from its newest "
-                f"checkpoint ({member.restarts} of {MAX_RESTARTS})",
-                file=sys.stderr,
-            )
-            _launch(member, ["resume", str(member.run_dir), "log.progress=false"])
-            continue
-        raise WorkerFailure(member.name, f"exited with {code}:\n{tail}")
-
-
-def _stop(members: list[Member]) -> None:
-    """Ask every running member to save a checkpoint and stop (SIGINT, as Ctrl+C does);
-    kill those that have not after `STOP_GRACE_S`."""
-    running = [m.process for m in members if m.process is not None and m.process.poll() is None]
-    for process in running:
-        process.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for process in running:
-        try:
-            process.wait(max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _print_footer(result: PopulationResult, members: list[Member], metric: str) -> None:

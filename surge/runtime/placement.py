@@ -8,7 +8,8 @@ evaluation workers. The LLM recipe makes each generation worker a pod and puts t
 reference workers in the trainer's. Only streams with a bridge (surge/streams/ray_bridge.py:
 segments, parameter versions, finished groups) may cross nodes.
 
-- The leader's pod (the trainer's) goes where its GPUs are, preferring the controller's node:
+- The leader's pod (the trainer's) goes to `ray.trainer_node` when it is set (a population's
+  members, spread over the nodes), else where its GPUs are, preferring the controller's node:
   the trainer writes the run directory (metrics, checkpoints) and the controller reads it.
 - Pods spread: each goes to a node with the fewest pods so far (ties: the most CPUs still
   free, then a node without the trainer), so k pods use k nodes when k nodes have room, even
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from surge.config.schema import ExperimentConfig
-from surge.errors import UserError
+from surge.errors import ConfigError, UserError
 from surge.workers.graph import WorkerSpec
 
 EPS = 1e-9
@@ -119,11 +120,29 @@ def place(cfg: ExperimentConfig, workers: list[WorkerSpec], nodes: list[NodeInfo
 
     leader_pod, *others = pods(workers)
     lead = total(leader_pod)
-    # GPUs first (when asked for), then the controller's node, then the most free CPUs.
+    wanted = cfg.ray.trainer_node
+    if wanted is not None:
+        nodes_named = [n for n in nodes if n.node_id.startswith(wanted)]
+        if len(nodes_named) != 1:
+            ids = ", ".join(n.node_id for n in nodes)
+            raise ConfigError(
+                f"ray.trainer_node={wanted!r} names {len(nodes_named)} of the cluster's "
+                f"alive nodes ({ids})",
+                "give one node's id or a prefix only it has, or leave ray.trainer_node unset",
+            )
+    # The named node, else GPUs first (when asked for), then the controller's node, then
+    # the most free CPUs.
     trainer_node = place_pod(
         leader_pod,
-        lambda n: (lead.gpus > 0 and n.gpus, n.is_controller_node, free_cpus[n.node_id]),
+        lambda n: (
+            wanted is None or n.node_id.startswith(wanted),
+            lead.gpus > 0 and n.gpus,
+            n.is_controller_node,
+            free_cpus[n.node_id],
+        ),
     ).node_id
+    if wanted is not None and not trainer_node.startswith(wanted):
+        raise _no_room(cfg, f"{_pod_name(leader_pod)} on ray.trainer_node={wanted}", lead, nodes)
     for pod in others:
         placed = place_pod(
             pod,

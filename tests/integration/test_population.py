@@ -75,3 +75,45 @@ def test_killed_member_trainer_resumes_and_the_population_finishes(run_dir: Path
     for k in range(2):
         rows = [json.loads(x) for x in (run_dir / f"member-{k}" / "metrics.jsonl").open()]
         assert max(r["env_steps"] for r in rows if "steps_per_s" in r) >= 40000
+
+
+def test_an_interrupted_population_resumes_where_it_stopped(run_dir: Path) -> None:
+    """Ctrl+C of the population stops every member with a checkpoint; `surge resume` of the
+    population's directory resumes each from it, with its settings in force, to its budget."""
+    argv = [
+        "train", "cartpole-pbt", f"run_dir={run_dir}", "runtime=local",
+        "total_env_steps=30000", "stop_return=null", "ppo.rollout_len=32",
+        "log.interval_s=0.5", "log.tensorboard=false", "log.first_checkpoint_s=0",
+        "log.checkpoint_interval_s=0.5", "population.size=2",
+        "population.perturbation_interval=100000", "population.initial={ppo.lr: [1e-3, 3e-3]}",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    population = subprocess.Popen(
+        [*SURGE, *argv], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
+    )
+    try:
+        members = [run_dir / f"member-{k}" for k in range(2)]
+        started = wait_for(lambda: all(latest_checkpoint(m) for m in members), 120)
+        assert started, population.communicate(timeout=10)[1][-3000:]
+        population.send_signal(signal.SIGINT)
+        _, err = population.communicate(timeout=120)
+    finally:
+        if population.poll() is None:
+            population.kill()
+    assert population.returncode == 130, err[-3000:]
+    stopped_at = [_trained_steps(m) for m in members]
+    assert all(0 < steps < 30000 for steps in stopped_at), stopped_at
+    result = run_surge("resume", str(run_dir), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "population finished" in result.stderr
+    finals = [_trained_steps(m) for m in members]
+    assert all(30000 <= steps < 30300 for steps in finals), finals  # the budget, not beyond
+    states = json.loads((run_dir / "members.json").read_text())
+    assert [s["state"] for s in states] == ["finished", "finished"]
+    lr = [json.loads((m / "hyperparams.json").read_text())["values"]["ppo.lr"] for m in members]
+    assert lr == [1e-3, 3e-3]  # each resumed with its own settings
+
+
+def _trained_steps(member: Path) -> int:
+    rows = [json.loads(x) for x in (member / "metrics.jsonl").open()]
+    return max(r["env_steps"] for r in rows if "steps_per_s" in r)

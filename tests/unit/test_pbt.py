@@ -12,6 +12,7 @@ import pytest
 from surge.config.load import load_config
 from surge.config.population_schema import Choices, Range
 from surge.errors import ConfigError
+from surge.population.cluster import check_cpu_budget, member_workers
 from surge.population.pbt import due, exploit_source, explore, perturb, quantiles, sample
 
 # ---------------------------------------------------------------------- ranking and choices
@@ -109,7 +110,6 @@ ERRORS = [
     (F + "mutations={ppo.lr: {low: 1, high: 0.1}}", "mutations.ppo.lr: .* is not a range"),
     (F + "initial={ppo.lr: [1e-3]}", "initial.ppo.lr: expected a list of 4 values"),
     (F + "size=1", "population.size: must be >= 2"),
-    ("runtime=ray", "runtime=ray with population"),
     (F + "metric=eval/return_mean", "eval.workers=0"),
 ]
 
@@ -123,3 +123,13 @@ def test_population_config_errors_name_the_field(override: str, message: str) ->
 def test_an_algorithm_without_mutable_settings_has_no_population() -> None:
     with pytest.raises(ConfigError, match="declares no setting that may change"):
         load_config("cartpole-dqn", PBT)
+
+
+def test_a_population_beyond_the_cpu_budget_is_refused_naming_what_to_lower() -> None:
+    cfg, _ = load_config("cartpole-pbt", [])
+    workers = member_workers(cfg)
+    assert [w.name for w in workers] == ["trainer-0", "actor-0"]  # inline inference
+    check_cpu_budget(4, workers, 2, "this machine")  # 8 processes on 2 CPUs: allowed
+    with pytest.raises(ConfigError, match=r"population.size=5: 5 members of 2 workers") as e:
+        check_cpu_budget(5, workers, 2, "this machine")
+    assert "workers.inference=inline" in e.value.fix

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from surge.config.load import load_config
-from surge.errors import UserError
+from surge.errors import ConfigError, UserError
 from surge.runtime.placement import NodeInfo, place
 from surge.runtime.placement import pods as pods_of
 from surge.workers.graph import WorkerSpec
@@ -106,3 +106,16 @@ def test_evaluators_share_the_trainers_node() -> None:
     placement = place(cfg, _workers(cfg), _nodes(2, 2, 2))
     node = placement.node_of
     assert node["evaluator-0"] == node["evaluator-1"] == node["trainer-0"] == "n0"
+
+
+def test_trainer_goes_to_the_named_node_and_a_wrong_name_is_refused() -> None:
+    cfg = _cfg("ray.trainer_node=n1")
+    placement = place(cfg, _workers(cfg), _nodes(2, 2))
+    assert placement.node_of["trainer-0"] == "n1"  # not the controller's node
+    assert placement.node_of["policy-0"] == "n0"  # the other pods still spread
+    with pytest.raises(ConfigError, match=r"ray.trainer_node='n9' names 0 of"):
+        place(_cfg("ray.trainer_node=n9"), _workers(cfg), _nodes(2, 2))
+    with pytest.raises(ConfigError, match=r"ray.trainer_node='n' names 2 of"):
+        place(_cfg("ray.trainer_node=n"), _workers(cfg), _nodes(2, 2))
+    with pytest.raises(UserError, match=r"on ray.trainer_node=n1"):
+        place(cfg, _workers(cfg), _nodes(2, 0.5))  # no room there
