@@ -141,7 +141,12 @@ def _f(value: Any, spec: str, none: str = "-") -> str:
 
 
 def report(
-    task: str, presets: list[str], seeds: list[int], minutes: float, stop_at_target: bool = False
+    task: str,
+    presets: list[str],
+    seeds: list[int],
+    minutes: float,
+    stop_at_target: bool = False,
+    out: str = "",
 ) -> str:
     lines = [
         f"# Multi-agent learning check: {task}",
@@ -150,7 +155,8 @@ def report(
         f"Command: `.venv/bin/python benchmarks/multiagent_learning.py --task {task} --seeds "
         f"{' '.join(map(str, seeds))} --minutes {minutes:g}"
         + (f" --presets {','.join(presets)}" if task == "spread" else "")
-        + (" --stop-at-target`." if stop_at_target else "`."),
+        + (" --stop-at-target" if stop_at_target else "")
+        + (f" --out {out}`." if out else "`."),
         "",
     ]
     if task == "spread":
@@ -242,6 +248,9 @@ def main() -> int:
         help="spread: each run stops once its window mean reaches the target (stop_return)",
     )
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument(
+        "--out", default="", help="the report's file name (default: multiagent_<task>.md)"
+    )
     args = parser.parse_args()
     if args.task == "spread":
         presets = args.presets.split(",") if args.presets else ["spread-mappo"]
@@ -260,11 +269,13 @@ def main() -> int:
                 if args.task == "connect4":
                     evaluate(preset, seed, games=200)
                 print(
-                    report(args.task, presets, args.seeds, args.minutes, args.stop_at_target),
+                    report(
+                        args.task, presets, args.seeds, args.minutes, args.stop_at_target, args.out
+                    ),
                     flush=True,
                 )
-    text = report(args.task, presets, args.seeds, args.minutes, args.stop_at_target)
-    out = HERE / "results" / f"multiagent_{args.task}.md"
+    text = report(args.task, presets, args.seeds, args.minutes, args.stop_at_target, args.out)
+    out = HERE / "results" / (args.out or f"multiagent_{args.task}.md")
     out.write_text(text)
     print(text)
     return 0

@@ -144,6 +144,23 @@ def _mask_like(mask: Tensor, x: Tensor) -> Tensor:
     return weight.unsqueeze(-1).expand_as(x) if x.dim() == mask.dim() + 1 else weight
 
 
+def unit_scaling(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, scale), float32, such that (x - offset) * scale maps [low, high] onto [0, 1]
+    element by element where both bounds are finite and apart, and leaves x as it is
+    elsewhere (offset 0, scale 1).
+
+    Why the mixer's state is scaled: QMIX's hypernetworks compute the mixing weights from the
+    state, and Q_tot is a product of two of them, so a state of scale k starts Q_tot near k^2
+    whatever the rewards (LBF's raw positions, up to 7: Q_tot about 45 on all-zero rewards),
+    and hard target copies every 200 updates take thousands of updates to bring it down."""
+    low = np.asarray(low, np.float64).reshape(-1)
+    high = np.asarray(high, np.float64).reshape(-1)
+    bounded = np.isfinite(low) & np.isfinite(high) & (high > low)
+    offset = np.where(bounded, low, 0.0)
+    scale = np.where(bounded, 1.0 / np.where(bounded, high - low, 1.0), 1.0)
+    return offset.astype(np.float32), scale.astype(np.float32)
+
+
 @dataclass
 class RewardStandardiser:
     """Running mean and variance of the team rewards of the steps trained on, as EPyMARL's

@@ -129,8 +129,7 @@ def agent_rows(env: Any, cfg: EnvConfig, agents: tuple[str, ...] | None = None) 
         fields[AGENT_ID] = gym.spaces.Box(0.0, 1.0, (len(all_agents),), np.float32)
     state = _state_source(env, cfg, [obs_spaces[a] for a in all_agents])
     if state:
-        shape = _state_shape(env, state, [obs_spaces[a] for a in all_agents])
-        fields[STATE] = gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+        fields[STATE] = _state_space(env, state, [obs_spaces[a] for a in all_agents])
     return AgentRows(
         agents, all_agents, agent_space, act_spaces[first], gym.spaces.Dict(fields), state
     )
@@ -182,12 +181,23 @@ def _env_state_shape(env: Any) -> tuple[int, ...] | None:
         return None
 
 
-def _state_shape(env: Any, source: str, spaces: list[gym.Space[Any]]) -> tuple[int, ...]:
+def _state_space(env: Any, source: str, spaces: list[gym.Space[Any]]) -> gym.spaces.Box:
+    """The global state's space, with the bounds the env gives (a learner may scale by them):
+    the agents' observation spaces end to end (`concat`), or the env's `state_space` where it
+    has one of the state's shape; unbounded otherwise."""
     if source == "concat":
-        return (sum(math.prod(s.shape or ()) for s in spaces),)
+        boxes = [s for s in spaces if isinstance(s, gym.spaces.Box)]
+        low = np.concatenate([b.low.reshape(-1) for b in boxes]).astype(np.float32)
+        high = np.concatenate([b.high.reshape(-1) for b in boxes]).astype(np.float32)
+        return gym.spaces.Box(low, high, dtype=np.float32)
     shape = _env_state_shape(env)
     assert shape is not None
-    return shape
+    given = getattr(env, "state_space", None)
+    if isinstance(given, gym.spaces.Box) and tuple(given.shape) == shape:
+        return gym.spaces.Box(
+            given.low.astype(np.float32), given.high.astype(np.float32), dtype=np.float32
+        )
+    return gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
 
 
 class Lane:

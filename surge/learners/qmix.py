@@ -21,7 +21,7 @@ import torch
 
 from surge.algos.exploration import linear_schedule
 from surge.algos.transition_store import replay_of
-from surge.algos.value_mixing import EpisodeBatch, ValueMixing
+from surge.algos.value_mixing import EpisodeBatch, ValueMixing, unit_scaling
 from surge.devices import trainer_device
 from surge.learners.base import ReplayLearner
 from surge.models.inputs import ACTION_MASK, GLOBAL_STATE
@@ -59,6 +59,12 @@ class QMIXLearner(ReplayLearner):
         state = env.obs.get(GLOBAL_STATE)
         self.has_state = state is not None  # VDN and IQL may train without one
         self.state_dim = math.prod(state.shape) if state is not None else 1
+        # the mixer's state scaled to [0, 1] by its finite bounds (`unit_scaling`: why)
+        self.state_offset = np.zeros(1, np.float32)
+        self.state_scale = np.ones(1, np.float32)
+        if self.has_state:
+            space = env.observation_space[GLOBAL_STATE]  # type: ignore[index]
+            self.state_offset, self.state_scale = unit_scaling(space.low, space.high)
         self.mixing = ValueMixing(
             agent_view(env.observation_space), int(env.action_space.n),  # type: ignore[attr-defined]
             spec.agents, self.state_dim, cfg.model, cfg.qmix,
@@ -90,7 +96,8 @@ class QMIXLearner(ReplayLearner):
         B = f["reward"].shape[0]
         if self.has_state:
             states = f[f"obs/{GLOBAL_STATE}"][:, :, 0]  # the same for every agent of an env
-            state = put(states.reshape(B, T + 1, -1).astype(np.float32))
+            states = states.reshape(B, T + 1, -1).astype(np.float32)
+            state = put((states - self.state_offset) * self.state_scale)
         else:  # VDN and IQL read no state
             state = torch.zeros((B, T + 1, 1), device=self.device)
         mask = f.get(f"obs/{ACTION_MASK}")

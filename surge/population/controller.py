@@ -143,33 +143,21 @@ def _run(
                 if member.finished:
                     continue
                 if resume_overrides is None:
-                    start(
-                        member,
-                        run_dir / CONFIG_FILE,
-                        [*_start_overrides(cfg, member), *again[member.index]],
-                    )
+                    overrides = [*_start_overrides(cfg, member), *again[member.index]]
+                    start(member, run_dir / CONFIG_FILE, overrides)
                 else:
                     resume(member, again[member.index])
             save_states(run_dir, members)
             while True:
-                if check_exits(members, again):  # may resume a failed member: before the end check
+                if check_exits(members, again):  # may resume a failed member: first
                     save_states(run_dir, members)
                 if not any(m.running for m in members):
                     break
                 time.sleep(TICK_S)
-                for member in members:
-                    member.read_metrics(pop.metric)
-                for member in members:
-                    if not member.running:
-                        continue
-                    if not due(member.env_steps, member.last_decision, pop.perturbation_interval):
-                        continue
-                    member.last_decision = member.env_steps
-                    record = _decide(member, members, mutations, rng, cfg, run_dir)
-                    if record is not None:
-                        exploits += 1
-                        log.write(json.dumps(record) + "\n")
-                        log.flush()
+                for record in _decisions(members, mutations, rng, cfg, run_dir):
+                    exploits += 1
+                    log.write(json.dumps(record) + "\n")
+                    log.flush()
             reason = "finished"
         except KeyboardInterrupt:
             stop(members)
@@ -190,6 +178,32 @@ def _run(
     )
     _print_footer(result, members, pop.metric)
     return result
+
+
+def _decisions(
+    members: list[Member],
+    mutations: dict[str, Any],
+    rng: random.Random,
+    cfg: ExperimentConfig,
+    run_dir: Path,
+) -> list[dict[str, Any]]:
+    """Read the members' new metrics; decide for each running member at its perturbation
+    point. The exploits made (their log records)."""
+    pop = population_of(cfg)
+    assert pop is not None
+    for member in members:
+        member.read_metrics(pop.metric)
+    records = []
+    for member in members:
+        if not member.running:
+            continue
+        if not due(member.env_steps, member.last_decision, pop.perturbation_interval):
+            continue
+        member.last_decision = member.env_steps
+        record = _decide(member, members, mutations, rng, cfg, run_dir)
+        if record is not None:
+            records.append(record)
+    return records
 
 
 def _start_overrides(cfg: ExperimentConfig, member: Member) -> list[str]:

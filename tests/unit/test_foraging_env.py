@@ -132,8 +132,11 @@ def test_lbforaging_ids_route_through_surges_env_probing() -> None:
     info = probe_policies(cfg)["default"]
     assert info.agents == ("agent_0", "agent_1")
     assert info.action_space.n == ACTIONS
-    assert info.observation_space["global_state"].shape == (24,)
-    assert info.observation_space["obs"].shape == (12,)
+    state, obs = info.observation_space["global_state"], info.observation_space["obs"]
+    assert state.shape == (24,) and obs.shape == (12,)
+    # the state's bounds are the env's (a QMIX learner scales its mixer's input by them)
+    np.testing.assert_array_equal(state.low, np.tile(obs.low, 2))
+    np.testing.assert_array_equal(state.high, np.tile(obs.high, 2))
 
 
 def test_errors_name_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:

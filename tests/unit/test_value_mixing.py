@@ -25,7 +25,9 @@ from surge.algos.value_mixing import (
     next_agent_values,
     td_targets,
     train_mask,
+    unit_scaling,
 )
+from surge.config.load import load_config
 from surge.config.qmix_schema import Mixer, QMIXConfig
 from surge.config.schema import CoreName, ExperimentConfig, ModelConfig
 from surge.models.mixers import QMixer, VDNMixer, make_mixer
@@ -309,3 +311,43 @@ def test_state_dict_holds_only_arrays_numbers_and_string_keyed_dicts() -> None:
     learner = _learner("qmix", core="gru")
     learner.update(_random_batch(0))
     check(learner.state_dict(), "")
+
+
+def test_unit_scaling_maps_finite_bounds_to_the_unit_interval_and_leaves_the_rest() -> None:
+    low = np.array([-1.0, 0.0, -np.inf, 3.0])
+    high = np.array([7.0, 4.0, np.inf, 3.0])  # the last: no width to scale by
+    offset, scale = unit_scaling(low, high)
+    x = np.array([[-1.0, 4.0, 5.0, 3.0], [7.0, 2.0, -2.0, 3.0]], np.float32)
+    np.testing.assert_allclose((x - offset) * scale, [[0, 1, 5, 3], [1, 0.5, -2, 3]])
+    assert offset.dtype == scale.dtype == np.float32
+
+
+def test_a_scaled_state_starts_the_mixer_near_zero_where_a_raw_one_does_not() -> None:
+    """All-zero rewards: QMIX's Q_tot should stay near 0. From LBF-sized raw states (0..7)
+    the mixer starts far from it (its hypernetworks square the state's scale); scaled to
+    [0, 1] it does not."""
+
+    def q_tot_after_zero_rewards(state_scale: float) -> float:
+        cfg, _ = load_config("lbf-qmix", ["model.core=none", "qmix.standardise_rewards=false"])
+        space = gym.spaces.Dict(
+            {
+                "obs": gym.spaces.Box(-1, 7, (12,), np.float32),
+                "agent_id": gym.spaces.Box(0, 1, (2,)),
+            }
+        )
+        mixing = ValueMixing(space, 6, 2, 24, cfg.model, cfg.qmix, seed=0)
+        rng = np.random.default_rng(0)
+        B, T = 8, 10
+        obs = torch.from_numpy(rng.integers(-1, 8, (B, T + 1, 2, 12)).astype(np.float32))
+        batch = EpisodeBatch(
+            obs={"obs": obs, "agent_id": torch.eye(2).expand(B, T + 1, 2, 2).contiguous()},
+            state=obs.reshape(B, T + 1, 24) * state_scale,
+            actions=torch.from_numpy(rng.integers(0, 6, (B, T, 2))),
+            reward=torch.zeros(B, T),
+            terminated=torch.zeros(B, T, dtype=torch.bool),
+            filled=torch.ones(B, T, dtype=torch.bool),
+        )
+        return mixing.update(batch)["q_taken_mean"]
+
+    assert abs(q_tot_after_zero_rewards(1.0)) > 5.0  # 9.2 here
+    assert abs(q_tot_after_zero_rewards(1 / 8)) < 1.5  # 0.49 here
