@@ -138,7 +138,7 @@ def calibrate(model_dir: Path, publish_s: float, computed: float) -> tuple[Costs
 
     from surge.algos.grpo_update import grpo_update
     from surge.config.load import load_config
-    from surge.llm.engine import Engine, Request
+    from surge.llm.engine import Decoding, Engine, Request
     from surge.llm.lean import LeanLlama
     from surge.llm.model import encode_prompt, load_model
     from surge.llm.tasks import make_task
@@ -153,11 +153,13 @@ def calibrate(model_dir: Path, publish_s: float, computed: float) -> tuple[Costs
     width = max(len(p) for p in prompts)
     prompt_tokens = round(float(np.mean([len(p) for p in prompts])))
 
+    decoding = Decoding(
+        max_prompt=width, max_new_tokens=r.max_new_tokens, eos_id=tok.eos_token_id,
+        temperature=r.temperature, top_p=r.top_p, seed=0,
+    )  # fmt: skip
+
     def engine(slots: int) -> Engine:
-        return Engine(
-            model, slots=slots, max_prompt=width, max_new_tokens=r.max_new_tokens,
-            eos_id=tok.eos_token_id, temperature=r.temperature, top_p=r.top_p, seed=0,
-        )  # fmt: skip
+        return Engine(model, slots, decoding)
 
     # Decode steps against active sequences, the cache recomputation of a new version, and
     # the completion lengths.

@@ -629,6 +629,38 @@ def gen_pbt() -> str:
     return table(head, rows) + "\n\n" + source_line("pbt.json")
 
 
+def gen_lora() -> str:
+    """benchmarks/lora.py: LoRA beside full fine-tuning on arith-grpo from one warm start, and
+    the saved adapters scored in plain transformers with PEFT."""
+    data = load("lora.json")
+    labels = {"lora": "LoRA", "full": "full fine-tuning"}
+    rows = []
+    for r in data["runs"]:
+        rows.append(
+            [
+                labels.get(r["run"], r["run"]),
+                f"{r['train_seconds']:.0f}",
+                num(r["trained_parameters"]),
+                f"{r['trainer_state_mb']:.2f}",
+                f"{r['accuracy_start']:.1%} -> {r['accuracy_final']:.1%}",
+                f"{r['gain_points']:+.1f}",
+                num(r["generated_tokens_per_s"]),
+                num(r["peak_pss_mb"]),
+            ]
+        )
+    head = ["run", "training s", "trained parameters", "their state MB"]
+    head += ["held-out accuracy", "points", "generated tokens/s", "peak PSS MB"]
+    peft = data["peft"]
+    check = (
+        f"The LoRA run's adapters loaded with PEFT onto the base in plain transformers, "
+        f"greedy `generate` on the {peft['problems']} held-out problems: {peft['accuracy']:.1%} "
+        f"(`surge eval`: {peft['surge_eval_accuracy']:.1%})."
+    )
+    note = data.get("note")
+    parts = [table(head, rows), check, *([note] if note else []), source_line("lora.json")]
+    return "\n\n".join(parts)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "suite": gen_suite,
     "headline": gen_headline,
@@ -649,6 +681,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "psro-kuhn": lambda: gen_psro("kuhn"),
     "psro-leduc": lambda: gen_psro("leduc"),
     "pbt": gen_pbt,
+    "lora": gen_lora,
 }
 
 

@@ -7,7 +7,7 @@
 # `mujoco` extra MuJoCo so they train the hopper-ppo preset for a few seconds, the
 # `minigrid` extra MiniGrid for the small-image (small_cnn) learning test, `video` PyAV for
 # episode videos, `wandb` lets them check `log.wandb=true` (offline), and `llm` brings
-# transformers, tokenizers and datasets for LLM RL (surge/llm), `reasoning-gym` its
+# transformers, tokenizers, datasets and peft (LoRA) for LLM RL (surge/llm), `reasoning-gym` its
 # procedural datasets for the `reasoning-gym:<dataset>` tasks, `multiagent` PettingZoo
 # with its MPE envs (the spread-* presets, self-play), and `highway` highway-env for the
 # driving env (surge/envs/driving.py), `games` OpenSpiel for PSRO (env.id=openspiel:...),

@@ -413,18 +413,13 @@ def load(run_dir: str | Path, *, deterministic: bool = True, device: str = "cpu"
     from surge.envs.spaces import EnvInfo
     from surge.models.acting import acting_policy
     from surge.seeds import derive_seed
-    from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
+    from surge.tracking.checkpoint import load_checkpoint, require_checkpoint
     from surge.tracking.run_dir import load_run_config
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     acting, published = _acting_of(cfg, run_dir)
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise UserError(
-            f"{run_dir} has no checkpoint to load",
-            "a checkpoint is written every log.checkpoint_interval_s, at the end and on Ctrl+C",
-        )
+    checkpoint = require_checkpoint(run_dir, "load")
     state = load_checkpoint(checkpoint)
     env = _make_env(cfg)  # its spaces are the policy's, wrappers and preprocessing included
     spaces = EnvInfo(env.observation_space, env.action_space)
@@ -450,9 +445,10 @@ def _acting_of(cfg: ExperimentConfig, run_dir: Path) -> tuple[str, Any]:
 
         return ACTING, checkpoint_flat
     if cfg.algo == "dqn":
+        from surge.recipes.dqn import ACTING as DQN_ACTING
         from surge.recipes.dqn import _published as dqn_published
 
-        return "surge.models.q_policy:q_policy", dqn_published
+        return DQN_ACTING, dqn_published
     if cfg.algo == "sac":
         from surge.recipes.sac import ACTING as SAC_ACTING
         from surge.recipes.sac import _published as sac_published

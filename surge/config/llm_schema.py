@@ -10,13 +10,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from surge.config.rules import AT_LEAST_ONE, DEVICE, NON_NEGATIVE, POSITIVE, UNIT, between, ruled
+from surge.config.rules import (
+    AT_LEAST_ONE,
+    DEVICE,
+    NON_NEGATIVE,
+    POSITIVE,
+    UNIT,
+    Rule,
+    between,
+    ruled,
+    ruled_factory,
+)
 
 AdvantageName = Literal["grpo", "dr_grpo", "rloo"]
 LossName = Literal["decoupled", "aipo"]
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 ContextModeName = Literal["none", "truncate", "summarize"]
 EngineName = Literal["builtin", "vllm"]
+NON_EMPTY_NAMES = Rule(lambda v: len(v) > 0, "a non-empty list of module names")
 
 
 @dataclass
@@ -242,3 +253,26 @@ class TinyModelConfig:
 
     heads: int = ruled(4, AT_LEAST_ONE)
     """Attention heads (head size = hidden / heads, at least 32)."""
+
+
+@dataclass
+class LoraConfig:
+    """Section `model.lora` (LLM runs): train low-rank adapters (LoRA, through PEFT) on the
+    model's linear layers instead of every weight (docs/llm.md#lora). Only the adapters train
+    and only they move from the trainer to the generation workers; the run saves them as PEFT
+    does (run_dir/model: adapter_config.json, adapter_model.safetensors)."""
+
+    r: int = ruled(0, NON_NEGATIVE)
+    """Rank of each adapter (PEFT's `r`); 0: no adapters, every weight trains."""
+
+    alpha: int = ruled(16, POSITIVE)
+    """Scale of the adapters' update: alpha / r times B A (PEFT's `lora_alpha`)."""
+
+    dropout: float = ruled(0.0, between(0, 1, "[)"))
+    """Dropout on the adapters' input while training (PEFT's `lora_dropout`). Above 0 the
+    trainer runs each adapted layer's own forward instead of one merged weight: slower."""
+
+    target_modules: list[str] = ruled_factory(lambda: ["q_proj", "v_proj"], NON_EMPTY_NAMES)
+    """Names of the linear layers that get adapters (each matches a module whose name is it
+    or ends with `.` and it, as in PEFT): Llama's `q_proj`, `k_proj`, `v_proj`, `o_proj`,
+    `gate_proj`, `up_proj`, `down_proj`, `lm_head`."""

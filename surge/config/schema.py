@@ -16,6 +16,7 @@ from typing import Any, Literal
 from surge.config.llm_schema import (
     ContextConfig,
     GRPOConfig,
+    LoraConfig,
     RolloutConfig,
     SFTConfig,
     TaskConfig,
@@ -287,6 +288,9 @@ class ModelConfig:
     path: str | None = None
     """LLM runs (`algo: grpo`): a local Hugging Face causal LM directory (safetensors weights,
     config and tokenizer), loaded offline. None: the built-in tiny Llama (`tiny_model`)."""
+
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LLM runs: LoRA adapters instead of full fine-tuning (`model.lora.r` > 0)."""
 
     hidden_sizes: list[int] = ruled_factory(lambda: [64, 64], NON_EMPTY_WIDTHS, POSITIVE_WIDTHS)
     """Widths of the hidden layers of the MLP torso on the `flat` or `small_cnn` encoder's

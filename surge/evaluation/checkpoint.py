@@ -26,7 +26,7 @@ from surge.evaluation.suite import EvalSuite
 from surge.models.acting import ActingPolicy, acting_policy
 from surge.seeds import derive_seed
 from surge.threads import limit_torch_threads
-from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
+from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint, require_checkpoint
 from surge.tracking.run_dir import policy_home
 from surge.tracking.video import write_mp4
 
@@ -54,9 +54,7 @@ def evaluate_with(
     if episodes < 1:
         raise UserError(f"episodes={episodes}: expected at least 1")
     cfg, _ = load_config(str(run_dir / "config.yaml"), [])
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise UserError(f"{run_dir} has no checkpoint to evaluate")
+    checkpoint = require_checkpoint(run_dir, "evaluate")
     state = load_checkpoint(checkpoint)
     suite = EvalSuite(cfg, video)
     env = suite.env
@@ -100,6 +98,15 @@ def evaluate_with(
 
 EVAL_OPTIONS = {"episodes": int, "deterministic": bool, "seed": int}
 """`surge eval RUN key=value` options every algorithm takes."""
+
+
+def evaluate_command(
+    run_dir: Path, acting: str, published: Published, options: list[str], video: bool
+) -> str:
+    """`surge eval RUN [key=value ...]` of a run whose acting policy plays its checkpoints
+    (an `Algorithm.evaluate`): `evaluate_with` the options, and the lines it prints."""
+    given = parse_options(options, EVAL_OPTIONS)
+    return summary(evaluate_with(run_dir, acting, published, **given, video=video))
 
 
 def summary(result: dict[str, Any]) -> str:

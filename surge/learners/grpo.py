@@ -31,7 +31,8 @@ from surge.devices import trainer_device
 from surge.errors import UserError
 from surge.learners.state import load_optimizer_state, optimizer_state
 from surge.llm.lean import LeanLlama
-from surge.llm.model import load_model, save_model_dir
+from surge.llm.lora import add_adapters, load_trained_state, trained_parameters, trained_state
+from surge.llm.model import load_model, save_adapter, save_model_dir
 from surge.llm.run import model_dir_of
 from surge.streams.rollouts import (
     EPISODE_STATS,
@@ -46,7 +47,8 @@ from surge.workers.trainer import Evaluation, TrainerWorker, Update, eval_fields
 
 CHECKPOINT_FORMAT = 1
 HF_DIR = "model"
-"""run_dir/model: the newest checkpoint's weights as a Hugging Face directory."""
+"""run_dir/model: the newest checkpoint's weights as a Hugging Face directory (a LoRA run's:
+its adapters, as PEFT saves them)."""
 
 
 def build(ctx: RunContext, b: Binding) -> TrainerWorker:
@@ -102,12 +104,16 @@ class GRPOLearner:
         cfg = self.cfg = ctx.cfg
         self.ctx = ctx
         self.model, self.tokenizer = load_model(model_dir_of(ctx))
+        lora = cfg.model.lora
+        # With LoRA: the PEFT model around self.model (whose layers it adapted in place)
+        self.adapted = add_adapters(self.model, lora, cfg.seed) if lora.r else None
         self.device = trainer_device(cfg)
         self.model.to(self.device).train()  # before the optimizer takes its parameters
+        self.trained = trained_parameters(self.model)  # what is published: adapters alone
         g = cfg.grpo
         limit_torch_threads(g.threads)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=g.lr, weight_decay=g.weight_decay, foreach=True
+            self.trained, lr=g.lr, weight_decay=g.weight_decay, foreach=True
         )
         # The forward shares each prompt's computation among its G completions (llm/lean.py).
         self.lean = LeanLlama(self.model)
@@ -170,9 +176,9 @@ class GRPOLearner:
         self._staleness += np.bincount(lag, minlength=len(self._staleness))[: len(self._staleness)]
 
     def parameters(self) -> np.ndarray:
-        from surge.models.weights import model_to_flat
+        from surge.models.weights import tensors_to_flat
 
-        return model_to_flat(self.model)
+        return tensors_to_flat(self.trained)
 
     def metrics(self, seconds: float) -> dict[str, Any]:
         window = self._window or [{}]
@@ -222,7 +228,7 @@ class GRPOLearner:
         task, problems = self._evaluation
         self.model.eval()
         try:
-            scores = score(self.model, self.tokenizer, task, problems, self.cfg, 0.0)
+            scores = score(self.model, self.tokenizer, task, problems, self.cfg.rollout, 0.0)
         finally:
             self.model.train()
         solved = scores.rewards[:, 0]
@@ -233,7 +239,7 @@ class GRPOLearner:
             "format": CHECKPOINT_FORMAT,
             "kind": "llm",
             "tokens": self.tokens,
-            "model": self.model.state_dict(),
+            "model": trained_state(self.model),  # a LoRA run's adapters alone
             "optimizer": optimizer_state(self.optimizer),
         }
 
@@ -243,14 +249,25 @@ class GRPOLearner:
                 "this checkpoint was not written by the LLM trainer of this surge version",
                 "resume it with the surge version that wrote it, or start a new run",
             )
-        self.model.load_state_dict({k: torch.as_tensor(v) for k, v in state["model"].items()})
+        try:
+            load_trained_state(self.model, state["model"])
+        except (ValueError, RuntimeError) as e:
+            raise UserError(
+                f"this checkpoint's weights do not fit the run's model: {e}",
+                "resume with the model.path and model.lora settings it was written with",
+            ) from None
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.tokens = self._tokens_at_log = int(state["tokens"])
 
     def export(self, run_dir: Path, version: int, wait: bool) -> bool:
         """run_dir/model: the weights as a Hugging Face directory, loadable by plain
-        transformers (`generate` with the run's completion length and stops)."""
-        save_model_dir(self.model, self.tokenizer, run_dir / HF_DIR, self.cfg.rollout)
+        transformers (`generate` with the run's completion length and stops); with LoRA the
+        adapters, which PEFT loads onto the base (the run's starting directory)."""
+        directory, rollout = run_dir / HF_DIR, self.cfg.rollout
+        if self.adapted is None:
+            save_model_dir(self.model, self.tokenizer, directory, rollout)
+        else:
+            save_adapter(self.adapted, self.tokenizer, directory, model_dir_of(self.ctx), rollout)
         return True
 
     def close(self) -> None:

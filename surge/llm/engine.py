@@ -38,16 +38,16 @@ import torch
 
 from surge.llm.engine_protocol import (
     Completion,
+    Decoding,
     PausableVersioned,
     Request,
     Weights,
-    check_requests,
     generate_by_steps,
     named_tensors,
 )
 from surge.llm.lean import KVCache, LeanLlama
 
-__all__ = ["Completion", "Engine", "Request", "nucleus"]
+__all__ = ["Completion", "Decoding", "Engine", "Request", "nucleus"]
 
 
 @dataclass
@@ -73,40 +73,23 @@ class _Parked:
 class Engine(PausableVersioned):
     """The built-in generation engine (module docstring): a `GenerationEngine`."""
 
-    def __init__(
-        self,
-        model: object,
-        slots: int,
-        max_prompt: int,
-        max_new_tokens: int,
-        eos_id: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop: tuple[tuple[int, ...], ...] = (),
-        seed: int = 0,
-        max_length: int | None = None,
-    ) -> None:
-        """`max_length`: the positions of a sequence, prompt and completion (default
-        `max_prompt + max_new_tokens`); a multi-turn caller whose contexts and turns never
-        exceed a window W together passes W, and each request must fit it."""
+    def __init__(self, model: object, slots: int, decoding: Decoding) -> None:
+        """`model` decodes up to `slots` sequences at once as `decoding` says; each request
+        must fit its `positions`."""
         self.lean = LeanLlama(model)
         self.slots: list[_Slot | None] = [None] * slots
         self.parked: dict[int, _Parked] = {}  # by request key, least recently parked first
-        self.max_length = max_length or max_prompt + max_new_tokens
-        self.cache = self.lean.new_cache(slots, self.max_length)
+        self.decoding = decoding
+        self.cache = self.lean.new_cache(slots, decoding.positions)
         # No sequence writes the cache's last position (its last token is never run through
         # the model): idle rows decode there, harmlessly.
-        self.scratch = self.max_length - 1
-        self.max_prompt, self.max_new_tokens = max_prompt, max_new_tokens
-        self.eos_id = eos_id
-        self.temperature, self.top_p = temperature, top_p
-        self.stop = stop
+        self.scratch = decoding.positions - 1
         self.queue: deque[Request] = deque()
         self.version = 0
         self._updating: int | None = None  # the version being loaded, between begin and commit
         self._paused = False
         self.device = self.lean.device  # the model's: every tensor made here goes there
-        self.rng = torch.Generator(device=self.device).manual_seed(seed)
+        self.rng = torch.Generator(device=self.device).manual_seed(decoding.seed)
         self.tokens_generated = 0
         self.prefill_tokens = 0  # tokens prefilled (admission and recompute)
         self.extend_tokens = 0  # tokens run to continue parked sequences
@@ -114,7 +97,7 @@ class Engine(PausableVersioned):
     # ------------------------------------------------------------------ the caller's side
 
     def submit(self, requests: Sequence[Request]) -> None:
-        check_requests(requests, self.max_prompt, self.max_new_tokens, self.max_length)
+        self.decoding.check(requests)
         self.queue.extend(requests)
 
     @property
@@ -298,7 +281,7 @@ class Engine(PausableVersioned):
         done = []
         drawn = zip(rows, requests, sampled.tolist(), logprobs.tolist(), strict=True)
         for i, r, token, logprob in drawn:
-            limit = min(r.max_new or self.max_new_tokens, self.max_new_tokens)
+            limit = self.decoding.new_tokens(r)
             slot = _Slot(r, Completion(r.key), position=len(r.prompt), limit=limit)
             if self._append(slot, token, logprob):
                 done.append(slot.out)
@@ -351,29 +334,23 @@ class Engine(PausableVersioned):
 
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens and their log-probs under the distribution they were drawn from."""
-        if self.temperature == 0:
+        temperature, top_p = self.decoding.temperature, self.decoding.top_p
+        if temperature == 0:
             logp = torch.log_softmax(logits, dim=-1)
             tokens = logp.argmax(dim=-1)
             return tokens, logp.gather(1, tokens[:, None])[:, 0]
-        logp = torch.log_softmax(logits / self.temperature, dim=-1)
-        if self.top_p < 1.0:
-            logp = nucleus(logp, self.top_p)
+        logp = torch.log_softmax(logits / temperature, dim=-1)
+        if top_p < 1.0:
+            logp = nucleus(logp, top_p)
         tokens = torch.multinomial(logp.exp(), 1, generator=self.rng)[:, 0]
         return tokens, logp.gather(1, tokens[:, None])[:, 0]
 
     def _append(self, slot: _Slot, token: int, logprob: float) -> bool:
         """Record a sampled token; True if the sequence ended with it."""
         out = slot.out
-        out.tokens.append(token)
-        out.logprobs.append(logprob)
-        out.versions.append(self.version)
+        out.add(token, logprob, self.version)
         self.tokens_generated += 1
-        if token == self.eos_id:
-            out.finish = "eos"
-        elif any(_ends_with(out.tokens, s) for s in self.stop):
-            out.finish = "stop"
-        elif len(out.tokens) >= slot.limit:
-            out.finish = "length"
+        out.finish = self.decoding.finish(out.tokens, slot.limit)
         return bool(out.finish)
 
 
@@ -386,7 +363,3 @@ def nucleus(logp: torch.Tensor, top_p: float) -> torch.Tensor:
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     kept = logp.masked_fill(drop, float("-inf"))
     return torch.log_softmax(kept, dim=-1)
-
-
-def _ends_with(tokens: list[int], suffix: tuple[int, ...]) -> bool:
-    return len(tokens) >= len(suffix) and tuple(tokens[-len(suffix) :]) == suffix

@@ -58,6 +58,12 @@ class Completion:
     finish: str = ""
     """`eos`, `stop` or `length`."""
 
+    def add(self, token: int, logprob: float, version: int) -> None:
+        """Record a drawn token."""
+        self.tokens.append(token)
+        self.logprobs.append(logprob)
+        self.versions.append(version)
+
 
 Weights: TypeAlias = (
     Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]] | str | os.PathLike[str]
@@ -196,26 +202,60 @@ def named_tensors(weights: Weights) -> Iterator[tuple[str, torch.Tensor]]:
     yield from weights.items() if isinstance(weights, Mapping) else weights
 
 
-def check_requests(
-    requests: Sequence[Request], max_prompt: int, max_new_tokens: int, max_length: int
-) -> None:
-    """ValueError for a request an engine of these limits cannot take: a prompt of 0 or more
-    than `max_prompt` tokens, `max_new` below 1, or a prompt and completion longer than the
-    `max_length` positions of a sequence."""
-    for r in requests:
-        if not 0 < len(r.prompt) <= max_prompt:
-            raise ValueError(
-                f"a prompt of {len(r.prompt)} tokens: this engine takes 1 to "
-                f"{max_prompt} (raise the task's prompt length limit)"
-            )
-        if r.max_new is not None and r.max_new < 1:
-            raise ValueError(f"max_new={r.max_new}: a request's max_new must be at least 1")
-        new = min(r.max_new or max_new_tokens, max_new_tokens)
-        if len(r.prompt) + new > max_length:
-            raise ValueError(
-                f"a prompt of {len(r.prompt)} tokens and {new} new ones: this engine's "
-                f"sequences hold {max_length} positions"
-            )
+@dataclass(frozen=True)
+class Decoding:
+    """What an engine decodes and how, fixed when it is built: prompts of at most
+    `max_prompt` tokens; completions of at most `max_new_tokens`, ending early at `eos_id`
+    or at a `stop` sequence of token ids; tokens drawn at `temperature` (0: greedy) from the
+    `top_p` nucleus, with random streams seeded by `seed`. `max_length`: the positions of a
+    sequence, prompt and completion (None: `max_prompt + max_new_tokens`); a multi-turn
+    caller whose contexts and turns never exceed a window W together passes W."""
+
+    max_prompt: int
+    max_new_tokens: int
+    eos_id: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[tuple[int, ...], ...] = ()
+    seed: int = 0
+    max_length: int | None = None
+
+    @property
+    def positions(self) -> int:
+        """The positions a sequence may take, prompt and completion."""
+        return self.max_length or self.max_prompt + self.max_new_tokens
+
+    def new_tokens(self, request: Request) -> int:
+        """The most tokens `request`'s completion may have (its own `max_new`, within ours)."""
+        return min(request.max_new or self.max_new_tokens, self.max_new_tokens)
+
+    def check(self, requests: Sequence[Request]) -> None:
+        """ValueError for a request an engine of these limits cannot take: a prompt of 0 or
+        more than `max_prompt` tokens, `max_new` below 1, or a prompt and completion longer
+        than the `positions` of a sequence."""
+        for r in requests:
+            if not 0 < len(r.prompt) <= self.max_prompt:
+                raise ValueError(
+                    f"a prompt of {len(r.prompt)} tokens: this engine takes 1 to "
+                    f"{self.max_prompt} (raise the task's prompt length limit)"
+                )
+            if r.max_new is not None and r.max_new < 1:
+                raise ValueError(f"max_new={r.max_new}: a request's max_new must be at least 1")
+            new = self.new_tokens(r)
+            if len(r.prompt) + new > self.positions:
+                raise ValueError(
+                    f"a prompt of {len(r.prompt)} tokens and {new} new ones: this engine's "
+                    f"sequences hold {self.positions} positions"
+                )
+
+    def finish(self, tokens: Sequence[int], limit: int) -> str:
+        """Why a completion of `tokens` (at most `limit`) ends with its last one: `eos`,
+        `stop` (it ends with a stop sequence) or `length`; "" if it goes on."""
+        if tokens[-1] == self.eos_id:
+            return "eos"
+        if any(len(tokens) >= len(s) and tuple(tokens[-len(s) :]) == s for s in self.stop):
+            return "stop"
+        return "length" if len(tokens) >= limit else ""
 
 
 class PausableVersioned:

@@ -21,18 +21,24 @@ from surge.errors import ConfigError
 
 if TYPE_CHECKING:
     from surge.config.schema import ExperimentConfig
-    from surge.llm.engine_protocol import GenerationEngine
+    from surge.llm.engine_protocol import Decoding, GenerationEngine
 
 
 def check_engine(cfg: ExperimentConfig, visible: int | None = None) -> None:
     """A ConfigError naming `rollout.engine` unless the chosen engine can run: vllm needs the
     vllm package, a CUDA GPU (`visible`: the GPUs this process sees, default counted here;
     on Ray, where the generation workers' nodes are not this one, the worker checks), a
-    `model.path` model and a CUDA `rollout.device`."""
+    `model.path` model and a CUDA `rollout.device`, and takes no LoRA adapters (yet)."""
     r = cfg.rollout
     if r.engine == "builtin":
         return
     fix = "set rollout.engine=builtin (the default), which runs everywhere"
+    if cfg.model.lora.r:
+        raise ConfigError(
+            f"rollout.engine=vllm with model.lora.r={cfg.model.lora.r}: surge's vLLM adapter "
+            "does not load LoRA adapters",
+            f"{fix} (it runs LoRA), or set model.lora.r=0 to train every weight",
+        )
     if importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             "rollout.engine=vllm: the vllm package is not installed in this environment",
@@ -64,48 +70,29 @@ def check_engine(cfg: ExperimentConfig, visible: int | None = None) -> None:
 def make_engine(
     cfg: ExperimentConfig | None,
     model: Any,
-    tokenizer: Any,
+    decoding: Decoding,
     *,
     slots: int,
-    max_prompt: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float = 1.0,
-    stop: tuple[tuple[int, ...], ...] = (),
-    seed: int = 0,
-    max_length: int | None = None,
     model_dir: str | Path | None = None,
 ) -> GenerationEngine:
     """The engine `cfg.rollout.engine` names (cfg None: the built-in one), decoding at most
-    `slots` sequences at once, prompts of at most `max_prompt` tokens, completions of at most
-    `max_new_tokens` (`max_length`: the positions of a sequence, if not their sum).
+    `slots` sequences at once as `decoding` says (surge/llm/engine_protocol.py).
 
     `model`: the loaded Hugging Face model (the built-in engine runs it; vLLM starts from its
     weights, pushed once). `model_dir`: the directory vLLM loads the architecture and
     tokenizer from (default `model.path`)."""
     name = "builtin" if cfg is None else cfg.rollout.engine
-    limits: dict[str, Any] = {
-        "slots": slots,
-        "max_prompt": max_prompt,
-        "max_new_tokens": max_new_tokens,
-        "eos_id": tokenizer.eos_token_id,
-        "temperature": temperature,
-        "top_p": top_p,
-        "stop": stop,
-        "seed": seed,
-        "max_length": max_length,
-    }
     if name == "builtin":
         from surge.llm.engine import Engine
 
-        return Engine(model, **limits)
+        return Engine(model, slots, decoding)
     assert cfg is not None
     check_engine(cfg)
     from surge.llm.vllm_engine import VLLMEngine
 
     directory = model_dir or cfg.model.path
     assert directory is not None  # check_engine: vllm needs model.path
-    engine = VLLMEngine(str(directory), **limits)
+    engine = VLLMEngine(str(directory), slots, decoding)
     if model is not None:  # the caller's weights (a resumed run's), not the directory's
         engine.begin_weight_update(engine.weight_version)
         engine.push_weights(model.state_dict())

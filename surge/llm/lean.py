@@ -6,7 +6,8 @@ module computes the same function with fewer, larger operations: one fused q/k/v
 layer, rotary tables computed once, `scaled_dot_product_attention`, and a KV cache whose rows
 are generation slots (surge/llm/engine.py). It holds no weights of its own: it reads the
 `LlamaForCausalLM` (or Qwen2 / Mistral) module's tensors, so training it trains that model,
-and `save_pretrained` writes what was trained. tests/unit/test_llm_engine.py pins its logits
+and `save_pretrained` writes what was trained. A layer with LoRA adapters (surge/llm/lora.py)
+is applied as its merged weight, W + (alpha / r) B A. tests/unit/test_llm_engine.py pins its logits
 to the transformers forward.
 
 It computes on the device of the model's weights (a CUDA device where `rollout.device` or
@@ -16,11 +17,14 @@ cache included, is made there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from surge.llm.lora import merged_weight, uses_dropout
 
 SUPPORTED = ("llama", "mistral", "qwen2")
 
@@ -31,6 +35,20 @@ class KVCache:
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
+
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Projections:
+    """One decoder layer's linear maps as the forward applies them (q, k and v as one)."""
+
+    qkv: Linear
+    o: Linear
+    gate: Linear
+    up: Linear
+    down: Linear
 
 
 class LeanLlama:
@@ -58,23 +76,23 @@ class LeanLlama:
         self.cos, self.sin = emb.cos().to(self.device), emb.sin().to(self.device)  # [L, D]
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
-        self.lm_head = model.lm_head.weight
         self.layers = inner.layers
-        self.fused: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        self.dropout = uses_dropout(model)
+        self.projections: list[Projections] = []
+        self.lm_head: Linear = model.lm_head
         self.refresh()
 
     def refresh(self) -> None:
-        """Rebuild the fused q/k/v weights from the model's (after its weights changed, and
-        on every training forward, where the fused weight must stay in the autograd graph)."""
-        fused = []
-        for layer in self.layers:
-            a = layer.self_attn
-            weight = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
-            bias = None
-            if a.q_proj.bias is not None:
-                bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
-            fused.append((weight, bias))
-        self.fused = fused
+        """Rebuild the weights each linear map applies from the model's: q, k and v fused,
+        adapters merged (after the weights changed, and on every training forward, where
+        they must stay in the autograd graph). In training with LoRA dropout, the adapted
+        layers' own forwards instead (dropout acts on their input)."""
+        own = self.dropout and self.model.training
+        self.projections = [
+            _own_forwards(layer) if own else _merged(layer) for layer in self.layers
+        ]
+        head = self.model.lm_head
+        self.lm_head = head if own else _applied(*merged_weight(head))
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
@@ -89,8 +107,7 @@ class LeanLlama:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q `[B, heads, T, D]`, k and v `[B, kv_heads, T, D]` of layer i, rotated."""
         B, T, _ = h.shape
-        weight, bias = self.fused[i]
-        qkv = F.linear(h, weight, bias)
+        qkv = self.projections[i].qkv(h)
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)
@@ -101,15 +118,14 @@ class LeanLlama:
 
     def _finish_layer(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         B, _, T, _ = attn.shape
-        layer = self.layers[i]
+        p = self.projections[i]
         attn = attn.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)
-        x = x + layer.self_attn.o_proj(attn)
-        h = self._rms(x, layer.post_attention_layernorm.weight)
-        mlp = layer.mlp
-        return x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+        x = x + p.o(attn)
+        h = self._rms(x, self.layers[i].post_attention_layernorm.weight)
+        return x + p.down(F.silu(p.gate(h)) * p.up(h))
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self._rms(x, self.norm), self.lm_head)
+        return self.lm_head(self._rms(x, self.norm))
 
     def _gqa(self) -> bool:
         return self.kv_heads != self.heads
@@ -270,3 +286,27 @@ class LeanLlama:
             )
             x = self._finish_layer(i, x, attn)
         return self._logits(x[:, 0])
+
+
+def _applied(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+    return lambda x: F.linear(x, weight, bias)
+
+
+def _merged(layer: Any) -> Projections:
+    """A layer's maps as single weights: q, k and v in one matmul, adapters merged."""
+    a, m = layer.self_attn, layer.mlp
+    qkv = [merged_weight(p) for p in (a.q_proj, a.k_proj, a.v_proj)]
+    biases = [b for _, b in qkv if b is not None]  # Qwen2's q, k and v have biases
+    return Projections(
+        _applied(torch.cat([w for w, _ in qkv]), torch.cat(biases) if biases else None),
+        *(_applied(*merged_weight(p)) for p in (a.o_proj, m.gate_proj, m.up_proj, m.down_proj)),
+    )
+
+
+def _own_forwards(layer: Any) -> Projections:
+    """A layer's maps as its modules' forwards (q, k and v each its own)."""
+    a, m = layer.self_attn, layer.mlp
+    return Projections(
+        lambda h: torch.cat([a.q_proj(h), a.k_proj(h), a.v_proj(h)], dim=-1),
+        a.o_proj, m.gate_proj, m.up_proj, m.down_proj,
+    )  # fmt: skip

@@ -3,10 +3,11 @@
 - The starting model directory every worker loads: the user's `model.path`, or the built-in
   tiny model after its supervised warm start (cached, surge/llm/sft.py), or, with
   `sft.steps: 0`, its random initial weights saved in the run directory. A resumed run uses
-  run_dir/model, written with each checkpoint (its weights come from the checkpoint anyway).
+  run_dir/model, written with each checkpoint (its weights come from the checkpoint anyway);
+  a LoRA run's holds only its adapters, so it starts from its base again.
 - The task's shapes, as the `EnvInfo` of a one-step environment: the observation is the
   prompt's tokens, the action the completion's. The rollout stream is laid out from them.
-- The size of the flat parameter vector the trainer publishes.
+- The size of the flat parameter vector the trainer publishes (a LoRA run's adapters alone).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from surge.config.llm_schema import LoraConfig
 from surge.config.schema import ExperimentConfig
 from surge.envs.spaces import EnvInfo
 from surge.errors import ConfigError
@@ -363,15 +365,20 @@ def shapes_and_size(cfg: ExperimentConfig, model_dir: Path | None) -> tuple[EnvI
     """The task's `EnvInfo` and the flat parameter count (`tokenizer_and_config`)."""
     tokenizer, config = tokenizer_and_config(cfg, model_dir)
     env = task_shapes(cfg, task_of(cfg), tokenizer, int(config.max_position_embeddings))
-    return env, count_parameters(config)
+    return env, count_parameters(config, cfg.model.lora)
 
 
-def count_parameters(config: Any) -> int:
-    """Parameters in the flat vector (`model.parameters()`, tied weights once), counted on
-    the meta device: nothing is allocated."""
+def count_parameters(config: Any, lora: LoraConfig | None = None) -> int:
+    """Parameters in the flat vector (`model.parameters()`, tied weights once; with `lora`,
+    rank above 0, its adapters: a ConfigError for targets the model lacks), counted on the
+    meta device: nothing is allocated."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from surge.llm.lora import add_adapters, trained_parameters
+
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
+        if lora is not None and lora.r > 0:
+            add_adapters(model, lora, seed=0)
+    return sum(p.numel() for p in trained_parameters(model))

@@ -40,10 +40,10 @@ from typing import Any
 from surge.errors import ConfigError
 from surge.llm.engine_protocol import (
     Completion,
+    Decoding,
     PausableVersioned,
     Request,
     Weights,
-    check_requests,
     generate_by_steps,
     named_tensors,
 )
@@ -76,20 +76,13 @@ class VLLMEngine(PausableVersioned):
     def __init__(
         self,
         model_dir: str,
-        *,
         slots: int,
-        max_prompt: int,
-        max_new_tokens: int,
-        eos_id: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop: tuple[tuple[int, ...], ...] = (),
-        seed: int = 0,
-        max_length: int | None = None,
+        decoding: Decoding,
         gpu_memory_utilization: float = 0.5,
     ) -> None:
-        """`gpu_memory_utilization`: vLLM's share of the GPU (weights and KV cache); half by
-        default, as the trainer may share the GPU."""
+        """Up to `slots` sequences at once, as `decoding` says. `gpu_memory_utilization`:
+        vLLM's share of the GPU (weights and KV cache); half by default, as the trainer may
+        share the GPU."""
         try:
             import vllm
         except ImportError as e:
@@ -98,16 +91,12 @@ class VLLMEngine(PausableVersioned):
                 "install vllm on a machine with a CUDA GPU, or set rollout.engine=builtin",
             ) from None
         self._vllm = vllm
-        self.max_prompt, self.max_new_tokens = max_prompt, max_new_tokens
-        self.max_length = max_length or max_prompt + max_new_tokens
-        self.slots, self.eos_id = slots, eos_id
-        self.temperature, self.top_p, self.stop = temperature, top_p, stop
-        self.seed = seed
+        self.slots, self.decoding = slots, decoding
         options: dict[str, Any] = {
             "model": model_dir,
             "skip_tokenizer_init": True,  # token ids in and out: no text on vLLM's side
-            "seed": seed,
-            "max_model_len": self.max_length,
+            "seed": decoding.seed,
+            "max_model_len": decoding.positions,
             "max_num_seqs": slots,
             "enable_prefix_caching": True,
             "enable_sleep_mode": True,
@@ -141,10 +130,9 @@ class VLLMEngine(PausableVersioned):
         return not self._running
 
     def submit(self, requests: Sequence[Request]) -> None:
-        check_requests(requests, self.max_prompt, self.max_new_tokens, self.max_length)
+        self.decoding.check(requests)
         for r in requests:
-            limit = min(r.max_new or self.max_new_tokens, self.max_new_tokens)
-            run = _Running(r, Completion(r.key), limit, rid="")
+            run = _Running(r, Completion(r.key), self.decoding.new_tokens(r), rid="")
             self._add(run, r.prompt)
 
     def step(self) -> list[Completion]:
@@ -166,7 +154,7 @@ class VLLMEngine(PausableVersioned):
                     break
             if not run.out.finish and output.finished:
                 # vLLM ended it (max_tokens, or a stop token we did not see as the last one)
-                run.out.finish = "eos" if ids and ids[-1] == self.eos_id else "length"
+                run.out.finish = "eos" if ids and ids[-1] == self.decoding.eos_id else "length"
             if run.out.finish:
                 del self._running[run.rid]
                 if not output.finished:
@@ -239,14 +227,15 @@ class VLLMEngine(PausableVersioned):
 
     def _add(self, run: _Running, prompt: tuple[int, ...]) -> None:
         """Hand `run` to vLLM as a new request for what is left of its completion."""
+        d = self.decoding
         sampling = self._vllm.SamplingParams(
             n=1,
-            temperature=self.temperature,
-            top_p=self.top_p,
+            temperature=d.temperature,
+            top_p=d.top_p,
             max_tokens=run.limit - len(run.out.tokens),
             logprobs=0,
-            stop_token_ids=[self.eos_id] if self.eos_id is not None and self.eos_id >= 0 else [],
-            seed=self.seed * 1_000_003 + next(self._ids),  # a request's own stream, reproducible
+            stop_token_ids=[d.eos_id] if d.eos_id is not None and d.eos_id >= 0 else [],
+            seed=d.seed * 1_000_003 + next(self._ids),  # a request's own stream, reproducible
             detokenize=False,
         )
         run.rid, run.seen = f"{run.request.key}.{next(self._ids)}", 0
@@ -256,18 +245,9 @@ class VLLMEngine(PausableVersioned):
     def _append(self, run: _Running, token: int, logprob: float) -> bool:
         """Record a token; True if the sequence ended with it (as the built-in engine ends)."""
         out = run.out
-        out.tokens.append(token)
-        out.logprobs.append(float(logprob))
-        out.versions.append(self.version)
+        out.add(token, float(logprob), self.version)
         self.tokens_generated += 1
-        if token == self.eos_id:
-            out.finish = "eos"
-        elif any(
-            len(out.tokens) >= len(s) and tuple(out.tokens[-len(s) :]) == s for s in self.stop
-        ):
-            out.finish = "stop"
-        elif len(out.tokens) >= run.limit:
-            out.finish = "length"
+        out.finish = self.decoding.finish(out.tokens, run.limit)
         return bool(out.finish)
 
     def _in_process_model(self) -> Any | None:

@@ -34,6 +34,8 @@ from surge.tracking.checkpoint import load_checkpoint
 from surge.workers.base import RunContext
 from surge.workers.graph import Graph
 
+ACTING = "surge.models.q_policy:q_policy"
+
 
 class DQNFamily(Algorithm):
     name = "dqn"
@@ -70,7 +72,7 @@ class DQNFamily(Algorithm):
         n_params = count_q_params(env.observation_space, n_actions, cfg.model, cfg.dqn.dueling)
         return replay_context(
             cfg, env, run_dir, checkpoint, n_params, setup,
-            acting="surge.models.q_policy:q_policy",
+            acting=ACTING,
             explore="surge.algos.exploration:EpsilonGreedy",
             kind="dqn",
         )  # fmt: skip
@@ -100,13 +102,9 @@ class DQNFamily(Algorithm):
         return describe_replay(ctx, graph, f"{backend} ({kind}, {d.nstep}-step, {explore})")
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
-        from surge.evaluation.checkpoint import EVAL_OPTIONS, evaluate_with, parse_options, summary
+        from surge.evaluation.checkpoint import evaluate_command
 
-        result = evaluate_with(
-            run_dir, "surge.models.q_policy:q_policy", _published,
-            **parse_options(options, EVAL_OPTIONS), video=video,
-        )  # fmt: skip
-        return summary(result)
+        return evaluate_command(run_dir, ACTING, _published, options, video)
 
 
 DQN = DQNFamily()

@@ -254,17 +254,17 @@ class GRPOFamily(Algorithm):
         from surge.config.load import load_config
         from surge.evaluation.checkpoint import parse_options
         from surge.llm.evaluate import evaluate_run
-        from surge.tracking.checkpoint import latest_checkpoint
+        from surge.llm.setup import model_directory
+        from surge.tracking.checkpoint import require_checkpoint
 
         given = parse_options(options, {"pass_k": int, "problems": int})
         overrides = [f"task.heldout={given['problems']}"] if "problems" in given else []
         cfg, _ = load_config(str(run_dir / "config.yaml"), overrides)
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:
-            raise UserError(f"{run_dir} has no checkpoint to evaluate")
+        checkpoint = require_checkpoint(run_dir, "evaluate")
         pass_k = given.get("pass_k", 0)
         assert isinstance(pass_k, int)
-        result = evaluate_run(run_dir, cfg, checkpoint, pass_k)
+        model_dir = model_directory(cfg, run_dir, resuming=True)  # a LoRA run's base
+        result = evaluate_run(run_dir, cfg, checkpoint, model_dir, pass_k)
         extra = "".join(
             f", {k} {v:.3f}" for k, v in result.items() if k.startswith(("pass@", "accuracy@"))
         )
@@ -311,4 +311,11 @@ def _check_llm(cfg: ExperimentConfig) -> None:
             "algo: grpo needs the transformers and tokenizers packages, which are not installed",
             "install the extra (pip install 'surge-rl[llm]', or .venv/bin/pip install "
             "transformers tokenizers in a clone)",
+        )
+    if cfg.model.lora.r and importlib.util.find_spec("peft") is None:
+        raise ConfigError(
+            f"model.lora.r={cfg.model.lora.r}: LoRA adapters come from the peft package, which "
+            "is not installed",
+            "install the extra (pip install 'surge-rl[llm]', or .venv/bin/pip install peft in a "
+            "clone), or set model.lora.r=0 to train every weight",
         )

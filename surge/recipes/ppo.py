@@ -212,10 +212,9 @@ class PPOFamily(Algorithm):
         ]
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
-        from surge.evaluation.checkpoint import EVAL_OPTIONS, parse_options, summary
+        from surge.evaluation.checkpoint import evaluate_command
 
-        result = evaluate(run_dir, **parse_options(options, EVAL_OPTIONS), video=video)
-        return summary(result)
+        return evaluate_command(run_dir, ACTING, checkpoint_flat, options, video)
 
 
 PPO_MUTABLE = (
@@ -228,20 +227,6 @@ PPO = PPOFamily("ppo", vtrace=False, mutable=PPO_MUTABLE)
 APPO = PPOFamily("appo", vtrace=True, mutable=(*PPO_MUTABLE, "appo.rho_bar", "appo.c_bar"))
 ACTING = "surge.models.flat_policy:flat_policy"
 """PPO's acting policy (models/flat_policy.py): numpy for MLPs, torch for the CNNs."""
-
-
-def evaluate(
-    run_dir: Path,
-    episodes: int = 10,
-    deterministic: bool = True,
-    seed: int | None = None,
-    video: bool = False,
-) -> dict[str, Any]:
-    """`surge eval` of a PPO or APPO run: `episodes` episodes with its newest checkpoint
-    (surge/evaluation/checkpoint.py `evaluate_with`); writes `eval.json` too."""
-    from surge.evaluation.checkpoint import evaluate_with
-
-    return evaluate_with(run_dir, ACTING, checkpoint_flat, episodes, deterministic, seed, video)
 
 
 def checkpoint_flat(cfg: ExperimentConfig, env: Any, state: dict[str, Any]) -> np.ndarray:

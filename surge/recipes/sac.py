@@ -107,12 +107,9 @@ class SACAlgorithm(Algorithm):
         return describe_replay(ctx, graph, learner)  # it says how a resumed run's replay starts
 
     def evaluate(self, run_dir: Path, options: list[str], video: bool) -> str:
-        from surge.evaluation.checkpoint import EVAL_OPTIONS, evaluate_with, parse_options, summary
+        from surge.evaluation.checkpoint import evaluate_command
 
-        result = evaluate_with(
-            run_dir, ACTING, _published, **parse_options(options, EVAL_OPTIONS), video=video
-        )
-        return summary(result)
+        return evaluate_command(run_dir, ACTING, _published, options, video)
 
 
 SAC = SACAlgorithm()

@@ -25,7 +25,7 @@ from surge.recipes import Recipe, algorithm_of
 from surge.recipes.base import Algorithm
 from surge.runtime.warm import WarmProcess
 from surge.streams.control import Control
-from surge.tracking.checkpoint import latest_checkpoint
+from surge.tracking.checkpoint import require_checkpoint
 from surge.tracking.metrics import read_metrics
 from surge.tracking.progress import Progress, Reading, RecentRate
 from surge.tracking.run_dir import create_run_dir, discard_run_dir
@@ -101,12 +101,7 @@ def resume(run_dir: Path, overrides: list[str], warm: WarmProcess | None = None)
             )
     cfg, _ = load_config(str(config_path), overrides)
     check_devices(cfg, device_roles(cfg))
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise UserError(
-            f"{run_dir} has no checkpoint to resume from",
-            "a checkpoint is written every log.checkpoint_interval_s, at the end and on Ctrl+C",
-        )
+    checkpoint = require_checkpoint(run_dir, "resume from")
     algorithm = algorithm_of(cfg)
     ctx = algorithm.prepare(cfg, run_dir, checkpoint)
     dump_yaml(cfg, config_path)  # only once the config is known to work

@@ -119,6 +119,18 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
+def require_checkpoint(run_dir: Path, to: str) -> Path:
+    """The checkpoint with the highest version; a UserError if there is none, saying what it
+    was needed for (`to`: "resume from", "evaluate")."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise UserError(
+            f"{run_dir} has no checkpoint to {to}",
+            "a checkpoint is written every log.checkpoint_interval_s, at the end and on Ctrl+C",
+        )
+    return checkpoint
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load a checkpoint; a missing or corrupt file is a UserError."""
     path = Path(path)

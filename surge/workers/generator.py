@@ -26,14 +26,16 @@ import time
 import numpy as np
 
 from surge.devices import role_device
+from surge.llm.engine_protocol import Decoding
 from surge.llm.engines import make_engine
 from surge.llm.episodes import EpisodeRunner, Trajectory, episode_of
+from surge.llm.lora import trained_parameters
 from surge.llm.model import load_model, stop_sequences
 from surge.llm.problems import Problem
 from surge.llm.run import model_dir_of
 from surge.llm.tasks import problem_at, task_of
 from surge.llm.textenv import TextEnvTask
-from surge.models.weights import flat_to_model
+from surge.models.weights import flat_to_tensors
 from surge.seeds import derive_seed
 from surge.streams.params import NONE, ParameterService
 from surge.streams.rollouts import GENERATED, RolloutRows, may_start
@@ -59,7 +61,8 @@ class GenerationWorker:
         self.life = b.life
         self.control = b.control
         self.timers = b.control.timers
-        self.model, self.tokenizer = load_model(model_dir_of(ctx))
+        self.model, self.tokenizer = load_model(model_dir_of(ctx), cfg.model.lora, cfg.seed)
+        self.trained = trained_parameters(self.model)  # the flat vector's layout
         # the built-in engine decodes where the model is (its cache, sampling and log-probs
         # there); vLLM holds its own copy on the GPU, so this one stays on the CPU
         device = "cpu" if r.engine == "vllm" else role_device(r.device, "rollout.device")
@@ -80,19 +83,19 @@ class GenerationWorker:
         if isinstance(self.task, TextEnvTask):  # a context grows to the window, a turn at a time
             prompt_width = max_length = cfg.context.window
             longest_turn = self.task.limits.longest_turn
-        self.engine = make_engine(
-            cfg,
-            self.model,
-            self.tokenizer,
-            slots=r.slots or 2 * r.prompts_per_batch * r.group_size,
+        decoding = Decoding(
             max_prompt=prompt_width,
             max_new_tokens=longest_turn,
+            eos_id=self.tokenizer.eos_token_id,
             temperature=r.temperature,
             top_p=r.top_p,
             stop=stop_sequences(self.tokenizer, r.stop),
             seed=derive_seed(cfg.seed, "generate", b.index, ctx.resumes, b.life),
             max_length=max_length,
-            model_dir=model_dir_of(ctx),
+        )
+        slots = r.slots or 2 * r.prompts_per_batch * r.group_size
+        self.engine = make_engine(
+            cfg, self.model, decoding, slots=slots, model_dir=model_dir_of(ctx)
         )
         self.runner = EpisodeRunner(self.engine, self.tokenizer, episode_of(self.task))
         self.index, self.workers = b.index, r.workers
@@ -133,7 +136,7 @@ class GenerationWorker:
     def _load(self) -> None:
         clock = self.timers.now()
         version = self.params.read(self.flat)
-        flat_to_model(self.flat, self.model)
+        flat_to_tensors(self.flat, self.trained)
         # the engine's three-step update: the built-in engine sees its own model's tensors and
         # copies nothing; another engine (vLLM) takes them in
         self.engine.begin_weight_update(version)

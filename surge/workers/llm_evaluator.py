@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from surge.llm.evaluate import score
+from surge.llm.lora import trained_parameters
 from surge.llm.model import load_model
 from surge.llm.run import model_dir_of
 from surge.llm.tasks import heldout_set, more_summaries, task_of
-from surge.models.weights import flat_to_model
+from surge.models.weights import flat_to_tensors
 from surge.seeds import derive_seed
 from surge.streams.params import ParameterService
 from surge.streams.results import ResultWriter
@@ -41,7 +42,8 @@ class LLMEvaluator(ScheduledEvaluations):
         self.params = ParameterService(b.transport, b.port_of_kind("versions").block)
         self.inbox = b.transport.channel(b.inbox)
         self.results = ResultWriter(b.transport, b.port("evaluations"))
-        self.model, self.tokenizer = load_model(model_dir_of(ctx))
+        self.model, self.tokenizer = load_model(model_dir_of(ctx), cfg.model.lora, cfg.seed)
+        self.trained = trained_parameters(self.model)  # the flat vector's layout
         self.model.eval()
         limit_torch_threads(1)
         self.flat = np.zeros(ctx.n_params, np.float32)
@@ -60,15 +62,15 @@ class LLMEvaluator(ScheduledEvaluations):
             version = 0  # the loaded starting weights are version 0, however far training is
         else:
             version = self.params.read(self.flat)
-            flat_to_model(self.flat, self.model)
+            flat_to_tensors(self.flat, self.trained)
         beat = self.control.beat  # a long evaluation is not a hang
-        args = (self.model, self.tokenizer, self.task, self.problems, self.cfg)
+        args = (self.model, self.tokenizer, self.task, self.problems, self.cfg.rollout)
         greedy = score(*args, temperature=0.0, on_step=beat, slots=SLOTS)
         more = float("nan")
         if self.task_more_summaries is not None:
             more = score(
-                self.model, self.tokenizer, self.task_more_summaries, self.problems, self.cfg,
-                temperature=0.0, on_step=beat, slots=SLOTS,
+                self.model, self.tokenizer, self.task_more_summaries, self.problems,
+                self.cfg.rollout, temperature=0.0, on_step=beat, slots=SLOTS,
             ).accuracy  # fmt: skip
         k = self.cfg.task.pass_k
         pass_at_k = float("nan")

@@ -75,7 +75,7 @@ def test_greedy_generation_on_the_gpu_matches_the_cpu() -> None:
     """The engine's KV cache, prefill-sharing and sampling on the device: greedy completions
     of the same prompts are the same tokens on both, with log-probs to float32 rounding."""
     pytest.importorskip("transformers")
-    from surge.llm.engine import Engine, Request
+    from surge.llm.engine import Decoding, Engine, Request
     from surge.llm.tiny import tiny_llama
 
     g = torch.Generator().manual_seed(0)
@@ -84,7 +84,7 @@ def test_greedy_generation_on_the_gpu_matches_the_cpu() -> None:
     results = []
     for device in ("cpu", "cuda"):
         model = tiny_llama(16, seed=3).eval().to(device)
-        engine = Engine(model, slots=4, max_prompt=8, max_new_tokens=6, eos_id=2, temperature=0)
+        engine = Engine(model, 4, Decoding(max_prompt=8, max_new_tokens=6, eos_id=2, temperature=0))
         engine.submit([Request(i, p) for i, p in enumerate(prompts)])
         out = {}
         while not engine.idle():

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from surge.api import Run
 from surge.config.load import load_config
 from surge.envs.make import make_env
 from surge.models.actor_critic import ActorCritic
 from surge.models.flat_policy import FlatPolicy
 from surge.models.normalize import ObsNormalizer, stats_vector
-from surge.recipes.ppo import checkpoint_flat, evaluate
+from surge.recipes.ppo import checkpoint_flat
 from surge.runtime.controller import resume, train
 from surge.streams.params import ParameterService
 from surge.tracking.checkpoint import latest_checkpoint, load_checkpoint
@@ -119,7 +120,7 @@ def test_eval_applies_the_statistics_frozen(
            (("raw", raw), ("normed", normed))}  # fmt: skip
     assert not torch.allclose(act["raw"], act["normed"])
 
-    # evaluate() normalises every observation it feeds the policy, with those statistics,
+    # `surge eval` normalises every observation it feeds the policy, with those statistics,
     # and leaves them as they were.
     calls = []
     original = ObsNormalizer.__call__
@@ -129,7 +130,7 @@ def test_eval_applies_the_statistics_frozen(
         return original(self, obs)
 
     monkeypatch.setattr(ObsNormalizer, "__call__", counting)
-    result = evaluate(run, episodes=2)
+    result = Run(run).evaluate(episodes=2)
     assert len(calls) == 2 * 200  # Pendulum episodes are 200 steps
     assert result["return_mean"] == json.loads((run / "eval.json").read_text())["return_mean"]
     _, unchanged = _saved_stats(run)

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from surge.api import Run
 from surge.config.load import load_config
 from surge.models.recurrent_state import CORE0, CORE_IN
-from surge.recipes.ppo import evaluate
 from surge.runtime.controller import train
 from surge.runtime.launch import start_worker
 from surge.tracking.metrics import read_metrics
@@ -115,7 +115,7 @@ def test_evaluation_workers_and_surge_eval_carry_the_state(run_dir: Path) -> Non
     for row in rows():
         assert row["eval/episodes"] == 2
         assert row["eval/return_mean"] == row["eval/length_mean"] >= 8  # +1 per step
-    played = evaluate(run_dir, episodes=3)  # `surge eval`: the newest checkpoint
+    played = Run(run_dir).evaluate(episodes=3)  # `surge eval`: the newest checkpoint
     assert played["episodes"] == 3 and played["return_mean"] == played["length_mean"] >= 8
 
 

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from surge.config.load import load_config  # noqa: E402
 from surge.errors import ConfigError  # noqa: E402
 from surge.llm.engine import nucleus  # noqa: E402
-from surge.llm.engine_protocol import Completion, GenerationEngine, Request  # noqa: E402
+from surge.llm.engine_protocol import Completion, Decoding, GenerationEngine, Request  # noqa: E402
 from surge.llm.engines import check_engine, make_engine  # noqa: E402
 from surge.llm.model import load_model, save_model_dir  # noqa: E402
 from surge.llm.tiny import char_tokenizer, tiny_config  # noqa: E402
@@ -67,18 +67,15 @@ def _engine(name: str, directory: Path, temperature: float, top_p: float = 1.0) 
     """The engine `rollout.engine=name` builds for `model.path=directory` (its own model)."""
     cfg, _ = load_config("arith-grpo", [f"rollout.engine={name}", f"model.path={directory}"])
     model, tokenizer = load_model(directory)
-    return make_engine(
-        cfg,
-        model.eval(),
-        tokenizer,
-        slots=4,
+    decoding = Decoding(
         max_prompt=16,
         max_new_tokens=MAX_NEW,
+        eos_id=tokenizer.eos_token_id,
         temperature=temperature,
         top_p=top_p,
         seed=7,
-        model_dir=directory,
     )
+    return make_engine(cfg, model.eval(), decoding, slots=4, model_dir=directory)
 
 
 def _prompts(directory: Path) -> list[tuple[int, ...]]:

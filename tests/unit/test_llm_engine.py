@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -11,11 +12,13 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from surge.llm.engine import Engine, Request, nucleus  # noqa: E402
+from surge.llm.engine import Decoding, Engine, Request, nucleus  # noqa: E402
 from surge.llm.lean import LeanLlama  # noqa: E402
 from surge.llm.tiny import tiny_llama  # noqa: E402
 
 EOS = 2
+GREEDY = Decoding(max_prompt=8, max_new_tokens=6, eos_id=-1, temperature=0)
+"""Prompts of up to 8 tokens, 6 new ones drawn greedily, no end token."""
 
 
 def _model(seed: int = 3, **kw: int) -> torch.nn.Module:
@@ -66,7 +69,7 @@ def test_greedy_continuous_batching_matches_generate_and_scores_every_token() ->
     model = _model()
     prompts = _prompts(13)
     # 4 slots for 13 prompts of different lengths: sequences join as others leave.
-    engine = Engine(model, slots=4, max_prompt=8, max_new_tokens=6, eos_id=EOS, temperature=0)
+    engine = Engine(model, 4, replace(GREEDY, eos_id=EOS))
     out = _run(engine, prompts)
     for i, p in enumerate(prompts):
         ids = torch.tensor([p])
@@ -93,7 +96,7 @@ def test_greedy_continuous_batching_matches_generate_and_scores_every_token() ->
 def test_new_weights_mid_sequence_recompute_the_cache_and_stamp_later_tokens() -> None:
     model, other = _model(seed=3), _model(seed=4)
     prompt = _prompts(1, seed=5)[0]
-    engine = Engine(model, slots=2, max_prompt=8, max_new_tokens=6, eos_id=-1, temperature=0)
+    engine = Engine(model, 2, GREEDY)
     engine.submit([Request(0, prompt)])
     assert engine.step() == []  # admitted (first token) and one more decoded: 2 tokens
     model.load_state_dict(other.state_dict())
@@ -112,7 +115,7 @@ def test_recomputed_cache_is_the_new_weights_prefill_of_each_prefix() -> None:
     tokens; the cache must hold what a prefill of each whole prefix would."""
     model, other = _model(seed=3), _model(seed=4)
     a, b = _prompts(2, seed=6)
-    engine = Engine(model, slots=6, max_prompt=8, max_new_tokens=8, eos_id=-1, temperature=1.0)
+    engine = Engine(model, 6, replace(GREEDY, max_new_tokens=8, temperature=1.0))
     engine.submit([Request(m, a) for m in range(4)])
     engine.step()
     engine.submit([Request(4 + m, b) for m in range(2)])
@@ -143,7 +146,7 @@ def test_new_weights_mid_sequence_can_keep_the_old_cache() -> None:
     engines = {}
     for recompute in (True, False):
         model.load_state_dict(_model(seed=3).state_dict())
-        engine = Engine(model, slots=2, max_prompt=8, max_new_tokens=6, eos_id=-1, temperature=0)
+        engine = Engine(model, 2, GREEDY)
         engine.submit([Request(0, prompt)])
         assert engine.step() == []  # two tokens under the old weights
         model.load_state_dict(other.state_dict())
@@ -169,7 +172,7 @@ def test_new_weights_mid_sequence_can_keep_the_old_cache() -> None:
 
 def test_sampled_log_probs_are_of_the_distribution_sampled() -> None:
     model = _model()
-    engine = Engine(model, slots=8, max_prompt=8, max_new_tokens=3, eos_id=-1, temperature=0.7)
+    engine = Engine(model, 8, replace(GREEDY, max_new_tokens=3, temperature=0.7))
     prompts = _prompts(8)
     out = _run(engine, prompts)
     for i, p in enumerate(prompts):
@@ -193,13 +196,13 @@ def test_nucleus_keeps_the_smallest_set_reaching_top_p() -> None:
 def test_stop_sequences_and_prompt_limits() -> None:
     model = _model()
     prompt = _prompts(1)[0]
-    free = _run(Engine(model, 1, 8, 6, eos_id=-1, temperature=0), [prompt])[0]
+    free = _run(Engine(model, 1, GREEDY), [prompt])[0]
     stop = tuple(free.tokens[1:3])
     first = next(n for n in range(2, 7) if tuple(free.tokens[n - 2 : n]) == stop)
-    stopped = _run(Engine(model, 1, 8, 6, eos_id=-1, temperature=0, stop=(stop,)), [prompt])[0]
+    stopped = _run(Engine(model, 1, replace(GREEDY, stop=(stop,))), [prompt])[0]
     assert stopped.tokens == free.tokens[:first] and stopped.finish == "stop"
     with pytest.raises(ValueError, match="prompt of 9 tokens"):
-        Engine(model, 1, 8, 6, eos_id=EOS).submit([Request(0, tuple(range(3, 12)))])
+        Engine(model, 1, GREEDY).submit([Request(0, tuple(range(3, 12)))])
 
 
 def test_grouped_forward_is_the_forward_of_each_prompt_and_completion() -> None:
@@ -230,7 +233,7 @@ def test_grouped_forward_is_the_forward_of_each_prompt_and_completion() -> None:
 
 def test_a_weight_update_is_checked_and_blocks_decoding_until_committed() -> None:
     model = _model()
-    engine = Engine(model, slots=2, max_prompt=8, max_new_tokens=6, eos_id=-1, temperature=0)
+    engine = Engine(model, 2, GREEDY)
     engine.submit([Request(0, (3, 4, 5))])
     engine.step()
     with pytest.raises(RuntimeError, match="before begin_weight_update"):

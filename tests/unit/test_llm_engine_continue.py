@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from surge.llm.engine import Completion, Engine, Request  # noqa: E402
+from surge.llm.engine import Completion, Decoding, Engine, Request  # noqa: E402
 from surge.llm.episodes import EpisodeEngine, EpisodeRunner, Trajectory  # noqa: E402
 from surge.llm.problems import Problem  # noqa: E402
 from surge.llm.tiny import tiny_llama  # noqa: E402
@@ -27,7 +27,9 @@ def model() -> torch.nn.Module:
 
 
 def _engine(model: torch.nn.Module, slots: int = 4, max_new: int = 5) -> Engine:
-    return Engine(model, slots, max_prompt=32, max_new_tokens=max_new, eos_id=-1, temperature=0)
+    return Engine(
+        model, slots, Decoding(max_prompt=32, max_new_tokens=max_new, eos_id=-1, temperature=0)
+    )
 
 
 def _finish(engine: Engine, requests: list[Request]) -> dict[int, Completion]:
@@ -170,7 +172,7 @@ async def _three_turns(
 def test_an_episodes_turns_continue_its_sequence_and_release_it_at_the_end(
     model: torch.nn.Module,
 ) -> None:
-    engine = Engine(model, 4, max_prompt=40, max_new_tokens=4, eos_id=-1, temperature=1.0)
+    engine = Engine(model, 4, Decoding(max_prompt=40, max_new_tokens=4, eos_id=-1, temperature=1.0))
     runner = EpisodeRunner(engine, _Tokenizer(), _three_turns)
     for i, text in enumerate(("abc", "de")):
         runner.start(i, Problem(text, ""), np.random.default_rng(i))

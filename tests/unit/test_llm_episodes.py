@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from surge.llm.engine import Engine, Request  # noqa: E402
+from surge.llm.engine import Decoding, Engine, Request  # noqa: E402
 from surge.llm.episodes import (  # noqa: E402
     EpisodeEngine,
     EpisodeRunner,
@@ -39,7 +39,7 @@ class _Tokenizer:
 
 def _engine(slots: int = 8, seed: int = 0) -> Engine:
     model = tiny_llama(16, seed=3).eval()
-    return Engine(model, slots, max_prompt=24, max_new_tokens=6, eos_id=EOS, seed=seed)
+    return Engine(model, slots, Decoding(max_prompt=24, max_new_tokens=6, eos_id=EOS, seed=seed))
 
 
 def _run(runner: EpisodeRunner, problems: list[Problem]) -> dict[int, Trajectory | None]:

@@ -36,7 +36,7 @@ def test_saved_directory_reproduces_surges_inputs_and_generation(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from surge.config.llm_schema import RolloutConfig
-    from surge.llm.engine import Engine, Request
+    from surge.llm.engine import Decoding, Engine, Request
     from surge.llm.model import encode_prompt, save_model_dir, stop_sequences
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -58,12 +58,14 @@ def test_saved_directory_reproduces_surges_inputs_and_generation(
     ids = encode_prompt(tok, prompt)
     engine = Engine(
         model,
-        slots=1,
-        max_prompt=len(ids),
-        max_new_tokens=rollout.max_new_tokens,
-        eos_id=tok.eos_token_id,
-        temperature=0.0,
-        stop=stop_sequences(tok, ["="]),  # the stops `generate` knows
+        1,
+        Decoding(
+            max_prompt=len(ids),
+            max_new_tokens=rollout.max_new_tokens,
+            eos_id=tok.eos_token_id,
+            temperature=0.0,
+            stop=stop_sequences(tok, ["="]),  # the stops `generate` knows
+        ),
     )
     engine.submit([Request(0, tuple(ids))])
     (completion,) = [c for _ in range(rollout.max_new_tokens + 1) for c in engine.step()]

@@ -21,12 +21,13 @@ pytest.importorskip("transformers")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from surge.config.llm_schema import RolloutConfig  # noqa: E402
 from surge.learners.grpo import grouped_batch  # noqa: E402
 from surge.llm.context import ContextRule  # noqa: E402
-from surge.llm.engine import Engine  # noqa: E402
+from surge.llm.engine import Decoding, Engine  # noqa: E402
 from surge.llm.env_checks import TextEnvError  # noqa: E402
 from surge.llm.episodes import EpisodeEngine, EpisodeRunner, Trajectory  # noqa: E402
-from surge.llm.evaluate import decode_and_score  # noqa: E402
+from surge.llm.evaluate import score  # noqa: E402
 from surge.llm.lean import LeanLlama  # noqa: E402
 from surge.llm.model import stop_sequences  # noqa: E402
 from surge.llm.sft import transcript_batch  # noqa: E402
@@ -180,9 +181,8 @@ def test_the_engine_the_rows_and_the_trainers_forward_stay_within_the_positions(
         lengths = {**env, "prompt": max(1, env["prompt"] - 3 * n)}
         problems.append((_task(lengths, limits), n))
     stop = stop_sequences(TOKENIZER, ["\n"])
-    engine = Engine(
-        model, G * len(problems), window, limits.longest_turn, 2, 1.0, 1.0, stop, 0, window
-    )
+    decoding = Decoding(window, limits.longest_turn, eos_id=2, stop=stop, max_length=window)
+    engine = Engine(model, G * len(problems), decoding)
     trajectories: dict[int, Trajectory] = {}
     for task, n in problems:
         runner = EpisodeRunner(engine, TOKENIZER, task.run_episode)
@@ -209,9 +209,8 @@ def test_the_engine_the_rows_and_the_trainers_forward_stay_within_the_positions(
     task = problems[0][0]
     warm, _ = transcript_batch(TOKENIZER, task, task.sample("train", 4, random.Random(5)), 0)
     assert warm.shape[1] <= window
-    scored = decode_and_score(
-        model, TOKENIZER, task, task.sample("heldout", 3, random.Random(0)), 4, 0.0
-    )
+    heldout = task.sample("heldout", 3, random.Random(0))
+    scored = score(model, TOKENIZER, task, heldout, RolloutConfig(max_new_tokens=4), 0.0)
     assert scored.rewards.shape == (3, 1)
 
 
