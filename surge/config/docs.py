@@ -169,6 +169,9 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):  # an option is no output path
+        print(f"usage: python -m surge.config.docs [OUT.md] (default {DEFAULT_OUT})")
+        return 0 if argv[0] in ("-h", "--help") else 2
     out = Path(argv[0]) if argv else DEFAULT_OUT
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render())

@@ -79,6 +79,9 @@ VARIANTS = [
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):  # an option is no output path
+        print(f"usage: python -m surge.runtime.graph_docs [OUT.md] (default {DEFAULT_OUT})")
+        return 0 if argv[0] in ("-h", "--help") else 2
     out = Path(argv[0]) if argv else DEFAULT_OUT
     out.write_text(render())
     print(f"wrote {out}")
