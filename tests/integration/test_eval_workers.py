@@ -48,6 +48,12 @@ def _steps(run_dir: Path) -> int:
     return int(metrics_so_far(run_dir)[-1]["env_steps"])  # type: ignore[call-overload]
 
 
+def _trained_steps(run_dir: Path) -> int:
+    """The env steps of the newest training row (0 before the first)."""
+    trained = [r for r in metrics_so_far(run_dir) if "steps_per_s" in r]
+    return int(trained[-1]["env_steps"]) if trained else 0  # type: ignore[call-overload]
+
+
 def _check_eval_output(run_dir: Path) -> None:
     rows = _eval_rows(run_dir)
     assert len(rows) >= 2, rows
@@ -81,7 +87,16 @@ def test_eval_workers_write_rows_and_videos(runtime: str, run_dir: Path) -> None
     )  # fmt: skip
     try:
         rows = lambda: _eval_rows(run_dir)  # noqa: E731
-        enough = wait_for(lambda: len(rows()) >= 2 and any(r["eval/video"] for r in rows()), 240)
+        # and the training rows `_check_eval_output` reads: on a busy machine the evaluator
+        # once logged its two rows before the trainer had trained 8192 env steps
+        enough = wait_for(
+            lambda: (
+                len(rows()) >= 2
+                and any(r["eval/video"] for r in rows())
+                and _trained_steps(run_dir) >= 8192
+            ),
+            240,
+        )
     finally:
         interrupt(proc)
     stderr = proc.stderr.read() if proc.stderr else ""
